@@ -1,0 +1,288 @@
+"""Raw API objects (decoded JSON dicts) -> slim records.
+
+Objects in the cluster were validated by the apiserver, not necessarily by
+arbiter (a Queue created while the webhook was down may carry a bad
+quantity): converters raise `ConversionError` naming the field, and the
+caller decides whether to skip the object.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any, cast
+
+from arbiter.cache.records import (
+    ADMISSION_GATE,
+    MANAGED_LABEL,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_ANNOTATION,
+    QUEUE_LABEL,
+    JobOutcome,
+    JobRecord,
+    NamespaceRecord,
+    NodeRecord,
+    OwnerRef,
+    PodRecord,
+    PodSet,
+    PriorityClassRecord,
+    QueueRecord,
+    UnitPhase,
+    UnitRecord,
+)
+from arbiter.core.podrequests import effective_pod_requests
+from arbiter.core.quantities import QuantityError
+from arbiter.core.resources import EMPTY, Resources
+
+Obj = Mapping[str, Any]
+
+
+class ConversionError(ValueError):
+    """An object that cannot be turned into a record; the message names the field."""
+
+
+def parse_time(value: str | None) -> float:
+    """RFC 3339 timestamp -> seconds since the epoch (0.0 when absent)."""
+    if not value:
+        return 0.0
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _meta(obj: Obj) -> Obj:
+    return cast(Obj, obj.get("metadata") or {})
+
+
+def _labels(obj: Obj) -> Mapping[str, str]:
+    return cast(Mapping[str, str], _meta(obj).get("labels") or {})
+
+
+def _annotations(obj: Obj) -> Mapping[str, str]:
+    return cast(Mapping[str, str], _meta(obj).get("annotations") or {})
+
+
+def controller_owner(obj: Obj) -> OwnerRef | None:
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return OwnerRef(kind=ref.get("kind", ""), name=ref.get("name", ""),
+                            uid=ref.get("uid", ""), controller=True)
+    return None
+
+
+def queue_from_api(obj: Obj) -> QueueRecord:
+    meta = _meta(obj)
+    spec = cast(Obj, obj.get("spec") or {})
+    try:
+        guarantee = Resources.parse(spec.get("guarantee"), field="spec.guarantee")
+        capability = Resources.parse(spec.get("capability"), field="spec.capability")
+    except QuantityError as error:
+        raise ConversionError(str(error)) from error
+    weight = spec.get("weight", 1)
+    if not isinstance(weight, int) or isinstance(weight, bool) or weight <= 0:
+        raise ConversionError(f"spec.weight: {weight!r} must be a positive integer")
+    preemption = cast(Obj, spec.get("preemption") or {})
+    return QueueRecord(
+        name=meta.get("name", ""),
+        weight=weight,
+        guarantee=guarantee,
+        capability=capability,
+        parent=spec.get("parent") or None,
+        namespaces=tuple(spec.get("namespaces") or ()),
+        policy="FIFO" if spec.get("queuePolicy") == "FIFO" else "Priority",
+        blocking=bool(spec.get("blocking", False)),
+        priority=int(spec.get("priority", 0) or 0),
+        reclaimable=bool(spec.get("reclaimable", True)),
+        state="Closed" if spec.get("state") == "Closed" else "Open",
+        node_selector=tuple(sorted((spec.get("nodeSelector") or {}).items())),
+        within_queue="LowerPriority"
+        if preemption.get("withinQueue") == "LowerPriority" else "Never",
+        uid=meta.get("uid", ""),
+        resource_version=meta.get("resourceVersion", ""),
+        created=parse_time(meta.get("creationTimestamp")),
+    )
+
+
+def namespace_from_api(obj: Obj) -> NamespaceRecord:
+    labels = _labels(obj)
+    return NamespaceRecord(
+        name=_meta(obj).get("name", ""),
+        queue_label=labels.get(QUEUE_LABEL) or None,
+        managed_label=labels.get(MANAGED_LABEL) != "false",
+    )
+
+
+def node_from_api(obj: Obj) -> NodeRecord:
+    status = cast(Obj, obj.get("status") or {})
+    spec = cast(Obj, obj.get("spec") or {})
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    try:
+        allocatable = Resources.parse(status.get("allocatable"), field="status.allocatable")
+    except QuantityError as error:
+        raise ConversionError(str(error)) from error
+    return NodeRecord(
+        name=_meta(obj).get("name", ""),
+        allocatable=allocatable,
+        ready=ready,
+        schedulable=not spec.get("unschedulable", False),
+        labels=tuple(sorted(_labels(obj).items())),
+    )
+
+
+def pod_from_api(obj: Obj) -> PodRecord:
+    meta = _meta(obj)
+    spec = cast(Obj, obj.get("spec") or {})
+    status = cast(Obj, obj.get("status") or {})
+    labels = _labels(obj)
+    try:
+        requests = effective_pod_requests(spec)
+    except QuantityError as error:
+        raise ConversionError(str(error)) from error
+    owner = controller_owner(obj)
+    size_text = _annotations(obj).get(POD_GROUP_SIZE_ANNOTATION)
+    try:
+        group_size = int(size_text) if size_text is not None else None
+    except ValueError:
+        group_size = None
+    return PodRecord(
+        uid=meta.get("uid", ""),
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        requests=requests,
+        node_name=spec.get("nodeName") or None,
+        phase=status.get("phase", "Pending"),
+        queue=labels.get(QUEUE_LABEL) or None,
+        gated=any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or []),
+        job_name=owner.name if owner is not None and owner.kind == "Job" else None,
+        pod_group=labels.get(POD_GROUP_LABEL) or None,
+        pod_group_size=group_size,
+        priority=int(spec.get("priority", 0) or 0),
+        scheduler_name=spec.get("schedulerName", "default-scheduler"),
+        terminating=meta.get("deletionTimestamp") is not None,
+        created=parse_time(meta.get("creationTimestamp")),
+    )
+
+
+def _job_outcome(status: Obj) -> JobOutcome | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return "Complete"
+        if condition.get("type") == "Failed":
+            return "Failed"
+    return None
+
+
+def job_from_api(obj: Obj) -> JobRecord:
+    meta = _meta(obj)
+    spec = cast(Obj, obj.get("spec") or {})
+    status = cast(Obj, obj.get("status") or {})
+    template_spec = cast(Obj, (spec.get("template") or {}).get("spec") or {})
+    try:
+        pod_requests = effective_pod_requests(template_spec)
+    except QuantityError as error:
+        raise ConversionError(f"spec.template.{error}") from error
+    parallelism = spec.get("parallelism", 1)
+    completions = spec.get("completions")
+    if isinstance(completions, int) and isinstance(parallelism, int):
+        # Never more pods at once than completions still need.
+        parallelism = min(parallelism, completions)
+    return JobRecord(
+        uid=meta.get("uid", ""),
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        queue=_labels(obj).get(QUEUE_LABEL) or None,
+        suspended=bool(spec.get("suspend", False)),
+        parallelism=int(parallelism if parallelism is not None else 1),
+        pod_requests=pod_requests,
+        priority_class=template_spec.get("priorityClassName") or None,
+        outcome=_job_outcome(status),
+        active=int(status.get("active", 0) or 0),
+        ready=int(status.get("ready", 0) or 0),
+        started=status.get("startTime") is not None,
+        created=parse_time(meta.get("creationTimestamp")),
+        annotations=tuple(sorted(
+            (k, v) for k, v in _annotations(obj).items() if k.startswith("arbiter.dev/")
+        )),
+    )
+
+
+def pod_sets_from_spec(spec: Obj, field: str = "spec") -> tuple[PodSet, ...]:
+    """QueueUnit pod sets, with `resourceUnit` x `resourceNo` as one pod set."""
+    raw_sets = spec.get("podSets")
+    try:
+        if not raw_sets and spec.get("resourceUnit") is not None:
+            count = spec.get("resourceNo", 1)
+            return (PodSet(name="main", count=int(count),
+                           requests=Resources.parse(spec["resourceUnit"],
+                                                    field=f"{field}.resourceUnit")),)
+        sets = []
+        for index, raw in enumerate(raw_sets or []):
+            sets.append(PodSet(
+                name=raw.get("name", f"set-{index}"),
+                count=int(raw.get("count", 1)),
+                requests=Resources.parse(raw.get("requests"),
+                                         field=f"{field}.podSets[{index}].requests"),
+                min_count=raw.get("minCount"),
+            ))
+        return tuple(sets)
+    except (QuantityError, TypeError, ValueError) as error:
+        raise ConversionError(str(error)) from error
+
+
+def unit_from_api(obj: Obj) -> UnitRecord:
+    meta = _meta(obj)
+    spec = cast(Obj, obj.get("spec") or {})
+    status = cast(Obj, obj.get("status") or {})
+    consumer_raw = spec.get("consumerRef")
+    consumer = None
+    if consumer_raw:
+        consumer = OwnerRef(kind=consumer_raw.get("kind", ""), name=consumer_raw.get("name", ""),
+                            uid=consumer_raw.get("uid", ""))
+    phase = cast(UnitPhase, status.get("phase") or "Enqueued")
+    return UnitRecord(
+        uid=meta.get("uid", ""),
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        queue=spec.get("queue", ""),
+        priority=int(spec.get("priority", 0) or 0),
+        priority_class=spec.get("priorityClassName") or None,
+        pod_sets=pod_sets_from_spec(spec),
+        consumer=consumer,
+        phase=phase,
+        attempts=int(status.get("attempts", 0) or 0),
+        admissions=len(status.get("admissions") or []),
+        position=status.get("position"),
+        created=parse_time(meta.get("creationTimestamp")),
+        last_allocate_time=status.get("lastAllocateTime"),
+        resource_version=meta.get("resourceVersion", ""),
+        message=status.get("message", "") or "",
+    )
+
+
+def priority_class_from_api(obj: Obj) -> PriorityClassRecord:
+    return PriorityClassRecord(
+        name=_meta(obj).get("name", ""),
+        value=int(obj.get("value", 0) or 0),
+        global_default=bool(obj.get("globalDefault", False)),
+    )
+
+
+
+
+__all__ = [
+    "EMPTY",
+    "ConversionError",
+    "controller_owner",
+    "job_from_api",
+    "namespace_from_api",
+    "node_from_api",
+    "parse_time",
+    "pod_from_api",
+    "pod_sets_from_spec",
+    "priority_class_from_api",
+    "queue_from_api",
+    "unit_from_api",
+]

@@ -1,0 +1,231 @@
+"""The in-memory store of slim records, with the indexes decisions need.
+
+Single-threaded by design: the asyncio loop that applies watch events is
+the same one that serves webhook and extender requests, so readers always
+see a consistent store without locks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from arbiter.cache import convert
+from arbiter.cache.records import (
+    QUEUE_LABEL,
+    JobRecord,
+    NamespaceRecord,
+    NodeRecord,
+    PodRecord,
+    PriorityClassRecord,
+    QueueRecord,
+    UnitRecord,
+)
+from arbiter.core.resources import EMPTY, Resources
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass"]
+KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass")
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
+    "kube-system", "kube-public", "kube-node-lease", "arbiter-system",
+)
+
+# Called with (kind, key) after every change; the loop uses it to wake up.
+Listener = Callable[[Kind, str], None]
+
+
+@dataclass(slots=True)
+class ClusterStore:
+    excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
+    queues: dict[str, QueueRecord] = field(default_factory=dict)
+    namespaces: dict[str, NamespaceRecord] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    pods: dict[str, PodRecord] = field(default_factory=dict)  # by uid
+    jobs: dict[str, JobRecord] = field(default_factory=dict)  # by namespace/name
+    units: dict[str, UnitRecord] = field(default_factory=dict)  # by namespace/name
+    priority_classes: dict[str, PriorityClassRecord] = field(default_factory=dict)
+    # namespace -> queue listing it in spec.namespaces
+    queue_by_namespace: dict[str, str] = field(default_factory=dict)
+    pods_by_node: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # namespace/name -> uid, to find pods by name
+    pod_uid_by_name: dict[str, str] = field(default_factory=dict)
+    listeners: list[Listener] = field(default_factory=list)
+    synced_kinds: set[Kind] = field(default_factory=set)
+
+    # -- queries -------------------------------------------------------------
+    def is_managed_namespace(self, namespace: str) -> bool:
+        """DESIGN §3: every namespace but the excluded ones and those opted out."""
+        if namespace in self.excluded_namespaces:
+            return False
+        record = self.namespaces.get(namespace)
+        return record is None or record.managed_label
+
+    def resolve_queue(self, namespace: str, labels: Mapping[str, str] | None) -> str | None:
+        """The one queue resolver: object label, else the Queue listing the
+        namespace, else the namespace's own label."""
+        if labels:
+            explicit = labels.get(QUEUE_LABEL)
+            if explicit:
+                return explicit
+        listed = self.queue_by_namespace.get(namespace)
+        if listed is not None:
+            return listed
+        record = self.namespaces.get(namespace)
+        return record.queue_label if record is not None else None
+
+    def capacity(self, overcommit: float = 1.0) -> Resources:
+        """Allocatable of Ready, schedulable nodes minus unmanaged pods' requests."""
+        total = EMPTY
+        for node in self.nodes.values():
+            if node.ready and node.schedulable:
+                total = total + node.allocatable
+        for pod in self.pods.values():
+            unmanaged_and_placed = pod.queue is None and pod.node_name in self.nodes
+            if unmanaged_and_placed and pod.phase in ("Pending", "Running"):
+                total = total - pod.requests
+        if overcommit != 1.0:
+            total = Resources({k: int(v * overcommit) for k, v in total.items()})
+        return total.clamp_min(0)
+
+    def pods_on_node(self, node: str) -> Iterable[PodRecord]:
+        for uid in self.pods_by_node.get(node, ()):
+            pod = self.pods.get(uid)
+            if pod is not None:
+                yield pod
+
+    def pod_by_name(self, namespace: str, name: str) -> PodRecord | None:
+        uid = self.pod_uid_by_name.get(f"{namespace}/{name}")
+        return self.pods.get(uid) if uid is not None else None
+
+    @property
+    def synced(self) -> bool:
+        return self.synced_kinds >= set(KINDS)
+
+    # -- updates -------------------------------------------------------------
+    def _notify(self, kind: Kind, key: str) -> None:
+        for listener in self.listeners:
+            listener(kind, key)
+
+    def upsert_queue(self, record: QueueRecord) -> None:
+        self._drop_queue_index(record.name)
+        self.queues[record.name] = record
+        for namespace in record.namespaces:
+            self.queue_by_namespace.setdefault(namespace, record.name)
+        self._notify("Queue", record.name)
+
+    def delete_queue(self, name: str) -> None:
+        self._drop_queue_index(name)
+        self.queues.pop(name, None)
+        self._notify("Queue", name)
+
+    def _drop_queue_index(self, name: str) -> None:
+        old = self.queues.get(name)
+        if old is None:
+            return
+        for namespace in old.namespaces:
+            if self.queue_by_namespace.get(namespace) == name:
+                del self.queue_by_namespace[namespace]
+                # Another Queue may also list it (the webhook denies that, but
+                # objects can predate it): keep the index total.
+                for other in self.queues.values():
+                    if other.name != name and namespace in other.namespaces:
+                        self.queue_by_namespace[namespace] = other.name
+                        break
+
+    def upsert_pod(self, record: PodRecord) -> None:
+        old = self.pods.get(record.uid)
+        if old is not None and old.node_name and old.node_name != record.node_name:
+            self.pods_by_node[old.node_name].discard(record.uid)
+        self.pods[record.uid] = record
+        self.pod_uid_by_name[f"{record.namespace}/{record.name}"] = record.uid
+        if record.node_name:
+            self.pods_by_node[record.node_name].add(record.uid)
+        self._notify("Pod", record.uid)
+
+    def delete_pod(self, uid: str) -> None:
+        old = self.pods.pop(uid, None)
+        if old is not None:
+            if old.node_name:
+                self.pods_by_node[old.node_name].discard(uid)
+            name_key = f"{old.namespace}/{old.name}"
+            if self.pod_uid_by_name.get(name_key) == uid:
+                del self.pod_uid_by_name[name_key]
+        self._notify("Pod", uid)
+
+    def apply(self, kind: Kind, event_type: EventType, obj: Mapping[str, Any]) -> None:
+        """Apply one watch event given as the raw object; bad objects are skipped."""
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        namespace = meta.get("namespace", "")
+        key = f"{namespace}/{name}"
+        deleted = event_type == "DELETED"
+        try:
+            if kind == "Queue":
+                if deleted:
+                    self.delete_queue(name)
+                else:
+                    self.upsert_queue(convert.queue_from_api(obj))
+                return
+            if kind == "Pod":
+                uid = meta.get("uid", "")
+                if deleted:
+                    self.delete_pod(uid)
+                else:
+                    self.upsert_pod(convert.pod_from_api(obj))
+                return
+            if kind == "Namespace":
+                namespace_record = None if deleted else convert.namespace_from_api(obj)
+                self._put(self.namespaces, name, namespace_record)
+            elif kind == "Node":
+                self._put(self.nodes, name, None if deleted else convert.node_from_api(obj))
+            elif kind == "Job":
+                self._put(self.jobs, key, None if deleted else convert.job_from_api(obj))
+            elif kind == "QueueUnit":
+                self._put(self.units, key, None if deleted else convert.unit_from_api(obj))
+            elif kind == "PriorityClass":
+                self._put(self.priority_classes, name,
+                          None if deleted else convert.priority_class_from_api(obj))
+            self._notify(kind, name if kind in ("Namespace", "Node", "PriorityClass") else key)
+        except convert.ConversionError as error:
+            log.warning("skipping %s %s: %s", kind, key.strip("/"), error)
+
+    @staticmethod
+    def _put(table: dict[str, Any], key: str, record: Any) -> None:
+        if record is None:
+            table.pop(key, None)
+        else:
+            table[key] = record
+
+    def replace_all(self, kind: Kind, objects: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh LIST: drop what is gone, apply what is there."""
+        tables: dict[Kind, dict[str, Any]] = {
+            "Queue": self.queues, "Namespace": self.namespaces, "Node": self.nodes,
+            "Pod": self.pods, "Job": self.jobs, "QueueUnit": self.units,
+            "PriorityClass": self.priority_classes,
+        }
+        objects = list(objects)
+        if kind == "Pod":
+            present = {(o.get("metadata") or {}).get("uid", "") for o in objects}
+            for uid in [u for u in self.pods if u not in present]:
+                self.delete_pod(uid)
+        else:
+            def key_of(o: Mapping[str, Any]) -> str:
+                m = o.get("metadata") or {}
+                if kind in ("Job", "QueueUnit"):
+                    return f"{m.get('namespace', '')}/{m.get('name', '')}"
+                return str(m.get("name", ""))
+            present = {key_of(o) for o in objects}
+            for key in [k for k in tables[kind] if k not in present]:
+                if kind == "Queue":
+                    self.delete_queue(key)
+                else:
+                    del tables[kind][key]
+        for obj in objects:
+            self.apply(kind, "ADDED", obj)
+        self.synced_kinds.add(kind)

@@ -1,0 +1,121 @@
+"""An immutable vector of resource amounts (integers, see quantities)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from arbiter.core.quantities import QuantityError, format_quantity, parse_quantity
+
+
+class Resources(Mapping[str, int]):
+    """Resource name -> integer amount; zero entries are dropped.
+
+    Immutable and hashable, so it can be shared between the cache, the
+    engine and snapshots without defensive copies.
+    """
+
+    __slots__ = ("_amounts", "_hash")
+
+    _amounts: dict[str, int]
+    _hash: int | None
+
+    def __init__(self, amounts: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
+        items = amounts.items() if isinstance(amounts, Mapping) else amounts
+        self._amounts = {name: value for name, value in items if value != 0}
+        self._hash = None
+
+    @classmethod
+    def parse(cls, quantities: Mapping[str, Any] | None, *, field: str = "resources") -> Resources:
+        """Parse a Kubernetes ResourceList; errors name `field.<resource>`."""
+        if quantities is None:
+            return EMPTY
+        if not isinstance(quantities, Mapping):
+            raise QuantityError(f"{field}: expected a map of resource name to quantity")
+        amounts: dict[str, int] = {}
+        for name, value in quantities.items():
+            if not isinstance(name, str) or not name:
+                raise QuantityError(f"{field}: resource names must be non-empty strings")
+            amounts[name] = parse_quantity(name, value, field=f"{field}.{name}")
+        return cls(amounts)
+
+    # Mapping protocol -------------------------------------------------------
+    def __getitem__(self, name: str) -> int:
+        return self._amounts[name]
+
+    def get_amount(self, name: str) -> int:
+        return self._amounts.get(name, 0)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._amounts)
+
+    def __len__(self) -> int:
+        return len(self._amounts)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._amounts.items()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Resources):
+            return self._amounts == other._amounts
+        if isinstance(other, Mapping):
+            return self._amounts == {k: v for k, v in other.items() if v != 0}
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Resources({self._amounts!r})"
+
+    # Arithmetic -------------------------------------------------------------
+    def __add__(self, other: Mapping[str, int]) -> Resources:
+        if not other:
+            return self
+        amounts = dict(self._amounts)
+        for name, value in other.items():
+            amounts[name] = amounts.get(name, 0) + value
+        return Resources(amounts)
+
+    def __sub__(self, other: Mapping[str, int]) -> Resources:
+        if not other:
+            return self
+        amounts = dict(self._amounts)
+        for name, value in other.items():
+            amounts[name] = amounts.get(name, 0) - value
+        return Resources(amounts)
+
+    def scale(self, factor: int) -> Resources:
+        return Resources({name: value * factor for name, value in self._amounts.items()})
+
+    def fits_in(self, limit: Mapping[str, int]) -> bool:
+        """Every amount here is <= the same resource in `limit` (absent = 0)."""
+        return all(value <= limit.get(name, 0) for name, value in self._amounts.items())
+
+    def within_caps(self, caps: Mapping[str, int]) -> bool:
+        """Like fits_in, but resources absent from `caps` are unlimited."""
+        return all(value <= caps[name] for name, value in self._amounts.items() if name in caps)
+
+    def clamp_min(self, floor: int = 0) -> Resources:
+        return Resources({n: max(v, floor) for n, v in self._amounts.items()})
+
+    def minimum(self, other: Mapping[str, int]) -> Resources:
+        """Elementwise min over the union of names (absent = 0)."""
+        names = set(self._amounts) | set(other)
+        return Resources({n: min(self.get_amount(n), other.get(n, 0)) for n in names})
+
+    def maximum(self, other: Mapping[str, int]) -> Resources:
+        names = set(self._amounts) | set(other)
+        return Resources({n: max(self.get_amount(n), other.get(n, 0)) for n in names})
+
+    def is_zero(self) -> bool:
+        return not self._amounts
+
+    def has_negative(self) -> bool:
+        return any(value < 0 for value in self._amounts.values())
+
+    def to_quantities(self) -> dict[str, str]:
+        """Canonical Kubernetes strings, names sorted (for stable JSON)."""
+        return {name: format_quantity(name, self._amounts[name]) for name in sorted(self._amounts)}
+
+
+EMPTY = Resources()

@@ -32,7 +32,7 @@ import yaml
 
 CACHE_ENV = "ARBITER_SANDBOX_CACHE"
 # Bump when the build flags or the stage adjustments below change, so caches rebuild.
-RECIPE = 1
+RECIPE = 2
 BINARIES = (
     "etcd",
     "kube-apiserver",
@@ -120,9 +120,13 @@ def pinned_versions(src: Path | None = None) -> Versions:
 
 
 def go_binary() -> str:
-    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    found = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
     if found is None:
-        raise BuildError("the Go toolchain (`go`) is needed to build the sandbox; install Go >= 1.26")
+        raise BuildError(
+            "the Go toolchain (`go`) is needed to build the sandbox; install Go >= 1.26"
+        )
     return found
 
 
@@ -135,7 +139,9 @@ def go_env() -> dict[str, str]:
 
 
 def _go_version(go: str) -> str:
-    result = subprocess.run([go, "version"], capture_output=True, text=True, check=True, env=go_env())
+    result = subprocess.run(
+        [go, "version"], capture_output=True, text=True, check=True, env=go_env()
+    )
     return result.stdout.strip()
 
 
@@ -187,12 +193,29 @@ def _run(cmd: list[str], cwd: Path, log: Path) -> None:
 def _module_dir(go: str, module_root: Path, module: str) -> Path:
     result = subprocess.run(
         [go, "mod", "download", "-json", module],
-        cwd=module_root, env=go_env(), capture_output=True, text=True,
+        cwd=module_root,
+        env=go_env(),
+        capture_output=True,
+        text=True,
     )
     if result.returncode != 0:
-        raise BuildError(f"go mod download {module}: {result.stderr.strip() or result.stdout.strip()}")
+        raise BuildError(
+            f"go mod download {module}: {result.stderr.strip() or result.stdout.strip()}"
+        )
     info: dict[str, Any] = json.loads(result.stdout)
     return Path(info["Dir"])
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Dumps multi-line strings (the stages' Go templates) as readable `|` blocks."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
 
 
 def stage_document(text: str, file_name: str) -> str:
@@ -203,11 +226,13 @@ def stage_document(text: str, file_name: str) -> str:
     `pod-complete.stage.kwok.x-k8s.io/delay: 5m` annotation would complete the
     pod after 5 s. Dropping the default jitter makes the delay annotation
     exact (jitter stays available through the jitter-delay annotation).
+    Other stages are copied unchanged.
     """
+    if file_name != "pod-complete.yaml":
+        return text
     document = yaml.safe_load(text)
-    if file_name == "pod-complete.yaml":
-        document["spec"].get("delay", {}).pop("jitterDurationMilliseconds", None)
-    return yaml.safe_dump(document, sort_keys=False)
+    document["spec"].get("delay", {}).pop("jitterDurationMilliseconds", None)
+    return yaml.dump(document, Dumper=_BlockDumper, sort_keys=False)
 
 
 def _copy_stages(go: str, src: Path, target: Path) -> None:
@@ -269,7 +294,11 @@ def ensure_built(*, force: bool = False) -> Toolchain:
             raise BuildError(f"build finished without {', '.join(missing)} (see {log})")
         summary = {
             "key": key,
-            "versions": {"kubernetes": versions.kubernetes, "etcd": versions.etcd, "kwok": versions.kwok},
+            "versions": {
+                "kubernetes": versions.kubernetes,
+                "etcd": versions.etcd,
+                "kwok": versions.kwok,
+            },
             "go": go_version,
             "seconds": timings,
             "total_seconds": round(time.monotonic() - started, 1),

@@ -1,0 +1,195 @@
+"""Starting, inspecting and stopping the sandbox's background processes.
+
+Every process runs in its own session (so Ctrl-C in the terminal that ran
+`arbiter sandbox up` does not reach it and `up` can exit), logs to a file,
+and is later found again only by the pid *and* start time recorded when it
+was started: a recycled pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Popen handles of processes started by this Python process. Keeping them
+# lets us reap our own children (a dead, unreaped child is a zombie whose pid
+# still answers kill(pid, 0)) and keeps Popen's destructor quiet.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(slots=True)
+class ProcessRecord:
+    """What state.json remembers about one started process."""
+
+    name: str
+    pid: int
+    start_ticks: int
+    args: list[str]
+    log: str
+    ports: dict[str, int] = field(default_factory=dict)
+    health_url: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessRecord:
+        return cls(
+            name=str(data["name"]),
+            pid=int(data["pid"]),
+            start_ticks=int(data["start_ticks"]),
+            args=[str(a) for a in data["args"]],
+            log=str(data["log"]),
+            ports={str(k): int(v) for k, v in dict(data.get("ports", {})).items()},
+            health_url=data.get("health_url"),
+        )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    The kernel picks it from the ephemeral range; a small race with other
+    programs remains, so callers check that the process came up healthy.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports (sockets held open together so none repeats)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may contain spaces.
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process start time in clock ticks since boot (stat field 22), or None."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def _reap(pid: int) -> None:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        child.poll()
+
+
+def is_running(record: ProcessRecord) -> bool:
+    """True while the recorded process (same pid, same start time) is alive and not a zombie."""
+    _reap(record.pid)
+    fields = _stat_fields(record.pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return False
+    return int(fields[19]) == record.start_ticks
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def spawn(
+    name: str,
+    args: list[str],
+    log: Path,
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    ports: dict[str, int] | None = None,
+    health_url: str | None = None,
+) -> ProcessRecord:
+    """Start `args` detached (own session, stdin closed), appending output to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        out.write(f"==> {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(args)}\n".encode())
+        out.flush()
+        child = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    _CHILDREN[child.pid] = child
+    ticks = start_ticks(child.pid)
+    if ticks is None:  # exited already: still record it, so its log is shown
+        ticks = -1
+    return ProcessRecord(
+        name=name,
+        pid=child.pid,
+        start_ticks=ticks,
+        args=args,
+        log=str(log),
+        ports=dict(ports or {}),
+        health_url=health_url,
+    )
+
+
+def wait_exit(record: ProcessRecord, timeout: float) -> bool:
+    """Wait until the process is gone; True if it went within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while is_running(record):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def signal_process(record: ProcessRecord, sig: int) -> bool:
+    """Send `sig` to the recorded process if it is still that process; True if sent.
+
+    Each process was started as a session (and so process-group) leader, so
+    the signal goes to its group: helpers it forked go down with it.
+    """
+    if not is_running(record):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        if os.getpgid(record.pid) == record.pid:
+            os.killpg(record.pid, sig)
+        else:
+            os.kill(record.pid, sig)
+        return True
+    return False
+
+
+def stop(record: ProcessRecord, timeout: float = 10.0) -> None:
+    """SIGTERM, wait up to `timeout`, then SIGKILL; by pid only, never by name."""
+    if signal_process(record, signal.SIGTERM) and not wait_exit(record, timeout):
+        signal_process(record, signal.SIGKILL)
+        wait_exit(record, 5.0)
+
+
+def exit_code(pid: int) -> int | None:
+    """The exit status of a child this process started, once it has ended."""
+    child = _CHILDREN.get(pid)
+    return None if child is None else child.poll()

@@ -20,6 +20,8 @@ from typing import cast
 COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("fairshare", "arbiter.fairshare_cli"),
     ("sandbox", "arbiter.sandbox.cli"),
+    ("flow", "arbiter.jobflow.cli"),
+    ("serve", "arbiter.serve_cli"),
 )
 
 

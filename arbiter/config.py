@@ -32,4 +32,33 @@ class ServeConfig:
     # Minimum seconds between two status writes of one object.
     status_interval: float = 2.0
     max_body_bytes: int = 3 * 1024 * 1024
+    # Scheduler extender (extender/): seconds a pod approved by filter counts
+    # against its queue's capability before its binding is seen.
+    extender_assume_ttl: float = 30.0
+    # prioritize: weights of gang locality and bin-packing in the 0..10 score.
+    extender_locality_weight: int = 1
+    extender_binpack_weight: int = 1
+    # Bodies with full Node lists (an extender not nodeCacheCapable) are large.
+    extender_max_body_bytes: int = 64 * 1024 * 1024
+    # Webhook server and certificates (webhook/, certs/, arbiter/server.py).
+    # Secret (in `namespace`) that stores the CA and serving certificate, so
+    # replicas share them and restarts keep the caBundle; None: cert_dir only.
+    cert_secret: str | None = None
+    # Seconds between checks for a renewed or externally replaced certificate.
+    cert_check_interval: float = 60.0
+    # Usernames arbiter's own requests carry, when SelfSubjectReview is not
+    # available (learned at startup otherwise).
+    usernames: tuple[str, ...] = ()
+    log_level: str = "INFO"
+    # Admission loop (arbiter/loop/). Leader election timing (client-go's
+    # defaults); backoff after an admission timed out (base doubles per
+    # attempt, capped, plus up to 50 % jitter); status writes per second in
+    # all; Events per second.
+    lease_duration: float = 15.0
+    lease_renew_deadline: float = 10.0
+    lease_retry_period: float = 2.0
+    backoff_base: float = 10.0
+    backoff_max: float = 600.0
+    status_qps: float = 50.0
+    event_qps: float = 20.0
     extra: dict[str, str] = field(default_factory=dict)

@@ -89,3 +89,17 @@ cache_objects = Gauge(
     "arbiter_cache_objects", "Objects held in the cluster cache", ["kind"], registry=REGISTRY
 )
 leader = Gauge("arbiter_leader", "1 while this replica holds the leader Lease", registry=REGISTRY)
+
+# JobFlow.
+jobflow_phase_total = Counter(
+    "arbiter_jobflow_phase_total",
+    "JobFlows that entered a phase",
+    ["phase"],
+    registry=REGISTRY,
+)
+jobflow_step_duration_seconds = Histogram(
+    "arbiter_jobflow_step_duration_seconds",
+    "Running time of a finished JobFlow step (its attempts' Jobs, start to finish)",
+    buckets=_WAIT_BUCKETS,
+    registry=REGISTRY,
+)

@@ -175,6 +175,15 @@ def _job_outcome(status: Obj) -> JobOutcome | None:
     return None
 
 
+def _job_finish_time(status: Obj) -> float:
+    if status.get("completionTime"):
+        return parse_time(status["completionTime"])
+    for condition in status.get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            return parse_time(condition.get("lastTransitionTime"))
+    return 0.0
+
+
 def job_from_api(obj: Obj) -> JobRecord:
     meta = _meta(obj)
     spec = cast(Obj, obj.get("spec") or {})
@@ -206,6 +215,8 @@ def job_from_api(obj: Obj) -> JobRecord:
         annotations=tuple(sorted(
             (k, v) for k, v in _annotations(obj).items() if k.startswith("arbiter.dev/")
         )),
+        start_time=parse_time(status.get("startTime")),
+        finish_time=_job_finish_time(status),
     )
 
 

@@ -114,6 +114,10 @@ class JobRecord:
     started: bool = False
     created: float = 0.0
     annotations: tuple[tuple[str, str], ...] = ()
+    # status.startTime and the time it finished (completionTime, or when its
+    # Complete/Failed condition turned True); 0.0 when unset. For JobFlow.
+    start_time: float = 0.0
+    finish_time: float = 0.0
 
     @property
     def demand(self) -> Resources:

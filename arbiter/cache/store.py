@@ -25,11 +25,20 @@ from arbiter.cache.records import (
     UnitRecord,
 )
 from arbiter.core.resources import EMPTY, Resources
+from arbiter.jobflow.records import (
+    JobFlowRecord,
+    JobTemplateRecord,
+    jobflow_from_api,
+    jobtemplate_from_api,
+)
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass"]
+Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
+               "JobFlow", "JobTemplate"]
 KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass")
+# Kinds only the JobFlow controller and webhook read; `synced` does not wait for them.
+JOBFLOW_KINDS: tuple[Kind, ...] = ("JobFlow", "JobTemplate")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
@@ -50,6 +59,8 @@ class ClusterStore:
     jobs: dict[str, JobRecord] = field(default_factory=dict)  # by namespace/name
     units: dict[str, UnitRecord] = field(default_factory=dict)  # by namespace/name
     priority_classes: dict[str, PriorityClassRecord] = field(default_factory=dict)
+    jobflows: dict[str, JobFlowRecord] = field(default_factory=dict)  # by namespace/name
+    jobtemplates: dict[str, JobTemplateRecord] = field(default_factory=dict)  # by namespace/name
     # namespace -> queue listing it in spec.namespaces
     queue_by_namespace: dict[str, str] = field(default_factory=dict)
     pods_by_node: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -191,6 +202,10 @@ class ClusterStore:
             elif kind == "PriorityClass":
                 self._put(self.priority_classes, name,
                           None if deleted else convert.priority_class_from_api(obj))
+            elif kind == "JobFlow":
+                self._put(self.jobflows, key, None if deleted else jobflow_from_api(obj))
+            elif kind == "JobTemplate":
+                self._put(self.jobtemplates, key, None if deleted else jobtemplate_from_api(obj))
             self._notify(kind, name if kind in ("Namespace", "Node", "PriorityClass") else key)
         except convert.ConversionError as error:
             log.warning("skipping %s %s: %s", kind, key.strip("/"), error)
@@ -208,6 +223,7 @@ class ClusterStore:
             "Queue": self.queues, "Namespace": self.namespaces, "Node": self.nodes,
             "Pod": self.pods, "Job": self.jobs, "QueueUnit": self.units,
             "PriorityClass": self.priority_classes,
+            "JobFlow": self.jobflows, "JobTemplate": self.jobtemplates,
         }
         objects = list(objects)
         if kind == "Pod":
@@ -217,7 +233,7 @@ class ClusterStore:
         else:
             def key_of(o: Mapping[str, Any]) -> str:
                 m = o.get("metadata") or {}
-                if kind in ("Job", "QueueUnit"):
+                if kind in ("Job", "QueueUnit", "JobFlow", "JobTemplate"):
                     return f"{m.get('namespace', '')}/{m.get('name', '')}"
                 return str(m.get("name", ""))
             present = {key_of(o) for o in objects}

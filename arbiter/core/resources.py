@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
 from arbiter.core.quantities import QuantityError, format_quantity, parse_quantity
@@ -51,6 +51,20 @@ class Resources(Mapping[str, int]):
 
     def __len__(self) -> int:
         return len(self._amounts)
+
+    # The Mapping mixins go through __getitem__ per key; delegate to the dict
+    # instead (the engine converts 100,000s of these).
+    def __contains__(self, name: object) -> bool:
+        return name in self._amounts
+
+    def keys(self) -> KeysView[str]:
+        return self._amounts.keys()
+
+    def values(self) -> ValuesView[int]:
+        return self._amounts.values()
+
+    def items(self) -> ItemsView[str, int]:
+        return self._amounts.items()
 
     def __hash__(self) -> int:
         if self._hash is None:

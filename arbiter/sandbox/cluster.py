@@ -9,8 +9,8 @@ logging to `DIR/logs/<component>.log`:
 - kube-controller-manager (job, garbage collector, namespace, service
   account and service-account token controllers; no node lifecycle, so fake
   nodes never get evicted),
-- kube-scheduler (with arbiter as a non-ignorable extender unless
-  `arbiter=False`; see `config.scheduler_config`),
+- kube-scheduler (with arbiter as its extender unless `arbiter=False`;
+  see `config.scheduler_config`),
 - kwok, faking N nodes and their pods' lifecycles,
 - the arbiter server from this checkout (`python -m arbiter serve`).
 
@@ -617,7 +617,7 @@ class Sandbox:
             *arbiter_command(),
             "serve",
             "--kubeconfig",
-            str(self.kubeconfig),
+            str(self.dir / "kubeconfigs" / "kube-arbiter.conf"),
             "--host",
             "127.0.0.1",
             "--port",

@@ -59,8 +59,10 @@ def scheduler_config(
     """KubeSchedulerConfiguration for the sandbox's kube-scheduler.
 
     `extender_url` (e.g. "https://127.0.0.1:PORT/scheduler") adds arbiter as
-    a non-ignorable extender at the top level (extenders apply to every
-    profile); `ca_file` is the CA that signed arbiter's serving certificate.
+    an extender at the top level (extenders apply to every profile), with the
+    stanza of manifests/scheduler/kube-scheduler-config.yaml (the choices are
+    explained there; tests/extender keeps the two equal); `ca_file` is the CA
+    that signed arbiter's serving certificate.
     No extender when `extender_url` is None.
     """
     config: dict[str, Any] = {
@@ -84,11 +86,11 @@ def scheduler_config(
             "filterVerb": "filter",
             "prioritizeVerb": "prioritize",
             "preemptVerb": "preempt",
-            "weight": 1,
+            "weight": 2,
             "nodeCacheCapable": True,
             "enableHTTPS": extender_url.startswith("https://"),
-            "httpTimeout": "3s",
-            "ignorable": False,
+            "httpTimeout": "2s",
+            "ignorable": True,
         }
         if ca_file is not None:
             extender["tlsConfig"] = {"caFile": ca_file}

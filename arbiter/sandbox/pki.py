@@ -39,6 +39,9 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kube-controller-manager": ("system:kube-controller-manager", ()),
     "kube-scheduler": ("system:kube-scheduler", ()),
     "kwok": ("kwok-controller", ("system:masters",)),
+    # arbiter gets an identity of its own, so the webhook can tell its own
+    # writes (e.g. unsuspending an admitted Job) from a user's.
+    "kube-arbiter": ("kube-arbiter", ("system:masters",)),
 }
 
 

@@ -43,11 +43,11 @@ def test_scheduler_config_with_extender() -> None:
         "filterVerb": "filter",
         "prioritizeVerb": "prioritize",
         "preemptVerb": "preempt",
-        "weight": 1,
+        "weight": 2,
         "nodeCacheCapable": True,
         "enableHTTPS": True,
-        "httpTimeout": "3s",
-        "ignorable": False,
+        "httpTimeout": "2s",
+        "ignorable": True,
         "tlsConfig": {"caFile": "/tmp/ca.crt"},
     }
     # Extenders are top level, never inside a profile.

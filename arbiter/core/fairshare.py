@@ -1,0 +1,1019 @@
+"""Weighted DRF admission: which tenant's next unit is admitted (DESIGN.md §4).
+
+Pure: no I/O, no clock. Two implementations of the same semantics live here:
+
+* `admission_order` — the plain reference: every step rescans every queue.
+  Short and obviously right; the tests hold the engine to it.
+* `AdmissionEngine` — the incremental engine the admission loop keeps alive
+  across events (pending units added and removed, units released, queues and
+  capacity changed).
+
+Semantics (discrete progressive filling). Repeat: among the queues whose
+*next unit* fits — fits in free capacity and keeps the queue within its
+capability on every resource the unit requests (resources absent from the
+capability are unlimited; a queue already over its capability in one
+resource, say after the capability was lowered, may still take units that do
+not request it, as with a Kubernetes ResourceQuota) — pick the
+queue that is *under guarantee* (allocated + unit <= guarantee on every
+resource the unit requests) first, then the lowest weighted dominant share
+(dominant share / weight, compared exactly), ties by queue name; admit that
+unit. The next unit of a non-blocking queue is its first unit in queue order
+that fits now; a blocking queue only ever offers its head. Stop when nothing
+fits. Queue order: `Priority` = priority desc, creation time, key; `FIFO` =
+creation time, key. A unit whose queue is unknown is never admitted; a unit
+requesting a resource the cluster has none of never fits.
+
+How the engine stays incremental (one admission costs O(log queues) plus the
+units it steps over, which it steps over once per pass):
+
+* Every queue with a candidate (its next unit, known to fit) sits in a heap
+  keyed (not under guarantee, weighted share, name). Shares are compared
+  exactly as one integer, floor(allocated_r * 2**K / (capacity_r * weight))
+  maximised over r, with 2**K larger than the product of any two
+  denominators, so two different fractions never share a key and equal ones
+  always do.
+* Free capacity only shrinks while admitting, which can take the candidate of
+  another queue out of reach. Per resource, a max-heap of the candidates'
+  demands finds exactly those queues after each admission (lazy deletion by
+  version); each re-scans forward from its old candidate. Units a queue
+  steps over are "skipped"; while nothing grows they stay unfittable, so a
+  pointer per queue only moves forward.
+* A queue with skipped units also has an entry in the *waiting list*, sorted
+  by an optimistic key (best under-guarantee flag among its skipped units,
+  its share, its name) and carrying a cheap necessary condition for any of
+  them to fit again (per resource, the smallest demand that failed there;
+  and the element-wise minimum of their demands). When free capacity grows
+  (a release), a cursor over that list is rewound; `next` walks it only as
+  far as the best candidate's key and re-examines a queue only when its
+  condition holds. Without growth the cursor never moves back, so a queue
+  whose head cannot fit is not looked at again.
+* Anything that changes a queue itself (its spec, a release from it, a new
+  head) marks it dirty; dirty queues are re-examined from the start on the
+  next call. A capacity change re-examines every queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+from arbiter.core.deserved import deserved
+from arbiter.core.resources import EMPTY, Resources
+
+__all__ = [
+    "QUEUE_POLICIES",
+    "AdmissionEngine",
+    "QueuePolicy",
+    "QueueSpec",
+    "Unit",
+    "admission_order",
+    "deserved",
+    "order_key",
+]
+
+QueuePolicy = Literal["Priority", "FIFO"]
+QUEUE_POLICIES: tuple[QueuePolicy, ...] = ("Priority", "FIFO")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A tenant's queue as the engine sees it."""
+
+    name: str
+    weight: int = 1  # > 0
+    guarantee: Resources = EMPTY
+    capability: Resources = EMPTY  # resources absent from capability are unlimited
+    blocking: bool = False
+    policy: QueuePolicy = "Priority"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int) or self.weight <= 0:
+            raise ValueError(f"queue {self.name}: weight must be a positive integer")
+        if self.policy not in QUEUE_POLICIES:
+            raise ValueError(f"queue {self.name}: policy must be Priority or FIFO")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """The unit of admission: one Job, pod, pod group or reservation."""
+
+    key: str  # unique across all queues, e.g. "ns/name"
+    queue: str
+    demand: Resources
+    priority: int = 0
+    created: float = 0.0
+
+    def __post_init__(self) -> None:
+        if any(amount < 0 for amount in self.demand.values()):
+            raise ValueError(f"unit {self.key}: demand must not be negative")
+
+
+OrderKey = tuple[int, float, str] | tuple[float, str]
+
+
+def order_key(unit: Unit, policy: QueuePolicy) -> OrderKey:
+    """Sort key of `unit` inside a queue with `policy`."""
+    if policy == "FIFO":
+        return (unit.created, unit.key)
+    return (-unit.priority, unit.created, unit.key)
+
+
+# ---------------------------------------------------------------------------
+# Reference implementation
+# ---------------------------------------------------------------------------
+
+
+def _dominant(allocated: Mapping[str, int], capacity: Mapping[str, int]) -> Fraction:
+    shares = [Fraction(v, capacity[r]) for r, v in allocated.items() if capacity.get(r, 0) > 0]
+    return max(shares, default=Fraction(0))
+
+
+def admission_order(
+    capacity: Resources,
+    queues: Iterable[QueueSpec],
+    pending: Iterable[Unit],
+    admitted: Iterable[Unit] = (),
+) -> list[Unit]:
+    """The units of `pending` in the order they are admitted (full rescan per step)."""
+    specs = {spec.name: spec for spec in queues}
+    allocated: dict[str, Resources] = {name: EMPTY for name in specs}
+    used = EMPTY
+    for unit in admitted:
+        used = used + unit.demand
+        allocated[unit.queue] = allocated.get(unit.queue, EMPTY) + unit.demand
+    waiting: dict[str, list[Unit]] = {name: [] for name in specs}
+    for unit in pending:
+        if unit.queue in waiting:
+            waiting[unit.queue].append(unit)
+    for name, units in waiting.items():
+        units.sort(key=lambda u, p=specs[name].policy: order_key(u, p))  # type: ignore[misc]
+
+    order: list[Unit] = []
+    while True:
+        free = capacity - used
+        best: tuple[tuple[bool, Fraction, str], Unit] | None = None
+        for name, spec in specs.items():
+            held = allocated[name]
+            chosen: Unit | None = None
+            for unit in waiting[name]:
+                within = all(
+                    held.get_amount(r) + v <= spec.capability[r]
+                    for r, v in unit.demand.items()
+                    if r in spec.capability
+                )
+                if within and unit.demand.fits_in(free):
+                    chosen = unit
+                    break
+                if spec.blocking:
+                    break
+            if chosen is None:
+                continue
+            under = all(
+                held.get_amount(r) + v <= spec.guarantee.get_amount(r)
+                for r, v in chosen.demand.items()
+            )
+            key = (not under, _dominant(held, capacity) / spec.weight, name)
+            if best is None or key < best[0]:
+                best = (key, chosen)
+        if best is None:
+            return order
+        unit = best[1]
+        waiting[unit.queue].remove(unit)
+        allocated[unit.queue] = allocated[unit.queue] + unit.demand
+        used = used + unit.demand
+        order.append(unit)
+
+
+# ---------------------------------------------------------------------------
+# Incremental engine
+# ---------------------------------------------------------------------------
+
+_UNLIMITED = 1 << 200  # capability of an uncapped resource
+
+# Queue states. Every change of state bumps the queue's version, which makes
+# its heap entries stale.
+_CAND = 0  # has a candidate unit that fits
+_PARKED = 1  # nothing it offers fits now
+_IDLE = 2  # unknown queue (no spec)
+_DIRTY = 3  # must be re-examined from scratch before the next decision
+
+Pairs = tuple[tuple[int, int], ...]  # (resource index, amount), amounts > 0
+
+
+class _Rec:
+    """A unit as the engine holds it."""
+
+    __slots__ = ("alive", "okey", "pairs", "unit")
+
+    unit: Unit
+    pairs: Pairs
+    okey: OrderKey
+    alive: bool  # still pending
+
+    def __init__(self, unit: Unit, pairs: Pairs, okey: OrderKey) -> None:
+        self.unit = unit
+        self.pairs = pairs
+        self.okey = okey
+        self.alive = True
+
+
+class _Queue:
+    __slots__ = (
+        "alloc",
+        "blocking",
+        "cand",
+        "capl",
+        "dead",
+        "divs",
+        "guar",
+        "hasguar",
+        "inwait",
+        "mins",
+        "nadmitted",
+        "name",
+        "okeys",
+        "optflag",
+        "policy",
+        "ptr",
+        "recs",
+        "share",
+        "spec",
+        "status",
+        "thr",
+        "unsorted",
+        "version",
+        "wversion",
+    )
+
+    name: str
+    spec: QueueSpec | None
+    policy: QueuePolicy
+    blocking: bool
+    alloc: list[int]  # per resource index
+    capl: list[int]  # capability per resource index, _UNLIMITED when absent
+    guar: list[int]  # guarantee per resource index
+    hasguar: bool
+    divs: list[tuple[int, int]]  # (index, capacity * weight) for capacity > 0
+    okeys: list[OrderKey]  # order keys of recs, sorted unless `unsorted`
+    recs: list[_Rec]  # pending units in queue order (dead ones lazily dropped)
+    dead: int
+    unsorted: bool
+    ptr: int  # index of the candidate / blocking head; len(recs) when none
+    cand: _Rec | None
+    status: int
+    version: int
+    share: int  # exact weighted dominant share, scaled (see module doc)
+    thr: dict[int, int]  # resource -> smallest demand of a skipped unit failing there
+    mins: dict[int, int] | None  # element-wise min demand of skipped units
+    optflag: int  # best under-guarantee flag among skipped units (2 = none)
+    inwait: bool  # has a valid waiting-list entry
+    wversion: int
+    nadmitted: int
+
+    def __init__(self, name: str, nres: int) -> None:
+        self.name = name
+        self.spec = None
+        self.policy = "Priority"
+        self.blocking = False
+        self.alloc = [0] * nres
+        self.capl = [_UNLIMITED] * nres
+        self.guar = [0] * nres
+        self.hasguar = False
+        self.divs = []
+        self.okeys = []
+        self.recs = []
+        self.dead = 0
+        self.unsorted = False
+        self.ptr = 0
+        self.cand = None
+        self.status = _IDLE
+        self.version = 0
+        self.share = 0
+        self.thr = {}
+        self.mins = None
+        self.optflag = 2
+        self.inwait = False
+        self.wversion = 0
+        self.nadmitted = 0
+
+
+# (flag, share, name, 1, version, queue) and (optflag, share, name, 0, wversion,
+# queue): a waiting entry sorts before a heap entry of the same queue and key.
+_Entry = tuple[int, int, str, int, int, _Queue]
+_CandEntry = tuple[int, int, _Queue]  # (-demand, version, queue)
+
+
+class AdmissionEngine:
+    """Incremental weighted-DRF admission over a changing set of queues and units."""
+
+    def __init__(self, capacity: Resources, queues: Iterable[QueueSpec] = ()) -> None:
+        self._index: dict[str, int] = {}
+        self._names: list[str] = []
+        self._cap: list[int] = []
+        self._free: list[int] = []
+        # Per resource: a max-heap of candidates' demands, kept only once free
+        # capacity drops below the largest candidate demand seen (`_candmax`);
+        # until then no candidate can be pushed out of reach in it.
+        self._candheaps: list[list[_CandEntry]] = []
+        self._candon: list[bool] = []
+        self._candmax: list[int] = []
+        self._shift = 0
+        self._wbits = 1
+        self._queues: dict[str, _Queue] = {}
+        self._pending: dict[str, _Rec] = {}
+        self._admitted: dict[str, _Rec] = {}
+        self._heap: list[_Entry] = []
+        self._wait: list[_Entry] = []
+        self._cursor = 0
+        self._wlive = 0
+        self._dirtyq: list[_Queue] = []
+        self._seq = 0
+        self.set_capacity(capacity)
+        for spec in queues:
+            self.add_queue(spec)
+
+    # -- resources -----------------------------------------------------------
+    def _res(self, name: str) -> int:
+        index = self._index.get(name)
+        if index is not None:
+            return index
+        index = len(self._names)
+        self._index[name] = index
+        self._names.append(name)
+        self._cap.append(0)
+        self._free.append(0)
+        self._candheaps.append([])
+        self._candon.append(False)
+        self._candmax.append(0)
+        for q in self._queues.values():
+            q.alloc.append(0)
+            q.capl.append(_UNLIMITED)
+            q.guar.append(0)
+        return index
+
+    def _pairs(self, demand: Mapping[str, int]) -> Pairs:
+        index = self._index
+        out: list[tuple[int, int]] = []
+        for name, amount in demand.items():
+            if amount:
+                i = index.get(name)
+                out.append((self._res(name) if i is None else i, amount))
+        return tuple(out)
+
+    def _vector(self, values: list[int]) -> Resources:
+        names = self._names
+        return Resources({names[i]: v for i, v in enumerate(values) if v})
+
+    def _recompute_shift(self) -> None:
+        top = max(self._cap, default=1)
+        self._shift = 2 * (max(top, 1).bit_length() + self._wbits) + 2
+        for q in self._queues.values():
+            self._set_divs(q)
+
+    def _set_divs(self, q: _Queue) -> None:
+        weight = q.spec.weight if q.spec is not None else 1
+        q.divs = [(i, c * weight) for i, c in enumerate(self._cap) if c > 0]
+
+    # -- configuration -------------------------------------------------------
+    def set_capacity(self, capacity: Resources) -> None:
+        """Replace the cluster capacity; every queue is re-examined."""
+        for name, amount in capacity.items():
+            if amount < 0:
+                raise ValueError(f"capacity {name} must not be negative")
+            self._res(name)
+        used = [c - f for c, f in zip(self._cap, self._free, strict=True)]
+        self._cap = [capacity.get(name, 0) for name in self._names]
+        self._free = [c - u for c, u in zip(self._cap, used, strict=True)]
+        self._recompute_shift()
+        self._reset_structures()
+
+    def _reset_structures(self) -> None:
+        self._heap = []
+        self._wait = []
+        self._cursor = 0
+        self._wlive = 0
+        self._candheaps = [[] for _ in self._names]
+        self._candon = [False] * len(self._names)
+        self._candmax = [0] * len(self._names)
+        for q in self._queues.values():
+            q.inwait = False
+            if q.spec is not None:
+                self._mark_dirty(q)
+
+    def add_queue(self, spec: QueueSpec) -> None:
+        """Add `spec`, or replace the queue of the same name (its units stay)."""
+        for name in spec.guarantee:
+            self._res(name)
+        for name in spec.capability:
+            self._res(name)
+        q = self._queue(spec.name)
+        nres = len(self._names)
+        q.spec = spec
+        q.blocking = spec.blocking
+        q.capl = [_UNLIMITED] * nres
+        for name, amount in spec.capability.items():
+            q.capl[self._index[name]] = amount
+        q.guar = [0] * nres
+        for name, amount in spec.guarantee.items():
+            q.guar[self._index[name]] = amount
+        q.hasguar = any(amount > 0 for amount in spec.guarantee.values())
+        if spec.policy != q.policy:
+            q.policy = spec.policy
+            for rec in q.recs:
+                rec.okey = order_key(rec.unit, spec.policy)
+            q.okeys = [rec.okey for rec in q.recs]
+            q.unsorted = True
+        if spec.weight.bit_length() > self._wbits:
+            self._wbits = spec.weight.bit_length()
+            self._recompute_shift()
+            self._reset_structures()
+        self._set_divs(q)
+        self._mark_dirty(q)
+
+    def remove_queue(self, name: str) -> None:
+        """Forget the queue's spec: its units stay but are never admitted."""
+        q = self._queues.get(name)
+        if q is None or q.spec is None:
+            return
+        q.spec = None
+        self._bump(q)
+        q.cand = None
+        q.status = _IDLE
+        self._set_divs(q)
+
+    def _queue(self, name: str) -> _Queue:
+        q = self._queues.get(name)
+        if q is None:
+            q = _Queue(name, len(self._names))
+            self._queues[name] = q
+        return q
+
+    # -- units ---------------------------------------------------------------
+    def add_pending(self, unit: Unit) -> None:
+        """Add a unit waiting for admission (replaces a pending unit with that key)."""
+        key = unit.key
+        if key in self._pending or key in self._admitted:
+            if key in self._admitted:
+                raise ValueError(f"unit {key} is already admitted")
+            self.remove_pending(key)
+        q = self._queues.get(unit.queue)
+        if q is None:
+            q = self._queue(unit.queue)
+        index = self._index
+        try:  # the common case, inlined: every resource name already known
+            pairs: Pairs = tuple([(index[n], a) for n, a in unit.demand.items() if a])
+        except KeyError:
+            pairs = self._pairs(unit.demand)
+        okey: OrderKey = (
+            (unit.created, key) if q.policy == "FIFO" else (-unit.priority, unit.created, key)
+        )
+        rec = _Rec(unit, pairs, okey)
+        self._pending[key] = rec
+        if q.status == _DIRTY or q.status == _IDLE:
+            if q.okeys and okey < q.okeys[-1]:
+                q.unsorted = True
+            q.okeys.append(okey)
+            q.recs.append(rec)
+            return
+        i = bisect_right(q.okeys, okey)
+        q.okeys.insert(i, okey)
+        q.recs.insert(i, rec)
+        if i > q.ptr:
+            return  # behind the candidate (or the blocking head): changes nothing now
+        if q.blocking:
+            self._advance_blocking(q, i)
+            return
+        q.ptr += 1
+        if self._fits(q, rec):
+            q.ptr = i
+            q.cand = rec
+            q.status = _CAND
+            self._push_cand(q)
+        elif (self._skip(q, rec) or not q.inwait) and q.thr:
+            self._wait_insert(q)
+
+    def remove_pending(self, key: str) -> None:
+        """Drop a pending unit (deleted, or moved elsewhere). Unknown keys are ignored."""
+        rec = self._pending.pop(key, None)
+        if rec is None:
+            return
+        rec.alive = False
+        q = self._queues[rec.unit.queue]
+        q.dead += 1
+        if q.status == _CAND and q.cand is rec:
+            if q.blocking:
+                self._advance_blocking(q, q.ptr + 1)
+            else:
+                self._advance(q, q.ptr + 1)
+        elif (
+            q.status == _PARKED and q.blocking and q.ptr < len(q.recs) and q.recs[q.ptr] is rec
+        ):
+            self._advance_blocking(q, q.ptr + 1)
+
+    def add_admitted(self, unit: Unit) -> None:
+        """Record a unit that is already admitted: it counts in its queue's allocation."""
+        key = unit.key
+        if key in self._admitted:
+            self.release(key)
+        if key in self._pending:
+            self.remove_pending(key)
+        q = self._queue(unit.queue)
+        rec = _Rec(unit, self._pairs(unit.demand), order_key(unit, q.policy))
+        rec.alive = False
+        self._admitted[key] = rec
+        q.nadmitted += 1
+        alloc = q.alloc
+        free = self._free
+        for i, amount in rec.pairs:
+            alloc[i] += amount
+            free[i] -= amount
+        if q.spec is not None:
+            self._mark_dirty(q)
+        self._invalidate(rec.pairs)
+
+    def release(self, key: str) -> None:
+        """An admitted unit is gone (finished, deleted, preempted). Unknown keys are ignored."""
+        rec = self._admitted.pop(key, None)
+        if rec is None:
+            return
+        q = self._queues[rec.unit.queue]
+        q.nadmitted -= 1
+        alloc = q.alloc
+        free = self._free
+        for i, amount in rec.pairs:
+            alloc[i] -= amount
+            free[i] += amount
+        self._cursor = 0  # free capacity grew: skipped units may fit again
+        if q.spec is not None:
+            self._mark_dirty(q)
+
+    # -- decisions -----------------------------------------------------------
+    def next(self) -> Unit | None:
+        """Admit the next unit per DESIGN.md §4 and return it; None when nothing fits."""
+        if self._dirtyq:
+            self._process_dirty()
+        while True:
+            # Compaction may replace these lists: re-read them every round.
+            heap = self._heap
+            wait = self._wait
+            top: _Entry | None = None
+            while heap:
+                top = heap[0]
+                if top[4] == top[5].version:
+                    break
+                heapq.heappop(heap)
+                top = None
+            c = self._cursor
+            end = len(wait)
+            hit: _Queue | None = None
+            while c < end:
+                entry = wait[c]
+                if top is not None and entry > top:
+                    break
+                q = entry[5]
+                if entry[4] == q.wversion and self._qualifies(q):
+                    hit = q
+                    break
+                c += 1
+            self._cursor = c
+            if hit is not None:
+                self._examine(hit)
+                continue
+            if top is None:
+                return None
+            best = top[5]
+            if best.inwait and self._qualifies(best):
+                # One of its own skipped units may fit again, and would come
+                # first in its queue; its waiting entry can sort after its
+                # heap entry (worse guarantee flag), so check it here.
+                self._examine(best)
+                continue
+            heapq.heappop(heap)
+            return self._admit(best)
+
+    def admit_all(self) -> list[Unit]:
+        """Admit until nothing fits; the admitted units in order."""
+        out: list[Unit] = []
+        step = self.next
+        unit = step()
+        while unit is not None:
+            out.append(unit)
+            unit = step()
+        return out
+
+    # -- queries -------------------------------------------------------------
+    def capacity(self) -> Resources:
+        return self._vector(self._cap)
+
+    def free(self) -> Resources:
+        """Capacity minus everything admitted (negative where over-committed)."""
+        return self._vector(self._free)
+
+    def allocated(self, queue: str) -> Resources:
+        q = self._queues.get(queue)
+        return EMPTY if q is None else self._vector(q.alloc)
+
+    def queue_names(self) -> list[str]:
+        """Names of the queues with a spec, sorted."""
+        return sorted(name for name, q in self._queues.items() if q.spec is not None)
+
+    def spec(self, queue: str) -> QueueSpec | None:
+        q = self._queues.get(queue)
+        return None if q is None else q.spec
+
+    def pending(self, queue: str) -> list[Unit]:
+        """Pending units of `queue` in queue order (position = index)."""
+        q = self._queues.get(queue)
+        if q is None:
+            return []
+        recs = [rec for rec in q.recs if rec.alive]
+        if q.unsorted:
+            recs.sort(key=lambda rec: rec.okey)
+        return [rec.unit for rec in recs]
+
+    def admitted(self, queue: str) -> list[Unit]:
+        """Admitted units of `queue` (in the order the engine learnt of them)."""
+        return [rec.unit for rec in self._admitted.values() if rec.unit.queue == queue]
+
+    def admitted_count(self, queue: str) -> int:
+        q = self._queues.get(queue)
+        return 0 if q is None else q.nadmitted
+
+    def is_pending(self, key: str) -> bool:
+        return key in self._pending
+
+    def is_admitted(self, key: str) -> bool:
+        return key in self._admitted
+
+    def dominant_share(self, queue: str) -> Fraction:
+        """max over r of allocated_r / capacity_r (resources with capacity 0 ignored)."""
+        q = self._queues.get(queue)
+        if q is None:
+            return Fraction(0)
+        cap = self._cap
+        return max(
+            (Fraction(a, cap[i]) for i, a in enumerate(q.alloc) if a and cap[i] > 0),
+            default=Fraction(0),
+        )
+
+    def weighted_share(self, queue: str) -> Fraction:
+        spec = self.spec(queue)
+        return self.dominant_share(queue) / (spec.weight if spec is not None else 1)
+
+    def explain(self, queue: str) -> str:
+        """Why the head of `queue` waits; "" when nothing waits."""
+        units = self.pending(queue)
+        if not units:
+            return ""
+        q = self._queues[queue]
+        if q.spec is None:
+            return f"queue {queue} does not exist"
+        return self._reason(q, self._pending[units[0].key])
+
+    def explain_unit(self, key: str) -> str:
+        """Why the pending unit `key` waits; "" when it is not pending."""
+        rec = self._pending.get(key)
+        if rec is None:
+            return ""
+        q = self._queues[rec.unit.queue]
+        if q.spec is None:
+            return f"queue {q.name} does not exist"
+        units = self.pending(q.name)
+        head = units[0]
+        if q.blocking and head.key != key:
+            why = self._reason(q, self._pending[head.key])
+            if why != _FITS:
+                return f"blocked behind head unit {head.key}"
+        return self._reason(q, rec)
+
+    def _reason(self, q: _Queue, rec: _Rec) -> str:
+        names = self._names
+        capped = [names[i] for i, a in rec.pairs if q.alloc[i] + a > q.capl[i]]
+        if capped:
+            return f"queue at capability ({', '.join(capped)})"
+        absent = [names[i] for i, a in rec.pairs if self._cap[i] <= 0]
+        if absent:
+            return f"cluster has no capacity for ({', '.join(absent)})"
+        full = [names[i] for i, a in rec.pairs if a > self._free[i]]
+        if full:
+            return f"cluster full ({', '.join(full)})"
+        return _FITS
+
+    # -- internals -----------------------------------------------------------
+    def _bump(self, q: _Queue) -> None:
+        """Make every heap and waiting entry of `q` stale."""
+        self._seq += 1
+        q.version = self._seq
+        if q.inwait:
+            q.inwait = False
+            self._wlive -= 1
+        q.wversion = self._seq
+
+    def _mark_dirty(self, q: _Queue) -> None:
+        if q.status == _DIRTY:
+            return
+        self._bump(q)
+        q.cand = None
+        q.status = _DIRTY
+        self._dirtyq.append(q)
+
+    def _process_dirty(self) -> None:
+        dirty = self._dirtyq
+        self._dirtyq = []
+        for q in dirty:
+            if q.status == _DIRTY:
+                self._examine(q)
+
+    def _tidy(self, q: _Queue) -> None:
+        recs = [rec for rec in q.recs if rec.alive]
+        if q.unsorted:
+            recs.sort(key=lambda rec: rec.okey)
+            q.unsorted = False
+        q.recs = recs
+        q.okeys = [rec.okey for rec in recs]
+        q.dead = 0
+
+    def _share_of(self, q: _Queue) -> int:
+        shift = self._shift
+        alloc = q.alloc
+        best = 0
+        for i, div in q.divs:
+            a = alloc[i]
+            if a > 0:
+                v = (a << shift) // div
+                if v > best:
+                    best = v
+        return best
+
+    def _examine(self, q: _Queue) -> None:
+        """Re-derive everything about `q` from scratch."""
+        self._bump(q)
+        q.cand = None
+        if q.spec is None:
+            q.status = _IDLE
+            return
+        if q.unsorted or q.dead:
+            self._tidy(q)
+        q.thr = {}
+        q.mins = None
+        q.optflag = 2
+        q.share = self._share_of(q)
+        if q.blocking:
+            self._advance_blocking(q, 0)
+        else:
+            self._advance(q, 0)
+
+    def _fits(self, q: _Queue, rec: _Rec) -> bool:
+        free = self._free
+        alloc = q.alloc
+        capl = q.capl
+        for i, a in rec.pairs:  # noqa: SIM110 - a plain loop is faster than all() here
+            if a > free[i] or alloc[i] + a > capl[i]:
+                return False
+        return True
+
+    def _flag(self, q: _Queue, rec: _Rec) -> int:
+        """0 when admitting `rec` keeps `q` within its guarantee, else 1."""
+        if not q.hasguar:
+            return 1 if rec.pairs else 0
+        alloc = q.alloc
+        guar = q.guar
+        for i, a in rec.pairs:
+            if alloc[i] + a > guar[i]:
+                return 1
+        return 0
+
+    def _skip(self, q: _Queue, rec: _Rec) -> bool:
+        """Record that `rec` does not fit; True when q's optimistic flag improved."""
+        free = self._free
+        alloc = q.alloc
+        capl = q.capl
+        first = -1
+        need = 0
+        for i, a in rec.pairs:
+            if alloc[i] + a > capl[i]:
+                return False  # waits for its own queue to shrink or change
+            if first < 0 and a > free[i]:
+                first, need = i, a
+        thr = q.thr.get(first)
+        if thr is None or need < thr:
+            q.thr[first] = need
+        mins = q.mins
+        if mins is None:
+            q.mins = dict(rec.pairs)
+        else:
+            demand = dict(rec.pairs)
+            for i in list(mins):
+                a = demand.get(i, 0)
+                if a <= 0:
+                    del mins[i]
+                elif a < mins[i]:
+                    mins[i] = a
+        flag = self._flag(q, rec)
+        if flag < q.optflag:
+            q.optflag = flag
+            return True
+        return False
+
+    def _qualifies(self, q: _Queue) -> bool:
+        """Might one of q's skipped units fit now? (a necessary condition)"""
+        free = self._free
+        for i, t in q.thr.items():
+            if free[i] >= t:
+                break
+        else:
+            return False
+        mins = q.mins
+        if mins is not None:
+            for i, m in mins.items():
+                if free[i] < m:
+                    return False
+        return True
+
+    def _push_cand(self, q: _Queue) -> None:
+        rec = q.cand
+        assert rec is not None
+        self._seq += 1
+        version = self._seq
+        q.version = version
+        heap = self._heap
+        heapq.heappush(heap, (self._flag(q, rec), q.share, q.name, 1, version, q))
+        if len(heap) > 2 * len(self._queues) + 64:
+            self._heap = heap = [e for e in heap if e[4] == e[5].version]
+            heapq.heapify(heap)
+        on = self._candon
+        for i, a in rec.pairs:
+            if on[i]:
+                ch = self._candheaps[i]
+                heapq.heappush(ch, (-a, version, q))
+                if len(ch) > 4 * len(self._queues) + 64:
+                    ch = [e for e in ch if e[1] == e[2].version]
+                    heapq.heapify(ch)
+                    self._candheaps[i] = ch
+            elif a > self._candmax[i]:
+                self._candmax[i] = a
+
+    def _park(self, q: _Queue) -> None:
+        self._seq += 1
+        q.version = self._seq
+        q.cand = None
+        q.status = _PARKED
+        q.ptr = len(q.recs)
+
+    def _advance(self, q: _Queue, start: int, lowered: bool = False) -> None:
+        """Non-blocking: the candidate is the first unit at index >= start that fits."""
+        recs = q.recs
+        free = self._free
+        alloc = q.alloc
+        capl = q.capl
+        end = len(recs)
+        # Demands already found not to fit in this scan: free capacity and the
+        # allocation do not change during it, so equal demands fail the same
+        # way (and record the same thresholds); skip them cheaply.
+        rejected: set[Pairs] | None = None
+        i = start
+        while i < end:
+            rec = recs[i]
+            if rec.alive:
+                pairs = rec.pairs
+                if rejected is not None and pairs in rejected:
+                    i += 1
+                    continue
+                for r, a in pairs:
+                    if a > free[r] or alloc[r] + a > capl[r]:
+                        break
+                else:
+                    q.ptr = i
+                    q.cand = rec
+                    q.status = _CAND
+                    self._push_cand(q)
+                    break
+                if self._skip(q, rec):
+                    lowered = True
+                if rejected is None:
+                    rejected = {pairs}
+                else:
+                    rejected.add(pairs)
+            i += 1
+        else:
+            self._park(q)
+        if q.thr and (lowered or not q.inwait):
+            self._wait_insert(q)
+
+    def _advance_blocking(self, q: _Queue, start: int) -> None:
+        """Blocking: only the head (first pending unit at index >= start) is offered."""
+        recs = q.recs
+        end = len(recs)
+        i = start
+        while i < end and not recs[i].alive:
+            i += 1
+        # The head changed: forget what was recorded about the old one.
+        if q.inwait:
+            q.inwait = False
+            self._wlive -= 1
+        self._seq += 1
+        q.wversion = self._seq
+        q.thr = {}
+        q.mins = None
+        q.optflag = 2
+        if i < end and self._fits(q, recs[i]):
+            q.ptr = i
+            q.cand = recs[i]
+            q.status = _CAND
+            self._push_cand(q)
+            return
+        self._park(q)
+        if i < end:
+            q.ptr = i
+            self._skip(q, recs[i])
+            if q.thr:
+                self._wait_insert(q)
+
+    def _wait_insert(self, q: _Queue) -> None:
+        if not q.inwait:
+            q.inwait = True
+            self._wlive += 1
+        self._seq += 1
+        q.wversion = self._seq
+        entry: _Entry = (q.optflag, q.share, q.name, 0, q.wversion, q)
+        wait = self._wait
+        at = bisect_right(wait, entry)
+        wait.insert(at, entry)
+        if at < self._cursor:
+            if self._qualifies(q):
+                self._cursor = at
+            else:
+                self._cursor += 1
+        if len(wait) > 2 * self._wlive + 64:
+            cursor = self._cursor
+            kept = [e for e in wait[:cursor] if e[4] == e[5].wversion]
+            self._cursor = len(kept)
+            kept.extend(e for e in wait[cursor:] if e[4] == e[5].wversion)
+            self._wait = kept
+
+    def _admit(self, q: _Queue) -> Unit:
+        rec = q.cand
+        assert rec is not None
+        unit = rec.unit
+        rec.alive = False
+        q.dead += 1
+        q.nadmitted += 1
+        del self._pending[unit.key]
+        self._admitted[unit.key] = rec
+        free = self._free
+        alloc = q.alloc
+        for i, a in rec.pairs:
+            alloc[i] += a
+            free[i] -= a
+        q.share = self._share_of(q)
+        if q.blocking:
+            self._advance_blocking(q, q.ptr + 1)
+        else:
+            self._advance(q, q.ptr + 1)
+        self._invalidate(rec.pairs)
+        return unit
+
+    def _activate(self, i: int) -> None:
+        """Start keeping the candidate heap of resource `i`."""
+        self._candon[i] = True
+        heap: list[_CandEntry] = []
+        for q in self._queues.values():
+            cand = q.cand
+            if q.status == _CAND and cand is not None:
+                for j, a in cand.pairs:
+                    if j == i:
+                        heap.append((-a, q.version, q))
+        heapq.heapify(heap)
+        self._candheaps[i] = heap
+
+    def _invalidate(self, pairs: Pairs) -> None:
+        """Free capacity shrank on `pairs`' resources: re-place candidates out of reach."""
+        free = self._free
+        cheaps = self._candheaps
+        on = self._candon
+        for i, _ in pairs:
+            limit = free[i]
+            if not on[i]:
+                if limit >= self._candmax[i]:
+                    continue  # every candidate still fits in this resource
+                self._activate(i)
+            while True:
+                ch = cheaps[i]  # _push_cand may have compacted it
+                if not ch or -ch[0][0] <= limit:
+                    break
+                _, version, q = heapq.heappop(ch)
+                if version != q.version:
+                    continue
+                cand = q.cand
+                assert cand is not None
+                if q.blocking:
+                    self._advance_blocking(q, q.ptr)
+                else:
+                    self._advance(q, q.ptr + 1, self._skip(q, cand))
+
+
+_FITS = "fits now; waiting for the next admission pass"

@@ -1,0 +1,308 @@
+"""The one place that turns the loop's decisions into API writes.
+
+Order matters for crash safety: an admission first records itself in the
+QueueUnit's status (phase `Dequeued`, one more `admissions` entry), written
+with the resourceVersion the decision was based on, and only then lets the
+consumer go (Job `suspend: false`, pod gate removed). A unit whose status
+says Dequeued is never admitted again, so a crash anywhere leaves either an
+Enqueued unit (decided again later) or a Dequeued one whose release the next
+leader finishes. Going back is the mirror image: status first
+(`TimeoutBackoff`), then the Job is suspended again.
+
+Every write carries a precondition: status writes the resourceVersion,
+consumer writes a JSON Patch `test` on the uid (a namesake that replaced the
+consumer is never touched) and, for gates, on the gate itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from arbiter.cache import convert
+from arbiter.cache.records import ADMISSION_GATE, PodRecord, UnitPhase, UnitRecord
+from arbiter.loop.kube import (
+    AlreadyExists,
+    ApiError,
+    ClusterApi,
+    Conflict,
+    Denied,
+    Invalid,
+    NotFound,
+    Obj,
+    job_path,
+    pod_path,
+    unit_path,
+)
+from arbiter.loop.units import DesiredUnit, format_rfc3339, manifest, pod_sets_json
+
+log = logging.getLogger(__name__)
+
+
+class ConsumerGone(Exception):
+    """The consumer no longer exists (or is a namesake with another uid)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A unit as the apiserver returned it after a write."""
+
+    record: UnitRecord
+    raw: Obj
+
+
+def admission_status(
+    unit: UnitRecord, current: Mapping[str, Any] | None, now: float
+) -> dict[str, Any]:
+    """Status of a unit being admitted: one more admission, attempt n+1."""
+    current = current or {}
+    stamp = format_rfc3339(now)
+    attempt = int(current.get("attempts") or unit.attempts or 0) + 1
+    admissions = list(current.get("admissions") or [])
+    admissions.append({"time": stamp, "queue": unit.queue, "attempt": attempt})
+    return {
+        "phase": "Dequeued",
+        "admissions": admissions,
+        "attempts": attempt,
+        "lastAllocateTime": stamp,
+        "allocated": unit.demand.to_quantities(),
+        "message": f"admitted by queue {unit.queue}",
+        "position": None,
+    }
+
+
+def still_waiting(expected: UnitRecord) -> Callable[[UnitRecord], bool]:
+    """Precondition of an admission retried after a conflict: the fresh unit
+    is still waiting, in the same queue, asking for the same."""
+
+    def check(fresh: UnitRecord) -> bool:
+        return (
+            fresh.phase in ("Enqueued", "Reserved")
+            and fresh.queue == expected.queue
+            and fresh.demand == expected.demand
+        )
+
+    return check
+
+
+def in_phase(phase: UnitPhase) -> Callable[[UnitRecord], bool]:
+    def check(fresh: UnitRecord) -> bool:
+        return fresh.phase == phase
+
+    return check
+
+
+class Actions:
+    """API writes of the admission loop; retries are bounded and local."""
+
+    def __init__(
+        self,
+        api: ClusterApi,
+        *,
+        conflict_retries: int = 3,
+        release_retries: int = 5,
+        retry_delay: float = 0.2,
+    ) -> None:
+        self.api = api
+        self.conflict_retries = conflict_retries
+        self.release_retries = release_retries
+        self.retry_delay = retry_delay
+
+    # -- QueueUnit objects -----------------------------------------------------------
+    async def create_unit(self, desired: DesiredUnit) -> Written | None:
+        """Create the unit; None if it exists already (the watch brings it)."""
+        try:
+            obj = await self.api.create(unit_path(desired.namespace), manifest(desired))
+        except AlreadyExists:
+            return None
+        return Written(convert.unit_from_api(obj), obj)
+
+    async def update_spec(self, unit: UnitRecord, spec: Mapping[str, Any]) -> Written | None:
+        """Bring a waiting unit's spec in line with its consumer (rv-guarded)."""
+        patch = {"metadata": {"resourceVersion": unit.resource_version}, "spec": dict(spec)}
+        try:
+            obj = await self.api.merge_patch(unit_path(unit.namespace, unit.name), patch)
+        except (Conflict, NotFound):
+            return None  # decided again once the watch has the newer version
+        return Written(convert.unit_from_api(obj), obj)
+
+    async def write_status(
+        self,
+        unit: UnitRecord,
+        build: Callable[[UnitRecord, Mapping[str, Any] | None], Mapping[str, Any]],
+        expect: Callable[[UnitRecord], bool],
+        *,
+        current: Mapping[str, Any] | None = None,
+    ) -> Written | None:
+        """Merge-patch the unit's status under its resourceVersion.
+
+        `build(record, current_status)` makes the status from the unit the
+        write is based on; on a conflict the unit is read again and, while
+        `expect(fresh)` holds, the write is rebuilt and retried. None when
+        the unit is gone or no longer what the decision assumed.
+        """
+        record = unit
+        path = unit_path(unit.namespace, unit.name, status=True)
+        for _ in range(self.conflict_retries + 1):
+            patch = {
+                "metadata": {"resourceVersion": record.resource_version},
+                "status": dict(build(record, current)),
+            }
+            try:
+                obj = await self.api.merge_patch(path, patch)
+                return Written(convert.unit_from_api(obj), obj)
+            except NotFound:
+                return None
+            except Conflict:
+                try:
+                    fresh = await self.api.get(unit_path(unit.namespace, unit.name))
+                except NotFound:
+                    return None
+                record = convert.unit_from_api(fresh)
+                current = fresh.get("status") or {}
+                if not expect(record):
+                    return None
+        return None
+
+    async def admit(self, unit: UnitRecord, now: float) -> Written | None:
+        """Record the admission in the unit's status (phase Dequeued).
+
+        A unit admitted before (TimeoutBackoff → Enqueued) is read first, so
+        its earlier admissions are kept; None if the unit changed under us.
+        """
+        current: Mapping[str, Any] | None = None
+        record = unit
+        if unit.admissions > 0:
+            try:
+                fresh = await self.api.get(unit_path(unit.namespace, unit.name))
+            except NotFound:
+                return None
+            record = convert.unit_from_api(fresh)
+            if not still_waiting(unit)(record):
+                return None
+            current = fresh.get("status") or {}
+        return await self.write_status(
+            record,
+            lambda r, cur: admission_status(r, cur, now),
+            still_waiting(unit),
+            current=current,
+        )
+
+    async def set_phase(
+        self, unit: UnitRecord, phase: UnitPhase, message: str, *, extra: Mapping[str, Any] = {}
+    ) -> Written | None:
+        """A plain phase transition, guarded by the phase it starts from."""
+
+        def build(_: UnitRecord, __: Mapping[str, Any] | None) -> dict[str, Any]:
+            return {"phase": phase, "message": message, **extra}
+
+        return await self.write_status(unit, build, in_phase(unit.phase))
+
+    async def write_position(self, unit: UnitRecord, position: int | None) -> Written | None:
+        def build(_: UnitRecord, __: Mapping[str, Any] | None) -> dict[str, Any]:
+            return {"position": position}
+
+        return await self.write_status(unit, build, in_phase(unit.phase))
+
+    # -- consumers ----------------------------------------------------------------------
+    async def _with_retries(self, what: str, call: Callable[[], Any]) -> None:
+        """Retry a consumer write the webhook denied (its cache may lag ours)."""
+        delay = self.retry_delay
+        for attempt in range(self.release_retries + 1):
+            try:
+                await call()
+                return
+            except Denied as error:
+                if attempt == self.release_retries:
+                    raise
+                log.info("%s denied (%s); retrying in %.1fs", what, error.message, delay)
+                await asyncio.sleep(delay)
+                delay *= 2
+
+    async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> None:
+        ops: list[dict[str, Any]] = []
+        if uid:
+            ops.append({"op": "test", "path": "/metadata/uid", "value": uid})
+        ops.append({"op": "add", "path": "/spec/suspend", "value": suspend})
+
+        async def call() -> None:
+            try:
+                await self.api.json_patch(job_path(namespace, name), ops)
+            except (NotFound, Invalid) as error:
+                raise ConsumerGone(f"Job {namespace}/{name}: {error}") from error
+
+        verb = "suspend" if suspend else "unsuspend"
+        await self._with_retries(f"{verb} Job {namespace}/{name}", call)
+
+    async def remove_gate(self, namespace: str, name: str, uid: str) -> bool:
+        """Remove arbiter's scheduling gate; False if it was not there."""
+        path = pod_path(namespace, name)
+        index = 0
+        for _ in range(3):
+            ops: list[dict[str, Any]] = []
+            if uid:
+                ops.append({"op": "test", "path": "/metadata/uid", "value": uid})
+            ops += [
+                {"op": "test", "path": f"/spec/schedulingGates/{index}/name",
+                 "value": ADMISSION_GATE},
+                {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+            ]
+            try:
+                await self.api.json_patch(path, ops)
+                return True
+            except NotFound as error:
+                raise ConsumerGone(f"pod {namespace}/{name}: {error}") from error
+            except Invalid:
+                # Our guess of the index was wrong (or the gate is gone): look.
+                try:
+                    pod = await self.api.get(path)
+                except NotFound as error:
+                    raise ConsumerGone(f"pod {namespace}/{name}: {error}") from error
+                if uid and (pod.get("metadata") or {}).get("uid") != uid:
+                    raise ConsumerGone(f"pod {namespace}/{name} was replaced") from None
+                gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates")
+                         or []]
+                if ADMISSION_GATE not in gates:
+                    return False
+                index = gates.index(ADMISSION_GATE)
+        raise ApiError(409, "Conflict", f"pod {namespace}/{name}: gates kept changing")
+
+    async def release(self, unit: UnitRecord, pods: Sequence[PodRecord] = ()) -> None:
+        """Let the unit's consumer go: unsuspend its Job or ungate its pod(s).
+
+        Idempotent: releasing what runs already is a no-op. Raises
+        ConsumerGone when there is nothing to release any more.
+        """
+        consumer = unit.consumer
+        if consumer is None:
+            return  # a reservation: the status is the whole admission
+        if consumer.kind == "Job":
+            await self.set_job_suspend(unit.namespace, consumer.name, consumer.uid, False)
+        elif consumer.kind == "Pod":
+            await self._with_retries(
+                f"ungate pod {unit.namespace}/{consumer.name}",
+                lambda: self.remove_gate(unit.namespace, consumer.name, consumer.uid),
+            )
+        elif consumer.kind == "PodGroup":
+            gated = [p for p in pods if p.gated]
+            results = await asyncio.gather(
+                *(self.remove_gate(p.namespace, p.name, p.uid) for p in gated),
+                return_exceptions=True,
+            )
+            failures = [r for r in results
+                        if isinstance(r, BaseException) and not isinstance(r, ConsumerGone)]
+            if failures:
+                raise failures[0]
+
+    async def hold(self, unit: UnitRecord) -> None:
+        """Suspend a Job again (only Jobs can be held after release)."""
+        consumer = unit.consumer
+        if consumer is not None and consumer.kind == "Job":
+            await self.set_job_suspend(unit.namespace, consumer.name, consumer.uid, True)
+
+    @staticmethod
+    def pod_sets_json(unit: DesiredUnit) -> list[dict[str, Any]]:
+        return pod_sets_json(unit.pod_sets)

@@ -1,0 +1,152 @@
+"""Kubernetes Events (core/v1) about units: Admitted, Waiting, Backoff.
+
+Events are best effort and must never slow admission down: `emit` only
+queues (a bounded queue: the oldest are dropped when it overflows), a
+background sender posts them at a limited rate, and an event identical to
+one sent in the last ten minutes is not sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from arbiter.cache.records import API_VERSION, UnitRecord
+from arbiter.loop.kube import ApiError, ClusterApi, events_path
+from arbiter.loop.status import TokenBucket
+from arbiter.loop.units import format_rfc3339
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "kube-arbiter"
+DEDUP_SECONDS = 600.0
+MAX_MESSAGE = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+
+
+def unit_ref(unit: UnitRecord) -> ObjectRef:
+    return ObjectRef(API_VERSION, "QueueUnit", unit.namespace, unit.name, unit.uid)
+
+
+def consumer_ref(unit: UnitRecord) -> ObjectRef | None:
+    consumer = unit.consumer
+    if consumer is None:
+        return None
+    if consumer.kind == "Job":
+        return ObjectRef("batch/v1", "Job", unit.namespace, consumer.name, consumer.uid)
+    if consumer.kind == "Pod":
+        return ObjectRef("v1", "Pod", unit.namespace, consumer.name, consumer.uid)
+    return None
+
+
+def event_object(ref: ObjectRef, type_: str, reason: str, message: str, now: float,
+                 instance: str) -> dict[str, Any]:
+    stamp = format_rfc3339(now)
+    suffix = f"{time.time_ns():x}"
+    involved = {"apiVersion": ref.api_version, "kind": ref.kind,
+                "namespace": ref.namespace, "name": ref.name}
+    if ref.uid:
+        involved["uid"] = ref.uid
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{ref.name[: 253 - len(suffix) - 1]}.{suffix}",
+                     "namespace": ref.namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:MAX_MESSAGE],
+        "type": type_,
+        "source": {"component": COMPONENT, **({"host": instance} if instance else {})},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+class EventRecorder:
+    def __init__(
+        self,
+        api: ClusterApi,
+        *,
+        instance: str = "",
+        qps: float = 20.0,
+        burst: int = 50,
+        max_queue: int = 5000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.instance = instance or os.uname().nodename
+        self.clock = clock
+        self.bucket = TokenBucket(qps, burst, clock())
+        self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_queue)
+        self._recent: collections.OrderedDict[tuple[str, str, str, str], float] = (
+            collections.OrderedDict())
+        self._ready = asyncio.Event()
+        self.sent = 0
+        self.dropped = 0
+
+    def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        now = self.clock()
+        ident = (ref.namespace, ref.uid or f"{ref.kind}/{ref.name}", reason, message)
+        last = self._recent.get(ident)
+        if last is not None and now - last < DEDUP_SECONDS:
+            return
+        self._recent[ident] = now
+        self._recent.move_to_end(ident)
+        while len(self._recent) > 20000:
+            self._recent.popitem(last=False)
+        if len(self._queue) == self._queue.maxlen:
+            self.dropped += 1
+        self._queue.append(event_object(ref, type_, reason, message, now, self.instance))
+        self._ready.set()
+
+    def unit_event(self, unit: UnitRecord, type_: str, reason: str, message: str,
+                   *, on_unit: bool = True) -> None:
+        """On the unit and on its Job or pod (`on_unit=False`: the consumer
+        only, when it has one)."""
+        consumer = consumer_ref(unit)
+        if consumer is not None:
+            self.emit(consumer, type_, reason, message)
+        if on_unit or consumer is None:
+            self.emit(unit_ref(unit), type_, reason, message)
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    async def flush(self) -> None:
+        """Send everything queued now, ignoring the rate (tests, shutdown)."""
+        while self._queue:
+            await self._send(self._queue.popleft())
+
+    async def _send(self, event: dict[str, Any]) -> None:
+        try:
+            await self.api.create(events_path(event["metadata"]["namespace"]), event)
+            self.sent += 1
+        except ApiError as error:
+            log.debug("event %s not recorded: %s", event["reason"], error)
+
+    async def run(self) -> None:
+        """The sender: forever, at the configured rate."""
+        while True:
+            if not self._queue:
+                self._ready.clear()
+                await self._ready.wait()
+                continue
+            if not self.bucket.take(self.clock()):
+                await asyncio.sleep(1.0 / max(self.bucket.rate, 0.001))
+                continue
+            await self._send(self._queue.popleft())

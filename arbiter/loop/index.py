@@ -1,0 +1,108 @@
+"""Indexes the loop keeps beside the store: which units stand for which
+consumer, which pods make up each pod group, and which pods are unmanaged
+(their requests lower the capacity). Each one remembers what it saw, so a
+deletion (whose record the store has already dropped) still finds its
+unit, group and capacity effect.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.cache.store import ClusterStore
+from arbiter.loop.units import ConsumerKey, consumer_key, wants_pod_unit
+
+
+@dataclass(frozen=True, slots=True)
+class _PodSeen:
+    namespace: str
+    name: str
+    group: str | None
+    unmanaged: bool
+
+
+class LoopIndex:
+    def __init__(self) -> None:
+        self.unit_consumer: dict[str, ConsumerKey] = {}
+        self.units_by_consumer: dict[ConsumerKey, set[str]] = defaultdict(set)
+        self._pods: dict[str, _PodSeen] = {}
+        self.group_members: dict[tuple[str, str], set[str]] = defaultdict(set)
+
+    def rebuild(self, store: ClusterStore) -> None:
+        self.__init__()  # type: ignore[misc]
+        for key, unit in store.units.items():
+            self.on_unit(key, unit)
+        for uid, pod in store.pods.items():
+            self.on_pod(uid, pod)
+
+    # -- units ----------------------------------------------------------------------
+    def on_unit(self, key: str, unit: UnitRecord | None) -> list[ConsumerKey]:
+        """Record a unit change; returns the consumers it was / is linked to."""
+        touched: list[ConsumerKey] = []
+        old = self.unit_consumer.pop(key, None)
+        if old is not None:
+            touched.append(old)
+            members = self.units_by_consumer.get(old)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self.units_by_consumer[old]
+        new = consumer_key(unit) if unit is not None else None
+        if new is not None:
+            self.unit_consumer[key] = new
+            self.units_by_consumer[new].add(key)
+            if new != old:
+                touched.append(new)
+        return touched
+
+    def units_for(self, consumer: ConsumerKey) -> Iterable[str]:
+        return tuple(self.units_by_consumer.get(consumer, ()))
+
+    # -- pods ---------------------------------------------------------------------------
+    def on_pod(self, uid: str, pod: PodRecord | None) -> tuple[list[ConsumerKey], bool]:
+        """Record a pod change; returns the consumers to look at again and
+        whether the capacity may have changed."""
+        touched: list[ConsumerKey] = []
+        old = self._pods.pop(uid, None)
+        capacity = False
+        if old is not None:
+            touched.append(ConsumerKey("Pod", old.namespace, old.name))
+            capacity = old.unmanaged
+            if old.group is not None:
+                touched.append(ConsumerKey("PodGroup", old.namespace, old.group))
+                members = self.group_members.get((old.namespace, old.group))
+                if members is not None:
+                    members.discard(uid)
+                    if not members:
+                        del self.group_members[(old.namespace, old.group)]
+        if pod is not None:
+            seen = _PodSeen(pod.namespace, pod.name, pod.pod_group, pod.queue is None)
+            self._pods[uid] = seen
+            capacity = capacity or seen.unmanaged
+            pod_consumer = ConsumerKey("Pod", pod.namespace, pod.name)
+            if pod_consumer not in touched:
+                touched.append(pod_consumer)
+            if pod.pod_group is not None:
+                self.group_members[(pod.namespace, pod.pod_group)].add(uid)
+                group = ConsumerKey("PodGroup", pod.namespace, pod.pod_group)
+                if group not in touched:
+                    touched.append(group)
+        return touched, capacity
+
+    def group_pods(self, store: ClusterStore, namespace: str, group: str) -> list[PodRecord]:
+        pods = (store.pods.get(uid) for uid in self.group_members.get((namespace, group), ()))
+        return [pod for pod in pods if pod is not None]
+
+    def consumers(self, store: ClusterStore) -> list[ConsumerKey]:
+        """Every consumer that may want a unit (for a full pass)."""
+        keys = [ConsumerKey("Job", job.namespace, job.name) for job in store.jobs.values()]
+        keys += [
+            ConsumerKey("Pod", pod.namespace, pod.name)
+            for pod in store.pods.values()
+            if wants_pod_unit(pod)
+        ]
+        keys += [ConsumerKey("PodGroup", ns, group) for ns, group in self.group_members]
+        return keys

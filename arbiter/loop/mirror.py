@@ -1,0 +1,179 @@
+"""The fair-share engine, kept in step with the units the loop sees.
+
+The engine is pure and incremental (DESIGN §4); this wrapper owns one and
+applies each unit's *disposition* (pending / admitted / out) to it, so a
+cycle touches only what changed. Units whose queue is Closed stay out of the
+engine's pending set ("parked") but are still reported as waiting; admitted
+units of a queue arbiter does not know ("orphans") cannot be given to the
+engine, so their demand is taken off its capacity instead.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Literal
+
+from arbiter.cache.records import QueueRecord
+from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
+from arbiter.core.resources import EMPTY, Resources
+from arbiter.loop.units import Disposition
+
+State = Literal["pending", "parked", "admitted", "orphan"]
+
+
+def _essence(record: QueueRecord | None) -> tuple[QueueSpec, str] | None:
+    return None if record is None else (queue_spec(record), record.state)
+
+
+def queue_spec(record: QueueRecord) -> QueueSpec:
+    return QueueSpec(
+        name=record.name,
+        weight=record.weight,
+        guarantee=record.guarantee,
+        capability=record.capability,
+        blocking=record.blocking,
+        policy=record.policy,
+    )
+
+
+class EngineMirror:
+    """An AdmissionEngine plus the per-unit state it was told about."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, QueueRecord] = {}
+        self.capacity: Resources = EMPTY
+        self.entries: dict[str, tuple[State, Unit]] = {}
+        self.engine = AdmissionEngine(EMPTY, ())
+        self._orphan_demand: Resources = EMPTY
+        self.pending_demand: dict[str, Resources] = {}
+        self.waiting: Counter[str] = Counter()  # pending + parked, by queue
+        self.admitted: Counter[str] = Counter()  # admitted + orphan, by queue
+
+    # -- configuration -----------------------------------------------------------
+    def engine_capacity(self) -> Resources:
+        return (self.capacity - self._orphan_demand).clamp_min(0)
+
+    def set_capacity(self, capacity: Resources) -> None:
+        if capacity != self.capacity:
+            self.capacity = capacity
+            self.engine.set_capacity(self.engine_capacity())
+
+    def set_queues(self, queues: Mapping[str, QueueRecord]) -> None:
+        """Bring the engine's queues up to date. Only what decides admission
+        counts (a status write changes the record but not the spec)."""
+        old = self.queues
+        self.queues = dict(queues)
+        changed = {
+            name for name in set(old) | set(queues)
+            if _essence(old.get(name)) != _essence(queues.get(name))
+        }
+        if not changed:
+            return
+        for name in sorted(changed):
+            record = queues.get(name)
+            if record is None:
+                self.engine.remove_queue(name)
+            else:
+                self.engine.add_queue(queue_spec(record))
+        # Units of those queues may move between pending/parked, admitted/orphan.
+        for key, (state, unit) in list(self.entries.items()):
+            if unit.queue not in changed:
+                continue
+            wanted = self._state_for(
+                "admitted" if state in ("admitted", "orphan") else "pending", unit)
+            if wanted != state:
+                self._remove(key, state, unit)
+                self._add(key, wanted, unit)
+
+    # -- units ---------------------------------------------------------------------
+    def _state_for(self, disposition: Literal["pending", "admitted"], unit: Unit) -> State:
+        queue = self.queues.get(unit.queue)
+        if disposition == "admitted":
+            return "admitted" if queue is not None else "orphan"
+        return "pending" if queue is not None and queue.state == "Open" else "parked"
+
+    def state(self, key: str) -> State | None:
+        entry = self.entries.get(key)
+        return entry[0] if entry is not None else None
+
+    def unit(self, key: str) -> Unit | None:
+        entry = self.entries.get(key)
+        return entry[1] if entry is not None else None
+
+    def set(self, key: str, disposition: Disposition, unit: Unit | None) -> None:
+        """Make the engine agree that `key` is pending / admitted / gone."""
+        new: tuple[State, Unit] | None = None
+        if disposition is not None and unit is not None:
+            new = (self._state_for(disposition, unit), unit)
+        old = self.entries.get(key)
+        if old == new:
+            return
+        if old is not None:
+            self._remove(key, *old)
+        if new is not None:
+            self._add(key, *new)
+
+    def _add(self, key: str, state: State, unit: Unit) -> None:
+        self.entries[key] = (state, unit)
+        if state == "pending":
+            self.engine.add_pending(unit)
+            self.pending_demand[unit.queue] = (
+                self.pending_demand.get(unit.queue, EMPTY) + unit.demand
+            )
+        elif state == "admitted":
+            self.engine.add_admitted(unit)
+        elif state == "orphan":
+            self._orphan_demand = self._orphan_demand + unit.demand
+            self.engine.set_capacity(self.engine_capacity())
+        if state in ("pending", "parked"):
+            self.waiting[unit.queue] += 1
+        else:
+            self.admitted[unit.queue] += 1
+
+    def _remove(self, key: str, state: State, unit: Unit) -> None:
+        del self.entries[key]
+        if state == "pending":
+            self.engine.remove_pending(key)
+            self.pending_demand[unit.queue] = self.pending_demand[unit.queue] - unit.demand
+        elif state == "admitted":
+            self.engine.release(key)
+        elif state == "orphan":
+            self._orphan_demand = self._orphan_demand - unit.demand
+            self.engine.set_capacity(self.engine_capacity())
+        counter = self.waiting if state in ("pending", "parked") else self.admitted
+        counter[unit.queue] -= 1
+        if counter[unit.queue] <= 0:
+            del counter[unit.queue]
+
+    def admit_all(self) -> list[Unit]:
+        """Progressive filling (DESIGN §4); the units come back admitted
+        (assumed) in the order the engine chose them."""
+        chosen = self.engine.admit_all()
+        for unit in chosen:
+            self.entries[unit.key] = ("admitted", unit)
+            self.pending_demand[unit.queue] = self.pending_demand[unit.queue] - unit.demand
+            self.waiting[unit.queue] -= 1
+            if self.waiting[unit.queue] <= 0:
+                del self.waiting[unit.queue]
+            self.admitted[unit.queue] += 1
+        return chosen
+
+    def waiting_units(self, queue: str) -> list[Unit]:
+        """Units of `queue` not admitted: engine order first, then parked ones."""
+        ordered = self.engine.pending(queue) if queue in self.queues else []
+        if self.waiting.get(queue, 0) > len(ordered):
+            parked = [u for s, u in self.entries.values() if s == "parked" and u.queue == queue]
+            parked.sort(key=lambda u: (-u.priority, u.created, u.key))
+            ordered = [*ordered, *parked]
+        return ordered
+
+    def demand(self) -> dict[str, Resources]:
+        """Each known queue's demand for `deserved`: admitted + waiting in the engine."""
+        return {
+            name: self.engine.allocated(name) + self.pending_demand.get(name, EMPTY)
+            for name in self.queues
+        }
+
+    def keys(self) -> Iterable[str]:
+        return self.entries.keys()

@@ -1,0 +1,276 @@
+"""What the loop tells the world: Queue status, QueueUnit positions, metrics.
+
+`queue_views` is the one summary of the engine's state; Queue status, the
+`arbiter_queue_*` metrics and the debug API are all rendered from it, so
+they agree by construction. Writes are rate-limited twice: an object is
+written at most once per `status_interval`, only when its content changed,
+and all status writes together stay under `status_qps`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from arbiter import metrics
+from arbiter.cache.records import QueueRecord
+from arbiter.core.fairshare import Unit
+from arbiter.core.fairshare import deserved as fair_deserved
+from arbiter.core.quantities import MILLI_RESOURCES
+from arbiter.core.resources import EMPTY, Resources
+from arbiter.loop.kube import ClusterApi, Conflict, NotFound, queue_path
+from arbiter.loop.mirror import EngineMirror, queue_spec
+
+TOP_PENDING = 10
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    namespace: str
+    name: str
+    priority: int
+    position: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "namespace": self.namespace,
+                "priority": self.priority, "position": self.position}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    name: str
+    state: str
+    weight: int
+    allocated: Resources
+    deserved: Resources
+    dominant_share: Fraction
+    pending: int
+    admitted: int
+    pending_units: tuple[PendingEntry, ...]
+    reason: str = ""
+
+    def status(self) -> dict[str, Any]:
+        """Queue `.status` without conditions (those carry transition times)."""
+        return {
+            "allocated": self.allocated.to_quantities(),
+            "deserved": self.deserved.to_quantities(),
+            "dominantShare": format_share(self.dominant_share),
+            "pending": self.pending,
+            "admitted": self.admitted,
+            "pendingUnits": [entry.to_json() for entry in self.pending_units],
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The debug API's view: the status plus what explains it."""
+        return {"name": self.name, "state": self.state, "weight": self.weight,
+                **self.status(), "reason": self.reason}
+
+
+def format_share(share: Fraction) -> float:
+    """A dominant share as Queue status shows it (the CRD says `number`):
+    rounded to 4 places, like `arbiter fairshare`."""
+    return round(float(share), 4)
+
+
+def split_key(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+def queue_views(
+    mirror: EngineMirror,
+    *,
+    top: int = TOP_PENDING,
+    waiting: Mapping[str, list[Unit]] | None = None,
+) -> dict[str, QueueView]:
+    """The state of every known queue, from the engine (`waiting`: each
+    queue's waiting units in order, when the caller has them already)."""
+    engine = mirror.engine
+    specs = [queue_spec(q) for q in mirror.queues.values()]
+    deserved = fair_deserved(mirror.engine_capacity(), specs, mirror.demand())
+    views: dict[str, QueueView] = {}
+    for name, queue in sorted(mirror.queues.items()):
+        ordered = (waiting.get(name, []) if waiting is not None
+                   else mirror.waiting_units(name))
+        entries = []
+        for position, unit in enumerate(ordered[:top], start=1):
+            namespace, unit_name = split_key(unit.key)
+            entries.append(PendingEntry(namespace, unit_name, unit.priority, position))
+        reason = ""
+        if queue.state == "Closed":
+            reason = "queue is Closed: it admits nothing"
+        elif ordered:
+            reason = engine.explain(name)
+        views[name] = QueueView(
+            name=name,
+            state=queue.state,
+            weight=queue.weight,
+            allocated=engine.allocated(name),
+            deserved=deserved.get(name, EMPTY),
+            dominant_share=engine.dominant_share(name),
+            pending=mirror.waiting.get(name, 0),
+            admitted=mirror.admitted.get(name, 0),
+            pending_units=tuple(entries),
+            reason=reason,
+        )
+    return views
+
+
+def positions(
+    mirror: EngineMirror, *, waiting: Mapping[str, list[Unit]] | None = None
+) -> dict[str, int]:
+    """Position (1-based) of every waiting unit in its queue."""
+    out: dict[str, int] = {}
+    for name in mirror.queues:
+        if not mirror.waiting.get(name):
+            continue
+        ordered = waiting.get(name, []) if waiting is not None else mirror.waiting_units(name)
+        for position, unit in enumerate(ordered, start=1):
+            out[unit.key] = position
+    return out
+
+
+# -- metrics ---------------------------------------------------------------------------
+
+
+def metric_amount(resource: str, amount: int) -> float:
+    """Base units for Prometheus: cores for cpu (held in millicores)."""
+    return amount / 1000 if resource in MILLI_RESOURCES else float(amount)
+
+
+class QueueMetrics:
+    """Sets the per-queue gauges; label sets of queues that went are removed."""
+
+    def __init__(self) -> None:
+        self._resources: dict[str, set[str]] = {}
+
+    def update(self, views: Mapping[str, QueueView]) -> None:
+        for name in [n for n in self._resources if n not in views]:
+            for resource in self._resources.pop(name):
+                for gauge in (metrics.queue_allocated, metrics.queue_deserved):
+                    _remove(gauge, name, resource)
+            _remove(metrics.queue_dominant_share, name)
+            _remove(metrics.queue_pending_units, name)
+        for name, view in views.items():
+            resources = set(view.allocated) | set(view.deserved)
+            for resource in self._resources.get(name, set()) | resources:
+                metrics.queue_allocated.labels(name, resource).set(
+                    metric_amount(resource, view.allocated.get_amount(resource)))
+                metrics.queue_deserved.labels(name, resource).set(
+                    metric_amount(resource, view.deserved.get_amount(resource)))
+            self._resources[name] = self._resources.get(name, set()) | resources
+            metrics.queue_dominant_share.labels(name).set(float(view.dominant_share))
+            metrics.queue_pending_units.labels(name).set(view.pending)
+
+
+def _remove(gauge: Any, *labels: str) -> None:
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)
+
+
+# -- rate limits ------------------------------------------------------------------------
+
+
+class TokenBucket:
+    """`rate` tokens a second, at most `burst` saved up."""
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.stamp = now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class Throttle:
+    """Per-object: write only changed content, at most once per `interval`."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._last: dict[str, tuple[Any, float]] = {}
+
+    def due(self, key: str, content: Any, now: float) -> bool:
+        last = self._last.get(key)
+        if last is None:
+            return True
+        return last[0] != content and now - last[1] >= self.interval
+
+    def changed(self, key: str, content: Any) -> bool:
+        last = self._last.get(key)
+        return last is None or last[0] != content
+
+    def written(self, key: str, content: Any, now: float) -> None:
+        self._last[key] = (content, now)
+
+    def forget(self, keep: Iterable[str]) -> None:
+        keep = set(keep)
+        for key in [k for k in self._last if k not in keep]:
+            del self._last[key]
+
+
+# -- Queue status ------------------------------------------------------------------------
+
+
+def _stamp(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class QueueStatusWriter:
+    """Writes Queue `.status` from views, guarded by resourceVersion."""
+
+    def __init__(self, api: ClusterApi, *, interval: float, conflict_retries: int = 3) -> None:
+        self.api = api
+        self.throttle = Throttle(interval)
+        self.conflict_retries = conflict_retries
+        self._conditions: dict[str, tuple[tuple[str, str, str], str]] = {}
+
+    def conditions(self, view: QueueView, now: float) -> list[dict[str, Any]]:
+        if view.state == "Closed":
+            status, reason = "False", "Closed"
+        elif view.pending and view.reason:
+            status, reason = "True", "Waiting"
+        else:
+            status, reason = "True", "Open"
+        message = view.reason
+        ident = (status, reason, message)
+        known = self._conditions.get(view.name)
+        since = known[1] if known is not None and known[0][:2] == ident[:2] else _stamp(now)
+        self._conditions[view.name] = (ident, since)
+        return [{"type": "Admitting", "status": status, "reason": reason,
+                 "message": message, "lastTransitionTime": since}]
+
+    def due(self, views: Mapping[str, QueueView], now: float) -> list[QueueView]:
+        return [v for v in views.values() if self.throttle.due(v.name, v.status()
+                                                                | {"reason": v.reason}, now)]
+
+    async def write(self, view: QueueView, record: QueueRecord | None, now: float) -> bool:
+        """One Queue's status; False if the Queue is gone."""
+        content = view.status() | {"reason": view.reason}
+        status = view.status()
+        status["conditions"] = self.conditions(view, now)
+        version = record.resource_version if record is not None else ""
+        for _ in range(self.conflict_retries + 1):
+            try:
+                if not version:  # never a blind write: learn the current version
+                    fresh = await self.api.get(queue_path(view.name))
+                    version = str((fresh.get("metadata") or {}).get("resourceVersion", ""))
+                patch = {"metadata": {"resourceVersion": version}, "status": status}
+                await self.api.merge_patch(queue_path(view.name, status=True), patch)
+                self.throttle.written(view.name, content, now)
+                return True
+            except NotFound:
+                return False
+            except Conflict:
+                version = ""
+        return False

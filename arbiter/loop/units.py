@@ -1,0 +1,477 @@
+"""QueueUnits: which ones should exist, what their consumers are doing, and
+what the loop should do about each. Pure functions of cache records.
+
+Naming (one unit per consumer):
+
+- a managed Job `x` → QueueUnit `job-x` (owner: the Job, controller);
+- a gated plain pod `p` → `pod-p` (owner: the pod, controller);
+- a pod group `g` (pods labelled `arbiter.dev/pod-group: g`) → `group-g`,
+  created once as many gated pods as its `arbiter.dev/pod-group-size` are
+  present. Every pod present at creation is an owner (none is the
+  controller): Kubernetes' garbage collector deletes a dependent only when
+  all its owners are gone, so the unit lives exactly as long as any pod of
+  the group does, and no cleanup code is needed.
+- a QueueUnit a user creates without `consumerRef` is a reservation: it is
+  admitted like any unit and holds its capacity while `Dequeued`.
+
+A name longer than a QueueUnit may be (253) is cut and suffixed with a hash.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Literal
+
+from arbiter.cache.records import (
+    API_VERSION,
+    QUEUE_LABEL,
+    JobRecord,
+    PodRecord,
+    PodSet,
+    PriorityClassRecord,
+    UnitPhase,
+    UnitRecord,
+)
+from arbiter.core.resources import EMPTY, Resources
+
+ConsumerKind = Literal["Job", "Pod", "PodGroup"]
+# consumerRef.apiVersion of a pod group: there is no such object, the
+# kind names the label that gathers its pods.
+POD_GROUP_API_VERSION = API_VERSION
+CONSUMER_KIND_LABEL = "arbiter.dev/consumer-kind"
+MAX_NAME = 253
+MAX_POD_SETS = 8
+MAIN_POD_SET = "main"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerKey:
+    """What a unit stands for, by kind, namespace and name (not uid: a
+    deleted consumer must still find the unit it leaves behind)."""
+
+    kind: ConsumerKind
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+def unit_name(prefix: str, name: str) -> str:
+    full = f"{prefix}-{name}"
+    if len(full) <= MAX_NAME:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
+    return f"{full[: MAX_NAME - 11].rstrip('-.')}-{digest}"
+
+
+def job_unit_name(job: str) -> str:
+    # The webhook looks this name up to allow a Job's unsuspend: keep in step.
+    return unit_name("job", job)
+
+
+def pod_unit_name(pod: str) -> str:
+    return unit_name("pod", pod)
+
+
+def group_unit_name(group: str) -> str:
+    return unit_name("group", group)
+
+
+def consumer_key(unit: UnitRecord) -> ConsumerKey | None:
+    if unit.consumer is None or unit.consumer.kind not in ("Job", "Pod", "PodGroup"):
+        return None
+    kind: ConsumerKind = unit.consumer.kind  # type: ignore[assignment]
+    return ConsumerKey(kind, unit.namespace, unit.consumer.name)
+
+
+# -- desired units ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool = False
+    block_owner_deletion: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredUnit:
+    namespace: str
+    name: str
+    queue: str
+    consumer: ConsumerKey
+    consumer_uid: str
+    consumer_api_version: str
+    pod_sets: tuple[PodSet, ...]
+    priority: int = 0
+    priority_class: str | None = None
+    owners: tuple[Owner, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def demand(self) -> Resources:
+        total = EMPTY
+        for pod_set in self.pod_sets:
+            total = total + pod_set.requests.scale(pod_set.count)
+        return total
+
+
+def priority_of_class(
+    name: str | None, classes: Mapping[str, PriorityClassRecord]
+) -> int:
+    """A priorityClassName's value; without one, the global default's (else 0)."""
+    if name is not None:
+        record = classes.get(name)
+        return record.value if record is not None else 0
+    for record in classes.values():
+        if record.global_default:
+            return record.value
+    return 0
+
+
+def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> DesiredUnit | None:
+    """The unit a managed Job needs; None when it needs none (no queue,
+    finished, or nothing to run)."""
+    if job.queue is None or job.outcome is not None or job.parallelism <= 0:
+        return None
+    return DesiredUnit(
+        namespace=job.namespace,
+        name=job_unit_name(job.name),
+        queue=job.queue,
+        consumer=ConsumerKey("Job", job.namespace, job.name),
+        consumer_uid=job.uid,
+        consumer_api_version="batch/v1",
+        pod_sets=(PodSet(MAIN_POD_SET, job.parallelism, job.pod_requests),),
+        priority=priority_of_class(job.priority_class, classes),
+        priority_class=job.priority_class,
+        owners=(Owner("batch/v1", "Job", job.name, job.uid, True, True),),
+    )
+
+
+def wants_pod_unit(pod: PodRecord) -> bool:
+    return (
+        pod.gated
+        and pod.queue is not None
+        and pod.pod_group is None
+        and pod.job_name is None
+        and not pod.terminating
+    )
+
+
+def pod_unit(pod: PodRecord) -> DesiredUnit | None:
+    if not wants_pod_unit(pod) or pod.queue is None:
+        return None
+    return DesiredUnit(
+        namespace=pod.namespace,
+        name=pod_unit_name(pod.name),
+        queue=pod.queue,
+        consumer=ConsumerKey("Pod", pod.namespace, pod.name),
+        consumer_uid=pod.uid,
+        consumer_api_version="v1",
+        pod_sets=(PodSet(MAIN_POD_SET, 1, pod.requests),),
+        priority=pod.priority,
+        owners=(Owner("v1", "Pod", pod.name, pod.uid, True, True),),
+    )
+
+
+def group_pod_sets(pods: Iterable[PodRecord]) -> tuple[PodSet, ...]:
+    """One pod set per distinct request vector (at most 8; beyond, one set
+    holding the sum, which keeps the demand exact)."""
+    pods = list(pods)
+    shapes = Counter(pod.requests for pod in pods)
+    if len(shapes) > MAX_POD_SETS:
+        total = EMPTY
+        for pod in pods:
+            total = total + pod.requests
+        return (PodSet(MAIN_POD_SET, 1, total),)
+    ordered = sorted(shapes.items(), key=lambda item: (-item[1], sorted(item[0].items())))
+    return tuple(
+        PodSet(MAIN_POD_SET if index == 0 else f"set-{index}", count, requests)
+        for index, (requests, count) in enumerate(ordered)
+    )
+
+
+def group_unit(namespace: str, group: str, pods: Iterable[PodRecord]) -> DesiredUnit | None:
+    """The unit of a pod group, once as many gated pods as its declared size
+    are present (the size is read from its pods' annotation)."""
+    members = sorted(
+        (p for p in pods if not p.terminating and p.pod_group == group),
+        key=lambda p: (p.created, p.name),
+    )
+    gated = [p for p in members if p.gated and p.queue is not None]
+    sizes = [p.pod_group_size for p in members if p.pod_group_size]
+    if not gated or not sizes or len(gated) < max(sizes):
+        return None
+    queue = gated[0].queue
+    assert queue is not None
+    return DesiredUnit(
+        namespace=namespace,
+        name=group_unit_name(group),
+        queue=queue,
+        consumer=ConsumerKey("PodGroup", namespace, group),
+        consumer_uid="",
+        consumer_api_version=POD_GROUP_API_VERSION,
+        pod_sets=group_pod_sets(gated),
+        priority=max(p.priority for p in gated),
+        owners=tuple(Owner("v1", "Pod", p.name, p.uid) for p in gated),
+    )
+
+
+def _resource_list(resources: Resources) -> dict[str, str]:
+    return resources.to_quantities()
+
+
+def pod_sets_json(pod_sets: Iterable[PodSet]) -> list[dict[str, Any]]:
+    out = []
+    for pod_set in pod_sets:
+        item: dict[str, Any] = {
+            "name": pod_set.name,
+            "count": pod_set.count,
+            "requests": _resource_list(pod_set.requests),
+        }
+        if pod_set.min_count is not None:
+            item["minCount"] = pod_set.min_count
+        out.append(item)
+    return out
+
+
+def manifest(unit: DesiredUnit) -> dict[str, Any]:
+    """The QueueUnit object to create for a desired unit."""
+    spec: dict[str, Any] = {
+        "queue": unit.queue,
+        "priority": unit.priority,
+        "consumerRef": {
+            "apiVersion": unit.consumer_api_version,
+            "kind": unit.consumer.kind,
+            "namespace": unit.namespace,
+            "name": unit.consumer.name,
+        },
+        "podSets": pod_sets_json(unit.pod_sets),
+    }
+    if unit.consumer_uid:
+        spec["consumerRef"]["uid"] = unit.consumer_uid
+    if unit.priority_class:
+        spec["priorityClassName"] = unit.priority_class
+    owners = [
+        {
+            "apiVersion": owner.api_version,
+            "kind": owner.kind,
+            "name": owner.name,
+            "uid": owner.uid,
+            **({"controller": True} if owner.controller else {}),
+            **({"blockOwnerDeletion": True} if owner.block_owner_deletion else {}),
+        }
+        for owner in unit.owners
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "QueueUnit",
+        "metadata": {
+            "name": unit.name,
+            "namespace": unit.namespace,
+            "labels": {QUEUE_LABEL: unit.queue, CONSUMER_KIND_LABEL: unit.consumer.kind},
+            "ownerReferences": owners,
+        },
+        "spec": spec,
+    }
+
+
+def spec_drift(unit: UnitRecord, desired: DesiredUnit) -> dict[str, Any] | None:
+    """A merge patch bringing a waiting unit's spec in line with its consumer
+    (a Job's parallelism changed, say); None when nothing differs."""
+    patch: dict[str, Any] = {}
+    if unit.pod_sets != desired.pod_sets:
+        patch["podSets"] = pod_sets_json(desired.pod_sets)
+    if unit.queue != desired.queue:
+        patch["queue"] = desired.queue
+    return patch or None
+
+
+# -- what the consumer is doing -------------------------------------------------------
+
+
+class Consumer(Enum):
+    """A unit's consumer as the cache sees it."""
+
+    NONE = "none"  # a reservation: no consumer at all
+    MISSING = "missing"  # gone (or replaced by a namesake: other uid)
+    HELD = "held"  # suspended / gated: arbiter still holds it
+    RELEASED = "released"  # let go, not running yet
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+def job_state(job: JobRecord | None, uid: str) -> Consumer:
+    if job is None or (uid and job.uid != uid):
+        return Consumer.MISSING
+    if job.outcome == "Complete":
+        return Consumer.SUCCEEDED
+    if job.outcome == "Failed":
+        return Consumer.FAILED
+    if job.suspended:
+        return Consumer.HELD
+    if job.ready > 0:
+        return Consumer.RUNNING
+    return Consumer.RELEASED
+
+
+def pod_state(pod: PodRecord | None, uid: str) -> Consumer:
+    if pod is None or (uid and pod.uid != uid):
+        return Consumer.MISSING
+    if pod.phase == "Succeeded":
+        return Consumer.SUCCEEDED
+    if pod.phase == "Failed":
+        return Consumer.FAILED
+    if pod.gated:
+        return Consumer.HELD
+    if pod.phase == "Running":
+        return Consumer.RUNNING
+    return Consumer.RELEASED
+
+
+def group_state(pods: Iterable[PodRecord]) -> Consumer:
+    """A group is held while any pod is gated (so an interrupted release is
+    finished), running once any pod runs, finished when all have ended."""
+    members = list(pods)
+    if not members:
+        return Consumer.MISSING
+    if any(p.gated for p in members):
+        return Consumer.HELD
+    phases = {p.phase for p in members}
+    if phases <= {"Succeeded", "Failed"}:
+        return Consumer.FAILED if "Failed" in phases else Consumer.SUCCEEDED
+    if phases & {"Running", "Succeeded"}:
+        return Consumer.RUNNING
+    return Consumer.RELEASED
+
+
+# -- the step a unit needs --------------------------------------------------------------
+
+Disposition = Literal["pending", "admitted"] | None
+StepKind = Literal["none", "phase", "release", "hold", "backoff"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One write a unit needs. `phase`: set status.phase; `release`: finish
+    an admission (unsuspend / ungate); `hold`: re-suspend a Job whose unit
+    is no longer admitted; `backoff`: Dequeued → TimeoutBackoff, then hold."""
+
+    kind: StepKind
+    phase: UnitPhase | None = None
+    message: str = ""
+
+
+NOTHING = Step("none")
+
+
+def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
+    """Where the unit belongs in the engine: waiting, holding capacity, or out."""
+    if consumer in (Consumer.MISSING, Consumer.SUCCEEDED, Consumer.FAILED):
+        return None
+    phase = unit.phase
+    if phase in ("Enqueued", "Reserved"):
+        # Released without an admission (created while arbiter was away):
+        # it uses capacity all the same.
+        return "pending" if consumer in (Consumer.HELD, Consumer.NONE) else "admitted"
+    if phase == "Dequeued":
+        return "admitted"
+    if phase == "Running":
+        # A Job suspended by someone else while running is requeued.
+        return None if consumer is Consumer.HELD else "admitted"
+    if phase == "TimeoutBackoff":
+        # Until the re-suspend lands, its pods may still be there.
+        return "admitted" if consumer in (Consumer.RELEASED, Consumer.RUNNING) else None
+    return None
+
+
+def parse_rfc3339(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def format_rfc3339(when: float) -> str:
+    return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def admission_deadline(unit: UnitRecord, timeout: float) -> float | None:
+    """When an admitted Job unit that is not Running goes to backoff."""
+    if unit.phase != "Dequeued" or unit.consumer is None or unit.consumer.kind != "Job":
+        return None
+    allocated = parse_rfc3339(unit.last_allocate_time)
+    return None if allocated is None else allocated + timeout
+
+
+def decide(
+    unit: UnitRecord,
+    consumer: Consumer,
+    *,
+    now: float,
+    timeout: float,
+    backoff_until: float | None = None,
+) -> Step:
+    """The one transition rule table (DESIGN §2 phases)."""
+    phase = unit.phase
+    if consumer is Consumer.MISSING or phase in ("Succeed", "Failed"):
+        return NOTHING  # garbage collection follows the owner
+    if consumer is Consumer.SUCCEEDED:
+        return Step("phase", "Succeed", "finished")
+    if consumer is Consumer.FAILED:
+        return Step("phase", "Failed", "failed")
+    if consumer is Consumer.NONE:
+        return NOTHING  # a reservation only moves when admitted
+    if phase in ("Enqueued", "Reserved"):
+        if consumer is Consumer.RELEASED:
+            return Step("phase", "Dequeued", "released outside arbiter; counted as admitted")
+        if consumer is Consumer.RUNNING:
+            return Step("phase", "Running", "running; released outside arbiter")
+        return NOTHING
+    if phase == "Dequeued":
+        if consumer is Consumer.RUNNING:
+            return Step("phase", "Running", "running")
+        deadline = admission_deadline(unit, timeout)
+        if deadline is not None and now >= deadline:
+            return Step(
+                "backoff",
+                "TimeoutBackoff",
+                f"not running {timeout:g}s after admission; suspended and requeued after backoff",
+            )
+        if consumer is Consumer.HELD:
+            return Step("release")
+        return NOTHING
+    if phase == "Running":
+        if consumer is Consumer.HELD:
+            return Step("phase", "Enqueued", "suspended outside arbiter; requeued")
+        return NOTHING
+    if phase == "TimeoutBackoff":
+        if consumer in (Consumer.RELEASED, Consumer.RUNNING):
+            return Step("hold")
+        if backoff_until is not None and now >= backoff_until:
+            return Step("phase", "Enqueued", "backoff over; waiting for admission again")
+        return NOTHING
+    return NOTHING
+
+
+def backoff_delay(attempts: int, *, base: float, cap: float, jitter: float) -> float:
+    """Exponential backoff after the `attempts`-th admission timed out;
+    `jitter` in [0, 1) spreads it by up to half again."""
+    exponent = max(0, attempts - 1)
+    delay = min(cap, base * (2.0 ** min(exponent, 32)))
+    return delay * (1.0 + 0.5 * jitter)

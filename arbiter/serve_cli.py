@@ -1,0 +1,168 @@
+"""`arbiter serve`: run the webhook / extender / loop server.
+
+Every flag has an environment variable ARBITER_<FLAG> (dashes as
+underscores) as its default, so a Deployment can configure it either way.
+Logs are JSON, one object per line: ts, level, logger, msg and the event's
+extra fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
+from arbiter.config import ServeConfig
+
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, then extra fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and key not in entry:
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aiohttp logs every access at INFO; kubernetes_asyncio is chatty at DEBUG.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get("ARBITER_" + name.upper().replace("-", "_"), default)
+
+
+def _env_flag(name: str) -> bool:
+    return (_env(name) or "").lower() in ("1", "true", "yes", "on")
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def add_parser(subparsers: Any) -> None:
+    defaults = ServeConfig()
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="run the arbiter server (webhook, extender, admission loop)",
+        description="Run the kube-arbiter server. Every flag defaults to the environment "
+                    "variable ARBITER_<FLAG>, e.g. ARBITER_PORT.",
+    )
+    add = parser.add_argument
+    add("--kubeconfig", default=_env("kubeconfig"),
+        help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
+    add("--host", default=_env("host", defaults.host), help="address to listen on")
+    add("--port", type=int, default=int(_env("port", str(defaults.port)) or defaults.port),
+        help="HTTPS port for webhook, extender, metrics and health")
+    add("--cert-dir", type=Path, default=Path(_env("cert_dir", str(defaults.cert_dir)) or "."),
+        help="directory with ca.crt/ca.key/tls.crt/tls.key; generated when empty; used as "
+             "is (and reloaded on change) when it holds tls.crt/tls.key but no ca.key")
+    add("--cert-secret", default=_env("cert_secret"),
+        help="Secret in --namespace that stores the certificates (shared by replicas)")
+    add("--webhook-url", default=_env("webhook_url"),
+        help="https://HOST:PORT the apiserver reaches this server at; when set, arbiter "
+             "installs and owns its webhook configurations with this URL and keeps their "
+             "caBundle current")
+    add("--namespace", default=_env("namespace", defaults.namespace),
+        help="arbiter's own namespace (never managed; holds the Lease and Secret)")
+    add("--service-name", default=_env("service_name", defaults.service_name),
+        help="name of arbiter's Service, webhook configurations and Lease")
+    add("--excluded-namespaces",
+        default=_env("excluded_namespaces", ",".join(DEFAULT_EXCLUDED_NAMESPACES)),
+        help="comma-separated namespaces arbiter never manages")
+    add("--overcommit", type=float,
+        default=float(_env("overcommit", str(defaults.overcommit)) or 1.0),
+        help="factor applied to cluster capacity (default 1.0)")
+    add("--no-leader-elect", action="store_true", default=_env_flag("no_leader_elect"),
+        help="run the admission loop without a Lease (one replica only)")
+    add("--identity", default=_env("identity", socket.gethostname()),
+        help="this replica's leader-election identity (default: hostname)")
+    add("--username", action="append", default=list(_csv(_env("username") or "")),
+        help="username arbiter's requests carry, if SelfSubjectReview is unavailable "
+             "(repeatable)")
+    add("--max-body-bytes", type=int,
+        default=int(_env("max_body_bytes", str(defaults.max_body_bytes)) or 0),
+        help="largest AdmissionReview body accepted (larger: HTTP 400)")
+    add("--extender-assume-ttl", type=float,
+        default=float(_env("extender_assume_ttl", str(defaults.extender_assume_ttl)) or 30.0),
+        help="seconds a pod the scheduler extender approved counts against its queue's "
+             "capability before its binding is seen")
+    add("--extender-locality-weight", type=int,
+        default=int(_env("extender_locality_weight",
+                         str(defaults.extender_locality_weight)) or 0),
+        help="prioritize: weight of gang locality (nodes running the unit's pods)")
+    add("--extender-binpack-weight", type=int,
+        default=int(_env("extender_binpack_weight", str(defaults.extender_binpack_weight)) or 0),
+        help="prioritize: weight of bin-packing on the pod's dominant resource")
+    add("--log-level", default=_env("log_level", "info"),
+        choices=["debug", "info", "warning", "error", "DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level")
+    parser.set_defaults(handler=run)
+
+
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    return ServeConfig(
+        host=args.host,
+        port=args.port,
+        cert_dir=args.cert_dir,
+        webhook_url=args.webhook_url or None,
+        service_name=args.service_name,
+        namespace=args.namespace,
+        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        excluded_namespaces=_csv(args.excluded_namespaces),
+        overcommit=args.overcommit,
+        leader_elect=not args.no_leader_elect,
+        identity=args.identity,
+        cert_secret=args.cert_secret or None,
+        usernames=tuple(args.username),
+        max_body_bytes=args.max_body_bytes,
+        extender_assume_ttl=args.extender_assume_ttl,
+        extender_locality_weight=args.extender_locality_weight,
+        extender_binpack_weight=args.extender_binpack_weight,
+        log_level=args.log_level.upper(),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    setup_logging(config.log_level)
+    from arbiter.server import serve
+
+    loop_factory = None
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:
+        pass
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(serve(config))
+    return 0

@@ -1,0 +1,275 @@
+"""Scheduler extender benchmarks (not tests): prints what it measures.
+
+Default: server-side latency of filter and prioritize with 5,000 NodeNames
+against a cache of 5,000 nodes and ~20 pods each (100,000 pods), i.e. the
+whole bytes -> decision -> bytes path of one call (`extender.routes.respond`:
+JSON decode, strict parsing, the decision from the in-memory cache, JSON
+encode). Budget (DESIGN.md §9): filter p99 <= 5 ms.
+
+    .venv/bin/python bench/bench_extender.py [--nodes 5000] [--pods-per-node 20]
+
+`--sandbox`: kube-scheduler's throughput on the real control plane,
+scheduling 2,000 pods on 500 fake nodes with and without the extender
+(budget: with >= 50 % of without). Starts its own sandbox in a temporary
+directory (or uses `--sandbox-dir` if one runs there) and stops it after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from arbiter.cache.records import (  # noqa: E402
+    NodeRecord,
+    PodRecord,
+    QueueRecord,
+    UnitRecord,
+)
+from arbiter.cache.store import ClusterStore  # noqa: E402
+from arbiter.core.resources import Resources  # noqa: E402
+from extender import routes  # noqa: E402
+from extender.state import ExtenderState  # noqa: E402
+
+GIB = 2**30
+
+
+def build_store(nodes: int, pods_per_node: int) -> tuple[ClusterStore, list[str]]:
+    store = ClusterStore()
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    for index, name in enumerate(names):
+        labels = (("kubernetes.io/hostname", name), ("pool", "a" if index % 2 else "b"),
+                  ("topology.kubernetes.io/zone", f"z{index % 3}"))
+        store.nodes[name] = NodeRecord(
+            name=name, allocatable=Resources({"cpu": 64_000, "memory": 256 * GIB, "pods": 110}),
+            ready=True, labels=labels,
+        )
+    queues = [f"q{i}" for i in range(20)]
+    for queue in queues:
+        store.upsert_queue(QueueRecord(
+            name=queue, capability=Resources({"cpu": 10_000_000}),
+            node_selector=(("pool", "a"),) if queue == "q1" else (),
+        ))
+    serial = 0
+    for index, name in enumerate(names):
+        for k in range(pods_per_node):
+            serial += 1
+            queue = queues[serial % len(queues)]
+            store.upsert_pod(PodRecord(
+                uid=f"uid-{serial}", namespace="bench", name=f"p-{serial}",
+                requests=Resources({"cpu": 500 + 100 * (k % 5), "memory": GIB}),
+                node_name=name, phase="Running", queue=queue,
+                job_name=f"job-{serial // 8}",
+            ))
+        if index % 1000 == 0:
+            gc.collect()
+    for queue in queues[:2]:
+        store.units[f"bench/job-new-{queue}"] = UnitRecord(
+            uid=f"unit-{queue}", namespace="bench", name=f"job-new-{queue}", queue=queue,
+            phase="Dequeued",
+        )
+    store.units["bench/job-job-7"] = UnitRecord(
+        uid="unit-7", namespace="bench", name="job-job-7", queue="q0", phase="Running")
+    return store, names
+
+
+def pod(name: str, queue: str | None, job: str, uid: str) -> dict[str, Any]:
+    labels = {"app": "bench"}
+    if queue is not None:
+        labels["arbiter.dev/queue"] = queue
+    return {
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {
+            "name": name, "namespace": "bench", "uid": uid,
+            "creationTimestamp": "2025-01-01T00:00:00Z", "labels": labels,
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                 "uid": "job-uid", "controller": True}],
+        },
+        "spec": {
+            "containers": [{"name": "main", "image": "pause",
+                            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
+            "schedulerName": "default-scheduler", "priority": 0,
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def measure(label: str, call: Callable[[], Any], runs: int) -> tuple[float, float]:
+    for _ in range(20):
+        call()
+    samples = []
+    gc.disable()
+    try:
+        for _ in range(runs):
+            started = time.perf_counter()
+            call()
+            samples.append((time.perf_counter() - started) * 1000)
+    finally:
+        gc.enable()
+    samples.sort()
+    p50 = statistics.median(samples)
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    print(f"  {label:<58} p50 {p50:6.2f} ms   p99 {p99:6.2f} ms   max {samples[-1]:6.2f} ms")
+    return p50, p99
+
+
+def latency(nodes: int, pods_per_node: int, runs: int) -> bool:
+    started = time.perf_counter()
+    store, names = build_store(nodes, pods_per_node)
+    state = ExtenderState(store)
+    print(f"cache: {len(store.nodes)} nodes, {len(store.pods)} pods "
+          f"(built in {time.perf_counter() - started:.1f} s)")
+    print(f"server-side time per call, {len(names)} NodeNames, {runs} runs each:")
+
+    def body(queue: str | None, job: str) -> bytes:
+        return orjson.dumps({"Pod": pod("bench-pod", queue, job, "bench-uid"), "Nodes": None,
+                             "NodeNames": names})
+
+    cases = [
+        ("filter", "filter: managed pod, admitted, within capability", body("q0", "new-q0")),
+        ("filter", "filter: managed pod, queue nodeSelector (half match)", body("q1", "new-q1")),
+        ("filter", "filter: managed pod, not admitted (all fail)", body("q2", "nope")),
+        ("filter", "filter: unmanaged pod", body(None, "x")),
+        ("prioritize", "prioritize: managed gang pod (locality + packing)", body("q0", "job-7")),
+        ("prioritize", "prioritize: unmanaged pod", body(None, "x")),
+    ]
+    print(f"  (request body: {len(cases[0][2]) / 1024:.0f} KiB)")
+    worst_filter = 0.0
+    for verb, label, payload in cases:
+        reply = routes.respond(verb, state, payload)
+        assert reply.status == 200, reply.body[:200]
+        _, p99 = measure(label, lambda v=verb, p=payload: routes.respond(v, state, p), runs)
+        if verb == "filter":
+            worst_filter = max(worst_filter, p99)
+    ok = worst_filter <= 5.0
+    print(f"budget: filter p99 <= 5 ms -> worst {worst_filter:.2f} ms: {'OK' if ok else 'OVER'}")
+    return ok
+
+
+# -- sandbox throughput ---------------------------------------------------------------
+def _pod_list(namespace: str, count: int, prefix: str) -> dict[str, Any]:
+    items = [{
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{prefix}-{i}", "namespace": namespace},
+        "spec": {"containers": [{"name": "main", "image": "pause",
+                                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]},
+    } for i in range(count)]
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def _bound_times(sandbox: Any, namespace: str, count: int, timeout: float) -> list[float]:
+    """Watch the namespace's pods and note when each first has a nodeName."""
+    import subprocess
+
+    command = [str(sandbox.kubectl_path), "--kubeconfig", str(sandbox.kubeconfig), "get",
+               "pods", "-n", namespace, "--watch", "--output-watch-events", "-o",
+               "jsonpath={.object.metadata.name} {.object.spec.nodeName}{\"\\n\"}"]
+    seen: dict[str, float] = {}
+    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    try:
+        assert watcher.stdout is not None
+        for line in watcher.stdout:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] not in seen:
+                seen[parts[0]] = time.monotonic()
+            if len(seen) >= count or time.monotonic() > deadline:
+                break
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
+    return sorted(seen.values())
+
+
+def throughput(sandbox: Any, with_extender: bool, pods: int) -> float:
+    from arbiter.sandbox import process
+
+    namespace = f"bench-{'ext' if with_extender else 'plain'}-{int(time.time())}"
+    document = sandbox.scheduler_config()
+    if not with_extender:
+        document.pop("extenders", None)
+    sandbox.kubectl("create", "namespace", namespace)
+    sandbox.kubectl("label", "namespace", namespace, "arbiter.dev/managed=false")
+    # Hold scheduling while the pods are created, so that creation speed
+    # does not limit what is measured.
+    process.stop(sandbox.processes()["kube-scheduler"])
+    manifest = sandbox.dir / f"{namespace}.json"
+    manifest.write_bytes(orjson.dumps(_pod_list(namespace, pods, "p")))
+    sandbox.kubectl("create", "-f", str(manifest), "-o", "name")
+    import threading
+
+    times: list[float] = []
+    watcher = threading.Thread(
+        target=lambda: times.extend(_bound_times(sandbox, namespace, pods, 600)))
+    watcher.start()
+    time.sleep(1.0)
+    sandbox.restart_scheduler(document)
+    watcher.join()
+    sandbox.kubectl("delete", "namespace", namespace, "--wait=false")
+    if len(times) < pods:
+        print(f"  only {len(times)} of {pods} pods were bound")
+    span = times[-1] - times[0] if len(times) > 1 else float("inf")
+    rate = (len(times) - 1) / span if span > 0 else 0.0
+    print(f"  {'with' if with_extender else 'without'} extender: {len(times)} pods bound in "
+          f"{span:.2f} s -> {rate:.0f} pods/s")
+    return rate
+
+
+def sandbox_benchmark(directory: str | None, nodes: int, pods: int) -> bool:
+    import tempfile
+
+    from arbiter.sandbox import NodeShape, Sandbox
+
+    own = directory is None
+    where = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
+    sandbox = Sandbox(where, quiet=True)
+    try:
+        if own or not sandbox.healthy():
+            print(f"starting a sandbox with {nodes} nodes in {where} ...")
+            sandbox.up(NodeShape(count=nodes, cpu="8", memory="32Gi"), arbiter=True)
+        original = sandbox.scheduler_config()
+        print(f"kube-scheduler throughput, {pods} pods on {nodes} fake nodes:")
+        without = throughput(sandbox, False, pods)
+        with_extender = throughput(sandbox, True, pods)
+        sandbox.restart_scheduler(original)
+        ratio = with_extender / without if without else 0.0
+        ok = ratio >= 0.5
+        print(f"budget: with >= 50 % of without -> {ratio:.0%}: {'OK' if ok else 'UNDER'}")
+        return ok
+    finally:
+        if own:
+            sandbox.down()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods-per-node", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--sandbox", action="store_true",
+                        help="also run the sandbox throughput benchmark")
+    parser.add_argument("--sandbox-only", action="store_true")
+    parser.add_argument("--sandbox-dir", default=None)
+    parser.add_argument("--sandbox-nodes", type=int, default=500)
+    parser.add_argument("--sandbox-pods", type=int, default=2000)
+    args = parser.parse_args(argv)
+    ok = True
+    if not args.sandbox_only:
+        ok = latency(args.nodes, args.pods_per_node, args.runs)
+    if args.sandbox or args.sandbox_only:
+        ok = sandbox_benchmark(args.sandbox_dir, args.sandbox_nodes, args.sandbox_pods) and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""filter: may this pod be placed now, and on which of the candidate nodes?
+
+- A pod arbiter does not manage (no queue label, or an unmanaged namespace)
+  passes untouched: every candidate node is returned.
+- A managed pod whose unit has not been admitted, or whose placement would
+  push its queue over `capability` (counting bound pods and pods approved
+  but not yet bound), fails every node as *unresolvable*: preemption could
+  not fix either, so kube-scheduler should not try it. The reason is
+  written for a person; it shows in the pod's FailedScheduling event.
+- A queue with `spec.nodeSelector` confines its pods to matching nodes; the
+  other nodes fail as unresolvable too (like kube-scheduler's own
+  NodeAffinity: evicting pods from a node cannot change its labels).
+- A node arbiter's cache does not know yet (a new node, a lagging watch)
+  fails as resolvable when its labels matter, and passes when they do not.
+
+An approval is recorded as an assumed pod of its queue (see assumed.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from arbiter.cache.records import PodRecord, QueueRecord
+from arbiter.core.quantities import format_quantity
+from extender.state import ExtenderState, unit_key
+from extender.wire import ExtenderArgs, ExtenderFilterResult
+
+FilterVerdict = Literal["unmanaged", "passed", "rejected"]
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    result: ExtenderFilterResult
+    verdict: FilterVerdict
+
+
+def assume_key(pod: PodRecord) -> str:
+    """Assumed pods are keyed by UID (what the cache's notifications carry)."""
+    return pod.uid or f"{pod.namespace}/{pod.name}"
+
+
+def admission_problem(
+    state: ExtenderState, pod: PodRecord, queue: QueueRecord | None
+) -> str | None:
+    """Why a managed pod may not be placed anywhere now; None when it may."""
+    if queue is None:
+        return (
+            f'queue "{pod.queue}" (the pod\'s arbiter.dev/queue label) does not exist; '
+            "create the Queue or fix the label"
+        )
+    problems: list[str] = []
+    unit = state.unit_of(pod)
+    key = unit_key(pod)
+    if unit is None:
+        problems.append(
+            f'queue "{queue.name}" has not admitted this pod: there is no QueueUnit {key} '
+            "(was it created while arbiter was down? delete and recreate it to queue it)"
+        )
+    elif not unit.admitted:
+        problems.append(
+            f'queue "{queue.name}" has not admitted this pod\'s unit {key} yet '
+            f"(unit phase {unit.phase}; was the pod created while arbiter was down?)"
+        )
+    excess = capability_excess(state, pod, queue)
+    if excess is not None:
+        problems.append(excess)
+    return "; ".join(problems) or None
+
+
+def capability_excess(state: ExtenderState, pod: PodRecord, queue: QueueRecord) -> str | None:
+    """The resources on which placing `pod` would take `queue` past its capability."""
+    capability = queue.capability
+    if not capability or not pod.requests:
+        return None
+    in_use = state.queue_in_use(queue.name, excluding=assume_key(pod))
+    over: list[str] = []
+    for resource, requested in sorted(pod.requests.items()):
+        if resource not in capability or requested <= 0:
+            continue
+        used = in_use.get_amount(resource)
+        if used + requested > capability[resource]:
+            over.append(
+                f"{resource} {format_quantity(resource, used)} in use + "
+                f"{format_quantity(resource, requested)} requested > "
+                f"{format_quantity(resource, capability[resource])}"
+            )
+    if not over:
+        return None
+    return f'queue "{queue.name}" would exceed its capability: {", ".join(over)}'
+
+
+def _selector_text(selector: tuple[tuple[str, str], ...]) -> str:
+    return ",".join(f"{key}={value}" for key, value in selector)
+
+
+def _answer(
+    args: ExtenderArgs,
+    passed: list[int] | None,
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+) -> ExtenderFilterResult:
+    """The reply in the form the request came in; `passed` None means every node."""
+    if args.nodes is None:
+        names = args.names if passed is None else [args.names[i] for i in passed]
+        return {
+            "Nodes": None,
+            "NodeNames": names,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": "",
+        }
+    items = args.nodes if passed is None else [args.nodes[i] for i in passed]
+    return {
+        "Nodes": {"apiVersion": "v1", "kind": "NodeList", "items": items},
+        "NodeNames": None,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+
+
+def filter_nodes(state: ExtenderState, args: ExtenderArgs) -> FilterOutcome:
+    pod = args.pod
+    if not state.is_managed(pod):
+        return FilterOutcome(_answer(args, None, {}, {}), "unmanaged")
+    assert pod.queue is not None  # is_managed
+    queue = state.store.queues.get(pod.queue)
+    problem = admission_problem(state, pod, queue)
+    if problem is not None or queue is None:
+        reason = problem or "queue missing"
+        return FilterOutcome(_answer(args, [], {}, dict.fromkeys(args.names, reason)), "rejected")
+
+    passed: list[int] | None = None
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    selector = queue.node_selector
+    if selector:
+        passed = []
+        mismatch = (
+            f'node does not match queue "{queue.name}"\'s nodeSelector {_selector_text(selector)}'
+        )
+        wanted = frozenset(selector)
+        sent_labels = args.node_labels
+        for index, name in enumerate(args.names):
+            if sent_labels is not None:
+                labels = sent_labels[index]
+                matches = all(labels.get(key) == value for key, value in selector)
+            else:
+                known = state.node_labels(name)
+                if known is None:
+                    failed[name] = f"node {name} is not in arbiter's cache yet"
+                    continue
+                matches = wanted <= known
+            if matches:
+                passed.append(index)
+            else:
+                unresolvable[name] = mismatch
+    if (passed is None and args.names) or passed:
+        state.assumed.assume(assume_key(pod), queue.name, pod.requests)
+        verdict: FilterVerdict = "passed"
+    else:
+        verdict = "rejected"
+    return FilterOutcome(_answer(args, passed, failed, unresolvable), verdict)

@@ -1,0 +1,183 @@
+"""The aiohttp adapter: POST /scheduler/{filter,prioritize,preempt}.
+
+Bytes in, a decision from the in-memory cache, bytes out, metrics. Nothing
+here talks to the API server. A body that is not a well-formed request for
+the verb gets HTTP 400 with a one-line reason; every answer kube-scheduler
+should act on is HTTP 200 (it treats any other status as an error).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+from prometheus_client import Counter
+
+from arbiter import metrics
+from arbiter.cache.store import ClusterStore
+from arbiter.config import ServeConfig
+from extender.filter import filter_nodes
+from extender.preempt import preempt
+from extender.prioritize import prioritize_nodes
+from extender.state import ExtenderState
+from extender.wire import BadRequest, parse_extender_args, parse_preemption_args
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/scheduler"
+STATE_KEY = web.AppKey("arbiter_extender_state", ExtenderState)
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+# (state, decoded JSON body) -> (answer to serialise, result label for the metric)
+Decide = Callable[[ExtenderState, Any], tuple[Any, str]]
+
+
+class ExtenderContext(Protocol):
+    """What the server hands route providers (arbiter.server.ServerContext)."""
+
+    @property
+    def config(self) -> ServeConfig: ...
+
+    @property
+    def store(self) -> ClusterStore: ...
+
+
+def _filter(state: ExtenderState, body: Any) -> tuple[Any, str]:
+    outcome = filter_nodes(state, parse_extender_args(body))
+    return outcome.result, outcome.verdict
+
+
+def _prioritize(state: ExtenderState, body: Any) -> tuple[Any, str]:
+    return prioritize_nodes(state, parse_extender_args(body)), "ok"
+
+
+def _preempt(state: ExtenderState, body: Any) -> tuple[Any, str]:
+    outcome = preempt(state, parse_preemption_args(body))
+    return outcome.result, outcome.verdict
+
+
+VERBS: dict[str, Decide] = {"filter": _filter, "prioritize": _prioritize, "preempt": _preempt}
+
+
+class _Counters:
+    """Label children cached per (verb, result): labels() is slow."""
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[str, str], Counter] = {}
+
+    def inc(self, verb: str, result: str) -> None:
+        child = self._children.get((verb, result))
+        if child is None:
+            child = self._children[verb, result] = metrics.extender_requests_total.labels(
+                verb, result
+            )
+        child.inc()
+
+
+_COUNTERS = _Counters()
+
+
+def one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 500 else line[:497] + "..."
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The request body, refusing more than `limit` bytes (the app-wide
+    client_max_size is sized for AdmissionReviews, not Node lists)."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise BadRequest(f"body of {length} bytes exceeds the {limit}-byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(f"body exceeds the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode(body: bytes) -> Any:
+    if not body:
+        raise BadRequest("empty body: expected a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequest(f"body is not valid JSON: {error}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: bytes
+    result: str  # the `result` label of arbiter_extender_requests_total
+
+    @property
+    def content_type(self) -> str:
+        return "application/json" if self.status == 200 else "text/plain"
+
+
+def _bad_request(error: BadRequest, verb: str) -> Reply:
+    log.info("extender bad request", extra={"verb": verb, "reason": str(error)})
+    return Reply(400, (one_line(str(error)) + "\n").encode(), "bad_request")
+
+
+def respond(verb: str, state: ExtenderState, body: bytes) -> Reply:
+    """One call, bytes to bytes, without I/O (and so without an await: the
+    decision and its assume see one consistent cache state)."""
+    try:
+        answer, result = VERBS[verb](state, decode(body))
+        return Reply(200, orjson.dumps(answer), result)
+    except BadRequest as error:
+        return _bad_request(error, verb)
+    except Exception as error:
+        # A bug, not the caller's fault: say so (kube-scheduler retries the pod).
+        log.exception("extender call failed", extra={"verb": verb})
+        return Reply(500, (one_line(f"internal error: {error!r}") + "\n").encode(), "error")
+
+
+def make_handler(verb: str, state: ExtenderState, max_body: int) -> Handler:
+    duration = metrics.extender_duration_seconds.labels(verb)
+
+    async def handle(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            reply = respond(verb, state, await read_body(request, max_body))
+        except BadRequest as error:
+            reply = _bad_request(error, verb)
+        _COUNTERS.inc(verb, reply.result)
+        duration.observe(time.perf_counter() - started)
+        return web.Response(status=reply.status, body=reply.body, content_type=reply.content_type)
+
+    return handle
+
+
+def build_state(store: ClusterStore, config: ServeConfig) -> ExtenderState:
+    return ExtenderState(
+        store,
+        assume_ttl=config.extender_assume_ttl,
+        overcommit=config.overcommit,
+        locality_weight=config.extender_locality_weight,
+        binpack_weight=config.extender_binpack_weight,
+    )
+
+
+def add_routes(app: web.Application, ctx: ExtenderContext) -> None:
+    """Route provider for arbiter.server: the three verbs under /scheduler."""
+    state = build_state(ctx.store, ctx.config)
+    app[STATE_KEY] = state
+    for verb in VERBS:
+        app.router.add_post(
+            f"{PREFIX}/{verb}", make_handler(verb, state, ctx.config.extender_max_body_bytes)
+        )
+
+    async def close(_: web.Application) -> None:
+        state.close()
+
+    app.on_cleanup.append(close)

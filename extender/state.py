@@ -1,0 +1,262 @@
+"""What the extender needs beyond the cache's records, kept current cheaply.
+
+kube-scheduler calls filter for every pod with every feasible node, so no
+request may walk all pods. `ExtenderState` subscribes to the store's change
+notifications and keeps running sums that a request reads in O(1) per node:
+
+- what each node's bound pods request (bin-packing),
+- what each queue's bound pods request (the `capability` check),
+- on which nodes each gang (a Job's or a pod group's pods) already runs
+  (locality),
+- the cluster's total allocatable (the pod's dominant resource),
+
+plus the pods approved but not yet seen bound (`assumed`). A pod "holds" its
+requests from the moment it has a node until it reaches a terminal phase or
+is gone, as kube-scheduler counts it (terminating pods still hold theirs).
+
+Everything runs on the asyncio loop that applies watch events, so a request
+sees a consistent state and its decision and its `assume` are atomic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.cache.store import ClusterStore, Kind
+from arbiter.core.resources import Resources
+from arbiter.loop.units import group_unit_name, job_unit_name, pod_unit_name
+from extender.assumed import AssumedPods
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+Amounts = dict[str, int]
+
+
+def unit_name(pod: PodRecord) -> str:
+    """The name of the QueueUnit a managed pod belongs to, by the loop's
+    naming: `job-<job>` for a Job's pods, `group-<group>` for a pod group's,
+    else `pod-<pod>`; the unit lives in the pod's namespace."""
+    if pod.job_name:
+        return job_unit_name(pod.job_name)
+    if pod.pod_group:
+        return group_unit_name(pod.pod_group)
+    return pod_unit_name(pod.name)
+
+
+def unit_key(pod: PodRecord) -> str:
+    """`namespace/name` of the pod's QueueUnit, as `ClusterStore.units` keys it."""
+    return f"{pod.namespace}/{unit_name(pod)}"
+
+
+def gang_key(pod: PodRecord) -> str | None:
+    """The unit key for pods that come in gangs (Job, pod group); None for a lone pod."""
+    return unit_key(pod) if pod.job_name or pod.pod_group else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """What one bound, non-terminal pod contributes to the sums."""
+
+    node: str
+    queue: str | None
+    gang: str | None
+    requests: Resources
+
+
+def _add(table: dict[str, Amounts], key: str, requests: Mapping[str, int], sign: int) -> None:
+    amounts = table.get(key)
+    if amounts is None:
+        amounts = table[key] = {}
+    for name, value in requests.items():
+        total = amounts.get(name, 0) + sign * value
+        if total:
+            amounts[name] = total
+        else:
+            amounts.pop(name, None)
+    if not amounts:
+        del table[key]
+
+
+def _add_one(table: dict[str, dict[str, int]], outer: str, inner: str, delta: int) -> None:
+    values = table.get(outer)
+    if values is None:
+        values = table[outer] = {}
+    total = values.get(inner, 0) + delta
+    if total:
+        values[inner] = total
+    else:
+        values.pop(inner, None)
+        if not values:
+            del table[outer]
+
+
+_EMPTY_AMOUNTS: Mapping[str, int] = {}
+
+
+class ExtenderState:
+    def __init__(
+        self,
+        store: ClusterStore,
+        *,
+        assume_ttl: float = 30.0,
+        overcommit: float = 1.0,
+        locality_weight: int = 1,
+        binpack_weight: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if locality_weight < 0 or binpack_weight < 0:
+            raise ValueError("prioritize weights must not be negative")
+        self.store = store
+        self.overcommit = overcommit
+        self.locality_weight = locality_weight
+        self.binpack_weight = binpack_weight
+        self.assumed = AssumedPods(assume_ttl, clock)
+        self._held: dict[str, _Held] = {}
+        # resource -> node -> amount: prioritize reads one resource for many
+        # nodes, so it gets a plain dict per resource (C-speed lookups).
+        self._used_by_resource: dict[str, dict[str, int]] = {}
+        self._queue_used: dict[str, Amounts] = {}
+        self._gang_nodes: dict[str, dict[str, int]] = {}
+        self._node_allocatable: dict[str, Resources] = {}
+        self._allocatable_by_resource: dict[str, dict[str, int]] = {}
+        self._allocatable_total: Amounts = {}
+        self._labels: dict[str, tuple[object, frozenset[tuple[str, str]]]] = {}
+        self._listening = False
+        self.rebuild()
+        store.listeners.append(self.on_change)
+        self._listening = True
+
+    def close(self) -> None:
+        """Stop following the store."""
+        if self._listening:
+            self.store.listeners.remove(self.on_change)
+            self._listening = False
+
+    # -- maintenance -----------------------------------------------------------
+    def rebuild(self) -> None:
+        self._held.clear()
+        self._used_by_resource.clear()
+        self._queue_used.clear()
+        self._gang_nodes.clear()
+        for uid in list(self.store.pods):
+            self._update_pod(uid)
+        self._rebuild_nodes()
+
+    def _rebuild_nodes(self) -> None:
+        self._node_allocatable.clear()
+        self._allocatable_by_resource.clear()
+        self._allocatable_total.clear()
+        self._labels.clear()
+        for name in self.store.nodes:
+            self._update_node(name)
+
+    def on_change(self, kind: Kind, key: str) -> None:
+        if kind == "Pod":
+            self._update_pod(key)
+        elif kind == "Node":
+            self._update_node(key)
+
+    @staticmethod
+    def _holding(pod: PodRecord | None) -> _Held | None:
+        if pod is None or not pod.node_name or pod.phase in TERMINAL_PHASES:
+            return None
+        return _Held(pod.node_name, pod.queue, gang_key(pod), pod.requests)
+
+    def _update_pod(self, uid: str) -> None:
+        pod = self.store.pods.get(uid)
+        if pod is None or pod.node_name or pod.phase in TERMINAL_PHASES:
+            # Bound (now counted as held), gone or finished: no longer assumed.
+            self.assumed.forget(uid)
+        new = self._holding(pod)
+        old = self._held.get(uid)
+        if old == new:
+            return
+        if old is not None:
+            self._apply(old, -1)
+        if new is not None:
+            self._apply(new, 1)
+            self._held[uid] = new
+        else:
+            self._held.pop(uid, None)
+
+    def _apply(self, held: _Held, sign: int) -> None:
+        for resource, value in held.requests.items():
+            _add_one(self._used_by_resource, resource, held.node, sign * value)
+        if held.queue is not None:
+            _add(self._queue_used, held.queue, held.requests, sign)
+        if held.gang is not None:
+            _add_one(self._gang_nodes, held.gang, held.node, sign)
+
+    def _update_node(self, name: str) -> None:
+        record = self.store.nodes.get(name)
+        old = self._node_allocatable.get(name)
+        new = record.allocatable if record is not None else None
+        if record is None:
+            self._labels.pop(name, None)
+        if old == new:
+            return
+        if old is not None:
+            for resource, value in old.items():
+                self._allocatable_total[resource] = self._allocatable_total.get(resource, 0) - value
+                _add_one(self._allocatable_by_resource, resource, name, -value)
+            del self._node_allocatable[name]
+        if new is not None:
+            for resource, value in new.items():
+                self._allocatable_total[resource] = self._allocatable_total.get(resource, 0) + value
+                _add_one(self._allocatable_by_resource, resource, name, value)
+            self._node_allocatable[name] = new
+
+    # -- queries ---------------------------------------------------------------
+    def node_used(self, node: str) -> Mapping[str, int]:
+        """What the pods bound to `node` request."""
+        return {
+            resource: nodes[node]
+            for resource, nodes in self._used_by_resource.items()
+            if node in nodes
+        }
+
+    def used_by_node(self, resource: str) -> Mapping[str, int]:
+        """node -> what its bound pods request of `resource` (absent: 0)."""
+        return self._used_by_resource.get(resource, _EMPTY_AMOUNTS)
+
+    def allocatable_by_node(self, resource: str) -> Mapping[str, int]:
+        """node -> its allocatable `resource` (absent: 0)."""
+        self.allocatable_total()  # recount first if a relist dropped nodes silently
+        return self._allocatable_by_resource.get(resource, _EMPTY_AMOUNTS)
+
+    def queue_in_use(self, queue: str, *, excluding: str | None = None) -> Resources:
+        """Bound pods of `queue` plus its assumed ones (not counting pod `excluding`)."""
+        bound = Resources(self._queue_used.get(queue, _EMPTY_AMOUNTS))
+        return bound + self.assumed.usage(queue, excluding=excluding)
+
+    def gang_nodes(self, gang: str) -> Mapping[str, int]:
+        """node -> number of the gang's pods bound there."""
+        return self._gang_nodes.get(gang, _EMPTY_AMOUNTS)
+
+    def allocatable_total(self) -> Mapping[str, int]:
+        if len(self._node_allocatable) != len(self.store.nodes):
+            # A relist removed nodes without a notification: recount.
+            self._rebuild_nodes()
+        return self._allocatable_total
+
+    def node_labels(self, name: str) -> frozenset[tuple[str, str]] | None:
+        """The node's labels as a set of pairs; None for a node the cache does not know."""
+        record = self.store.nodes.get(name)
+        if record is None:
+            return None
+        cached = self._labels.get(name)
+        if cached is not None and cached[0] is record:
+            return cached[1]
+        labels = frozenset(record.labels)
+        self._labels[name] = (record, labels)
+        return labels
+
+    def unit_of(self, pod: PodRecord) -> UnitRecord | None:
+        return self.store.units.get(unit_key(pod))
+
+    def is_managed(self, pod: PodRecord) -> bool:
+        """Arbiter manages pods that carry a queue label in a managed namespace."""
+        return pod.queue is not None and self.store.is_managed_namespace(pod.namespace)

@@ -1,0 +1,192 @@
+"""The watchers against a fake apiserver over HTTP, through a real
+kubernetes_asyncio ApiClient: paginated relist, events, bookmarks, resume
+from the last resourceVersion, relist on 410, retry while a CRD is missing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from kubernetes_asyncio import client
+
+from arbiter import metrics
+from arbiter.cache.store import ClusterStore
+from arbiter.cache.watch import Resource, Watcher, run_watchers
+
+PODS = "/api/v1/pods"
+QUEUES = "/apis/arbiter.dev/v1alpha1/queues"
+
+
+def pod(name: str, rv: int, **extra: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                         "resourceVersion": str(rv), **extra},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Pending"}}
+
+
+@dataclass
+class FakeApiServer:
+    objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    events: dict[str, asyncio.Queue[dict[str, Any] | None]] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)
+    requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    list_version: str = "100"
+
+    def queue(self, path: str) -> asyncio.Queue[dict[str, Any] | None]:
+        return self.events.setdefault(path, asyncio.Queue())
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        self.requests.append((request.path, query))
+        if request.path in self.missing:
+            return web.json_response({"kind": "Status", "code": 404, "reason": "NotFound",
+                                      "message": "the server could not find the resource"},
+                                     status=404)
+        if query.get("watch") != "1":
+            items = self.objects.get(request.path, [])
+            start = int(query.get("continue") or 0)
+            limit = int(query.get("limit", "500"))
+            page = items[start:start + limit]
+            more = start + limit < len(items)
+            meta = {"resourceVersion": self.list_version}
+            if more:
+                meta["continue"] = str(start + limit)
+            return web.json_response({"kind": "List", "metadata": meta, "items": page})
+        response = web.StreamResponse()
+        response.content_type = "application/json"
+        await response.prepare(request)
+        queue = self.queue(request.path)
+        while True:
+            event = await queue.get()
+            if event is None:
+                break
+            await response.write(orjson.dumps(event) + b"\n")
+        await response.write_eof()
+        return response
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[FakeApiServer, Any]]:
+    server = FakeApiServer()
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", server.handle)
+    test_server = TestServer(app, host="127.0.0.1")
+    await test_server.start_server()
+    configuration = client.Configuration(host=str(test_server.make_url("")).rstrip("/"))
+    api = client.ApiClient(configuration)
+    try:
+        yield server, api
+    finally:
+        await api.close()
+        await test_server.close()
+
+
+async def _until(predicate: Any, within: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def test_paginated_relist_replaces_the_table(fake: tuple[FakeApiServer, Any]) -> None:
+    server, api = fake
+    server.objects[PODS] = [pod(f"p{i}", i) for i in range(5)]
+    store = ClusterStore()
+    store.apply("Pod", "ADDED", pod("stale", 1))
+    watcher = Watcher(api, store, Resource("Pod", PODS), page_size=2)
+    version = await watcher.relist()
+    assert version == "100"
+    assert sorted(p.name for p in store.pods.values()) == ["p0", "p1", "p2", "p3", "p4"]
+    assert "Pod" in store.synced_kinds
+    pages = [q for path, q in server.requests if path == PODS]
+    assert [q.get("continue") for q in pages] == [None, "2", "4"]
+    assert metrics.cache_objects.labels("Pod")._value.get() == 5
+
+
+async def test_events_bookmarks_and_resume(fake: tuple[FakeApiServer, Any]) -> None:
+    server, api = fake
+    server.objects[PODS] = [pod("a", 1)]
+    store = ClusterStore()
+    watcher = Watcher(api, store, Resource("Pod", PODS), backoff_initial=0.01)
+    task = asyncio.create_task(watcher.run())
+    try:
+        events = server.queue(PODS)
+        await _until(lambda: "Pod" in store.synced_kinds)
+        await events.put({"type": "ADDED", "object": pod("b", 101)})
+        await events.put({"type": "MODIFIED", "object": pod("a", 102, labels={
+            "arbiter.dev/queue": "q"})})
+        await events.put({"type": "DELETED", "object": pod("b", 103)})
+        # A frame larger than aiohttp's readline limit.
+        big = pod("c", 104, annotations={"blob": "x" * 300_000})
+        await events.put({"type": "ADDED", "object": big})
+        await events.put({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "150"}}})
+        await events.put(None)  # the server ends the watch (timeout)
+        await _until(lambda: sum(1 for p, q in server.requests
+                                 if p == PODS and q.get("watch")) >= 2)
+        assert store.pods["uid-a"].queue == "q"
+        assert "uid-b" not in store.pods and "uid-c" in store.pods
+        watches = [q for p, q in server.requests if p == PODS and q.get("watch")]
+        assert watches[0]["resourceVersion"] == "100"
+        assert watches[0]["allowWatchBookmarks"] == "true"
+        assert watches[1]["resourceVersion"] == "150"  # resumed, no relist
+        assert watcher.relists == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_410_gone_relists(fake: tuple[FakeApiServer, Any]) -> None:
+    server, api = fake
+    server.objects[PODS] = [pod("a", 1)]
+    store = ClusterStore()
+    watcher = Watcher(api, store, Resource("Pod", PODS), backoff_initial=0.01)
+    task = asyncio.create_task(watcher.run())
+    try:
+        await _until(lambda: watcher.relists == 1)
+        server.objects[PODS] = [pod("z", 300)]
+        server.list_version = "300"
+        await server.queue(PODS).put({"type": "ERROR", "object": {
+            "kind": "Status", "code": 410, "reason": "Expired",
+            "message": "too old resource version: 100 (250)"}})
+        await _until(lambda: watcher.relists == 2)
+        assert [p.name for p in store.pods.values()] == ["z"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_missing_crd_is_retried_until_installed(fake: tuple[FakeApiServer, Any]) -> None:
+    server, api = fake
+    server.missing.add(QUEUES)
+    server.objects[QUEUES] = [{"metadata": {"name": "team-a", "resourceVersion": "5"},
+                               "spec": {"weight": 2}}]
+    store = ClusterStore()
+    watcher = Watcher(api, store, Resource("Queue", QUEUES), backoff_initial=0.01,
+                      backoff_max=0.05)
+    task = asyncio.create_task(watcher.run())
+    try:
+        await _until(lambda: sum(1 for p, _ in server.requests if p == QUEUES) >= 3)
+        assert not store.synced_kinds
+        server.missing.discard(QUEUES)
+        await _until(lambda: "Queue" in store.synced_kinds)
+        assert store.queues["team-a"].weight == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_store_is_synced_once_every_kind_listed(fake: tuple[FakeApiServer, Any]) -> None:
+    _, api = fake
+    store = ClusterStore()
+    task = asyncio.create_task(run_watchers(api, store))
+    try:
+        await _until(lambda: store.synced)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,186 @@
+"""Restarts, a second leader, a lagging watch, failing writes: every unit is
+admitted exactly once and none is lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arbiter.loop.kube import ApiError, Denied, NotFound, job_path, pod_path, unit_path
+from tests.loop.harness import Cluster
+
+
+def fail_on(method: str, prefix: str, error: ApiError, times: int = 10**9) -> Any:
+    left = [times]
+
+    def hook(m: str, path: str, _: Any) -> ApiError | None:
+        if m == method and path.startswith(prefix) and left[0] > 0:
+            left[0] -= 1
+            return error
+        return None
+
+    return hook
+
+
+async def test_a_crash_between_status_and_release_is_finished_by_the_next_leader() -> None:
+    c = Cluster()
+    await c.nodes(2)
+    await c.queue("q")
+    await c.job("ns", "train", "q")
+    # The release never gets through: the process "dies" after the status write.
+    hook = fail_on("PATCH", job_path("ns", "train"), ApiError(500, "InternalError", "boom"))
+    c.api.hooks.append(hook)
+    await c.settle()
+    assert c.phase("ns", "job-train") == "Dequeued" and c.suspended("ns", "train")
+    await c.controller.close()
+    c.controller.stop_listening()
+    c.api.hooks.remove(hook)
+
+    restarted = c.new_controller()
+    await c.settle(restarted)
+    assert not c.suspended("ns", "train")
+    assert c.admissions("ns", "job-train") == 1
+
+
+async def test_a_restart_admits_nothing_twice_and_loses_nothing() -> None:
+    c = Cluster()
+    await c.nodes(4)
+    await c.queue("q")
+    await c.pods("ns", "q", 10)
+    await c.settle()
+    first = c.released_pods("ns")
+    assert len(first) == 4
+    c.controller.stop_listening()
+    await c.controller.close()
+
+    # Pods keep arriving while no leader runs.
+    for index in range(10, 13):
+        await c.pod("ns", f"p-{index:03d}", "q")
+    restarted = c.new_controller()
+    await c.settle(restarted)
+    assert c.released_pods("ns") == first  # still full: nothing new admitted
+    assert len(c.api.of_kind("queueunits")) == 13  # units for the newcomers
+    for name in first:
+        c.set_pod_phase("ns", name, "Succeeded")
+    await c.settle(restarted)
+    assert len(c.released_pods("ns")) == 8
+    counts = [len((u.get("status") or {}).get("admissions") or [])
+              for u in c.api.of_kind("queueunits")]
+    assert sorted(counts) == [0] * 5 + [1] * 8
+
+
+async def test_two_leaders_at_once_still_admit_each_unit_once() -> None:
+    c = Cluster()
+    await c.nodes(6)
+    await c.queue("q")
+    await c.pods("ns", "q", 12)
+    other = c.new_controller()  # a split brain: both decide from the same cache
+    await c.settle()
+    c.controller.cycle()
+    other.cycle()
+    await c.settle()
+    await c.settle(other)
+    counts = [len((u.get("status") or {}).get("admissions") or [])
+              for u in c.api.of_kind("queueunits")]
+    assert sum(counts) == 6 and max(counts) == 1
+    assert len(c.released_pods("ns")) == 6
+
+
+async def test_a_lagging_watch_does_not_cause_a_second_admission() -> None:
+    c = Cluster(lag=True)
+    await c.nodes(2)
+    await c.queue("q")
+    await c.job("ns", "a", "q")
+    await c.job("ns", "b", "q")
+    await c.job("ns", "c", "q")
+    c.api.deliver()
+    await c.settle()  # creates the units; the watch has not shown them yet
+    c.api.deliver()
+    await c.settle()
+    # Admitted and released, but the watch still shows them Enqueued/suspended.
+    for _ in range(3):
+        c.controller.cycle()
+        await c.settle()
+    status_writes = [p for m, p in c.api.calls
+                     if m == "PATCH" and p.endswith("/status") and "queueunits" in p]
+    assert len(status_writes) == 2
+    c.api.deliver()
+    await c.settle()
+    assert [c.admissions("ns", f"job-{n}") for n in "abc"] == [1, 1, 0]
+    assert [c.suspended("ns", n) for n in "abc"] == [False, False, True]
+
+
+async def test_a_denied_unsuspend_is_retried() -> None:
+    c = Cluster()
+    c.controller.actions.retry_delay = 0.001
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "train", "q")
+    denial = Denied(403, "Forbidden", 'admission webhook "jobs.arbiter.dev" denied the request')
+    c.api.hooks.append(fail_on("PATCH", job_path("ns", "train"), denial, times=2))
+    await c.settle()
+    assert not c.suspended("ns", "train")
+    assert c.admissions("ns", "job-train") == 1
+
+
+async def test_a_failed_admission_write_is_undone_and_retried_later() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pod("ns", "p", "q")
+    c.api.hooks.append(fail_on("PATCH", unit_path("ns", "pod-p", status=True),
+                               ApiError(500, "InternalError", "etcd"), times=1))
+    await c.settle()
+    assert c.gated("ns", "p") and c.phase("ns", "pod-p") is None
+    assert c.controller.mirror.state("ns/pod-p") is None  # out until the retry time
+    c.clock.advance(5)
+    await c.settle()
+    assert not c.gated("ns", "p") and c.admissions("ns", "pod-p") == 1
+
+
+async def test_a_position_write_racing_an_admission_does_not_double_it() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pods("ns", "q", 3)
+    await c.settle()
+    await c.controller.publish()  # positions for p-001, p-002 in flight
+    c.set_pod_phase("ns", "p-000", "Succeeded")  # p-001 becomes admissible now
+    await c.settle()
+    assert c.admissions("ns", "pod-p-001") == 1
+    assert "position" not in c.unit_obj("ns", "pod-p-001")["status"]
+    assert not c.gated("ns", "p-001")
+
+
+async def test_a_consumer_deleted_before_release_is_no_error() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pod("ns", "p", "q")
+
+    def vanish(method: str, path: str, _: Any) -> ApiError | None:
+        if method == "PATCH" and path == pod_path("ns", "p"):
+            c.api.objects.pop(path, None)
+            return NotFound(404, "NotFound", "gone")
+        return None
+
+    c.api.hooks.append(vanish)
+    await c.settle()
+    assert c.phase("ns", "pod-p") == "Dequeued"  # admitted, then the pod vanished
+    assert ("PATCH", pod_path("ns", "p")) in c.api.calls
+    assert c.controller.stats.writes_failed == 0
+
+
+async def test_a_namesake_reservation_blocks_creation_without_harm() -> None:
+    c = Cluster()
+    await c.nodes(2)
+    await c.queue("q")
+    await c.api.create(unit_path("ns"), {
+        "metadata": {"name": "job-train", "namespace": "ns"},
+        "spec": {"queue": "q", "podSets": [{"name": "main", "count": 1,
+                                            "requests": {"cpu": "1"}}]},
+    })
+    await c.job("ns", "train", "q")
+    await c.settle()
+    assert c.suspended("ns", "train")  # it has no unit of its own
+    assert c.phase("ns", "job-train") == "Dequeued"  # the reservation was admitted
+    assert len(c.api.of_kind("queueunits")) == 1

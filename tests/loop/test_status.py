@@ -1,0 +1,171 @@
+"""Queue status, positions and metrics: rendered from one view, rate-limited."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from arbiter import metrics
+from arbiter.debug import pending_document, queues_document
+from arbiter.loop.controller import LoopSettings, mirror_from_store
+from tests.loop.harness import Cluster
+
+
+def sample(name: str, **labels: str) -> float | None:
+    value = metrics.REGISTRY.get_sample_value(name, labels)
+    return value
+
+
+async def publish(c: Cluster) -> None:
+    await c.controller.publish()
+    await asyncio.gather(*list(c.controller._tasks))
+
+
+async def test_queue_status_metrics_and_debug_agree() -> None:
+    c = Cluster()
+    await c.nodes(10)
+    await c.queue("sa", weight=1)
+    await c.queue("sb", weight=1)
+    await c.pods("ta", "sa", 20, prefix="a")
+    await c.pods("tb", "sb", 20, prefix="b")
+    await c.settle()
+    await publish(c)
+    status = c.queue_status("sa")
+    assert status["allocated"] == {"cpu": "5"}
+    assert status["deserved"] == {"cpu": "5"}
+    assert status["dominantShare"] == 0.5
+    assert (status["pending"], status["admitted"]) == (15, 5)
+    assert status["pendingUnits"][0] == {"name": "pod-a-005", "namespace": "ta",
+                                         "priority": 0, "position": 1}
+    assert len(status["pendingUnits"]) == 10
+    assert status["conditions"][0]["type"] == "Admitting"
+    assert status["conditions"][0]["message"] == "cluster full (cpu)"
+
+    assert sample("arbiter_queue_allocated", queue="sa", resource="cpu") == 5.0
+    assert sample("arbiter_queue_deserved", queue="sa", resource="cpu") == 5.0
+    assert sample("arbiter_queue_dominant_share", queue="sa") == 0.5
+    assert sample("arbiter_queue_pending_units", queue="sa") == 15
+
+    document = queues_document(c.controller.mirror, leader=True)
+    view = document["queues"]["sa"]
+    for field in ("allocated", "deserved", "dominantShare", "pending", "admitted",
+                  "pendingUnits"):
+        assert view[field] == status[field], field
+    assert document["free"] == {"memory": "80Gi", "pods": "1100"}
+    # A replica that does not lead rebuilds the same view from its cache.
+    again = queues_document(mirror_from_store(c.store), leader=False)
+    assert again["queues"] == document["queues"]
+
+
+async def test_debug_pending_lists_the_queue_in_order_with_reasons() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q", capability={"cpu": "1"})
+    await c.pods("ns", "q", 4)
+    await c.settle()
+    document = pending_document(c.controller.mirror, "q", 2)
+    assert document is not None
+    assert document["total"] == 3
+    assert [(e["name"], e["position"]) for e in document["pending"]] == [
+        ("pod-p-001", 1), ("pod-p-002", 2)]
+    assert document["pending"][0]["reason"] == "queue at capability (cpu)"
+    assert pending_document(c.controller.mirror, "nope", 2) is None
+
+
+async def test_positions_are_written_and_cleared_on_admission() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pods("ns", "q", 3)
+    await c.settle()
+    await publish(c)
+    assert c.unit_obj("ns", "pod-p-001")["status"]["position"] == 1
+    assert c.unit_obj("ns", "pod-p-002")["status"]["position"] == 2
+    assert "position" not in (c.unit_obj("ns", "pod-p-000").get("status") or {})
+    c.set_pod_phase("ns", "p-000", "Succeeded")
+    await c.settle()
+    assert "position" not in c.unit_obj("ns", "pod-p-001")["status"]
+    c.clock.advance(5)
+    await publish(c)
+    assert c.unit_obj("ns", "pod-p-002")["status"]["position"] == 1
+
+
+def status_writes(c: Cluster, fragment: str) -> int:
+    return sum(1 for m, p in c.api.calls if m == "PATCH" and p.endswith("/status")
+               and fragment in p)
+
+
+async def test_status_is_only_written_when_changed_and_not_too_often() -> None:
+    c = Cluster(LoopSettings(debounce=0.0, status_interval=10.0))
+    await c.nodes(2)
+    await c.queue("q")
+    await c.pods("ns", "q", 1)
+    await c.settle()
+    await publish(c)
+    assert status_writes(c, "/queues/q/") == 1
+    await publish(c)  # nothing changed
+    assert status_writes(c, "/queues/q/") == 1
+    await c.pods("ns", "q", 3, prefix="more")
+    await c.settle()
+    c.clock.advance(3)
+    await publish(c)  # changed, but the last write is only 3 s old
+    assert status_writes(c, "/queues/q/") == 1
+    c.clock.advance(8)
+    await publish(c)
+    assert status_writes(c, "/queues/q/") == 2
+    assert c.queue_status("q")["admitted"] == 2
+
+
+async def test_all_status_writes_together_stay_under_the_rate() -> None:
+    c = Cluster(LoopSettings(debounce=0.0, status_qps=2.0))
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pods("ns", "q", 30)
+    await c.settle()
+    admission = status_writes(c, "/")
+    await publish(c)  # burst: 2 × qps
+    first_round = status_writes(c, "/")
+    assert first_round == admission + 4
+    c.clock.advance(1.0)
+    await publish(c)
+    assert status_writes(c, "/") == first_round + 2
+
+
+async def test_closed_queue_says_so_in_its_condition() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q", state="Closed")
+    await c.pods("ns", "q", 1)
+    await c.settle()
+    await publish(c)
+    condition: dict[str, Any] = c.queue_status("q")["conditions"][0]
+    assert (condition["status"], condition["reason"]) == ("False", "Closed")
+    assert c.queue_status("q")["pending"] == 1
+
+
+async def test_admission_metrics_count_and_time_admissions() -> None:
+    c = Cluster()
+    await c.nodes(3)
+    await c.queue("metered")
+    before = sample("arbiter_admitted_units_total", queue="metered") or 0.0
+    await c.pods("ns", "metered", 3)
+    c.clock.advance(7)
+    await c.settle()
+    assert sample("arbiter_admitted_units_total", queue="metered") == before + 3
+    assert sample("arbiter_admission_wait_seconds_count", queue="metered") == 3
+    assert sample("arbiter_admission_wait_seconds_sum", queue="metered") == 21.0
+
+
+async def test_gauges_of_a_deleted_queue_are_removed() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("gone")
+    await c.pods("ns", "gone", 1)
+    await c.settle()
+    await publish(c)
+    assert sample("arbiter_queue_allocated", queue="gone", resource="cpu") == 1.0
+    await c.api.delete("/apis/arbiter.dev/v1alpha1/queues/gone")
+    await c.settle()
+    await publish(c)
+    assert sample("arbiter_queue_allocated", queue="gone", resource="cpu") is None
+    assert sample("arbiter_queue_dominant_share", queue="gone") is None

@@ -1,0 +1,127 @@
+"""Admitted but not running in time: TimeoutBackoff, suspended, requeued with
+exponential backoff; and the other phase transitions a unit goes through."""
+
+from __future__ import annotations
+
+import random
+
+from arbiter.loop.controller import LoopSettings
+from arbiter.loop.kube import job_path
+from tests.loop.harness import T0, Cluster
+
+
+def settings(**kw: float) -> LoopSettings:
+    base: dict[str, float] = dict(debounce=0.0, admission_timeout=60.0, backoff_base=10.0,
+                                  backoff_max=100.0)
+    base.update(kw)
+    return LoopSettings(**base)  # type: ignore[arg-type]
+
+
+async def test_a_job_not_running_in_time_is_suspended_and_requeued_after_backoff() -> None:
+    c = Cluster(settings())
+    c.controller.rng = random.Random(0)
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "stuck", "q", created=T0)
+    await c.job("ns", "next", "q", created=T0 + 1)
+    await c.settle()
+    assert not c.suspended("ns", "stuck") and c.suspended("ns", "next")
+
+    c.clock.advance(61)  # the timer is due: no event needed
+    await c.settle()
+    status = c.unit_obj("ns", "job-stuck")["status"]
+    assert status["phase"] == "TimeoutBackoff"
+    assert c.suspended("ns", "stuck")
+    # Its capacity went to the next unit in line.
+    assert not c.suspended("ns", "next")
+    backoff = [s for s in c.events.said if s.reason == "Backoff"]
+    assert backoff and backoff[0].type == "Warning" and "attempt 1" in backoff[0].message
+
+    c.run_job("ns", "next")
+    c.finish_job("ns", "next")
+    await c.settle()
+    assert c.phase("ns", "job-stuck") == "TimeoutBackoff"  # still backing off (>= 10 s)
+    c.clock.advance(16)  # base 10 s plus at most 50 % jitter
+    await c.settle()
+    status = c.unit_obj("ns", "job-stuck")["status"]
+    assert status["phase"] == "Dequeued"
+    assert status["attempts"] == 2 and len(status["admissions"]) == 2
+    assert not c.suspended("ns", "stuck")
+
+
+async def test_a_second_timeout_waits_twice_as_long() -> None:
+    c = Cluster(settings())
+    c.controller.rng = random.Random(0)
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "stuck", "q")
+    await c.settle()
+    for wait in (61, 16, 61):  # time out, back off, time out again
+        c.clock.advance(wait)
+        await c.settle()
+    assert c.phase("ns", "job-stuck") == "TimeoutBackoff"
+    c.clock.advance(19)  # 20 s at least this time
+    await c.settle()
+    assert c.phase("ns", "job-stuck") == "TimeoutBackoff"
+    c.clock.advance(12)
+    await c.settle()
+    assert c.phase("ns", "job-stuck") == "Dequeued"
+    assert c.admissions("ns", "job-stuck") == 3
+
+
+async def test_a_running_job_never_times_out() -> None:
+    c = Cluster(settings())
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "ok", "q")
+    await c.settle()
+    c.run_job("ns", "ok")
+    await c.settle()
+    c.clock.advance(1000)
+    await c.settle()
+    assert c.phase("ns", "job-ok") == "Running" and not c.suspended("ns", "ok")
+
+
+async def test_a_job_suspended_by_someone_else_is_requeued() -> None:
+    c = Cluster(settings())
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "a", "q")
+    await c.job("ns", "b", "q")
+    await c.settle()
+    c.run_job("ns", "a")
+    await c.settle()
+    c.api.edit(job_path("ns", "a"), lambda job: job["spec"].update(suspend=True))
+    c.api.set_status(job_path("ns", "a"), {"active": 0, "ready": 0})
+    await c.settle()
+    # a gave its capacity back and b took it; a waits again.
+    assert c.suspended("ns", "a") and not c.suspended("ns", "b")
+    assert c.phase("ns", "job-a") == "Enqueued"
+
+
+async def test_plain_pod_phases_follow_the_pod() -> None:
+    c = Cluster(settings())
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pod("ns", "p", "q")
+    await c.settle()
+    assert c.phase("ns", "pod-p") == "Dequeued"
+    c.clock.advance(1000)  # no timeout for a pod: it cannot be gated again
+    c.set_pod_phase("ns", "p", "Running")
+    await c.settle()
+    assert c.phase("ns", "pod-p") == "Running"
+    c.set_pod_phase("ns", "p", "Failed")
+    await c.settle()
+    assert c.phase("ns", "pod-p") == "Failed"
+
+
+async def test_a_job_released_while_arbiter_was_away_counts_as_admitted() -> None:
+    c = Cluster(settings())
+    await c.nodes(2)
+    await c.queue("q")
+    await c.job("ns", "early", "q", suspend=False)
+    await c.pods("ns", "q", 2)
+    await c.settle()
+    assert c.phase("ns", "job-early") == "Dequeued"
+    assert c.admissions("ns", "job-early") == 0  # arbiter did not admit it
+    assert len(c.released_pods("ns")) == 1  # it uses one of the two CPUs

@@ -1,0 +1,270 @@
+"""QueueUnits from consumers, and the phase rule table (pure functions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from arbiter.cache.records import (
+    JobRecord,
+    OwnerRef,
+    PodRecord,
+    PodSet,
+    PriorityClassRecord,
+    UnitPhase,
+    UnitRecord,
+)
+from arbiter.core.resources import Resources
+from arbiter.loop.units import (
+    MAX_NAME,
+    Consumer,
+    ConsumerKey,
+    backoff_delay,
+    decide,
+    disposition,
+    format_rfc3339,
+    group_state,
+    group_unit,
+    job_state,
+    job_unit,
+    job_unit_name,
+    manifest,
+    pod_state,
+    pod_unit,
+    pod_unit_name,
+    spec_drift,
+)
+
+CPU1 = Resources({"cpu": 1000})
+NOW = 1_700_000_000.0
+
+
+def job(**kw: object) -> JobRecord:
+    base: dict[str, object] = dict(uid="u-job", namespace="ns", name="train", queue="q",
+                                   suspended=True, parallelism=3, pod_requests=CPU1)
+    base.update(kw)
+    return JobRecord(**base)  # type: ignore[arg-type]
+
+
+def pod(name: str = "p", **kw: object) -> PodRecord:
+    base: dict[str, object] = dict(uid=f"u-{name}", namespace="ns", name=name,
+                                   requests=CPU1, queue="q", gated=True)
+    base.update(kw)
+    return PodRecord(**base)  # type: ignore[arg-type]
+
+
+def unit(phase: UnitPhase = "Enqueued", kind: str | None = "Job", **kw: object) -> UnitRecord:
+    consumer = OwnerRef(kind, "train", "u-job") if kind is not None else None
+    base: dict[str, object] = dict(uid="u-unit", namespace="ns", name="job-train", queue="q",
+                                   pod_sets=(PodSet("main", 3, CPU1),), consumer=consumer,
+                                   phase=phase)
+    base.update(kw)
+    return UnitRecord(**base)  # type: ignore[arg-type]
+
+
+# -- naming -----------------------------------------------------------------------------
+
+
+def test_unit_names_follow_the_consumer() -> None:
+    assert job_unit_name("train") == "job-train"
+    assert pod_unit_name("web-0") == "pod-web-0"
+
+
+def test_an_overlong_name_is_cut_and_hashed_to_a_valid_length() -> None:
+    long_a = pod_unit_name("a" * 252 + "x")
+    long_b = pod_unit_name("a" * 252 + "y")
+    assert len(long_a) <= MAX_NAME and len(long_b) <= MAX_NAME
+    assert long_a != long_b  # the hash keeps distinct consumers apart
+    assert long_a.startswith("pod-aaaa")
+
+
+# -- desired units --------------------------------------------------------------------------
+
+
+def test_job_unit_has_parallelism_times_pod_requests_and_the_job_as_controller() -> None:
+    desired = job_unit(job(), {})
+    assert desired is not None
+    assert desired.name == "job-train" and desired.queue == "q"
+    assert desired.pod_sets == (PodSet("main", 3, CPU1),)
+    assert desired.demand == Resources({"cpu": 3000})
+    body = manifest(desired)
+    owner = body["metadata"]["ownerReferences"][0]
+    assert owner == {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-job",
+                     "controller": True, "blockOwnerDeletion": True}
+    assert body["spec"]["consumerRef"] == {"apiVersion": "batch/v1", "kind": "Job",
+                                           "namespace": "ns", "name": "train", "uid": "u-job"}
+    assert body["spec"]["podSets"] == [{"name": "main", "count": 3, "requests": {"cpu": "1"}}]
+    assert body["metadata"]["labels"]["arbiter.dev/queue"] == "q"
+
+
+def test_job_priority_comes_from_its_class_else_the_global_default() -> None:
+    classes = {
+        "high": PriorityClassRecord("high", 1000),
+        "default": PriorityClassRecord("default", 7, global_default=True),
+    }
+    with_class = job_unit(job(priority_class="high"), classes)
+    without = job_unit(job(), classes)
+    unknown = job_unit(job(priority_class="nope"), classes)
+    assert with_class is not None and with_class.priority == 1000
+    assert with_class.priority_class == "high"
+    assert without is not None and without.priority == 7
+    assert unknown is not None and unknown.priority == 0
+
+
+@pytest.mark.parametrize("change", [{"queue": None}, {"outcome": "Complete"}, {"parallelism": 0}])
+def test_no_unit_for_an_unqueued_finished_or_empty_job(change: dict[str, object]) -> None:
+    assert job_unit(job(**change), {}) is None
+
+
+def test_pod_unit_only_for_a_gated_plain_pod() -> None:
+    desired = pod_unit(pod(priority=5))
+    assert desired is not None and desired.name == "pod-p" and desired.priority == 5
+    assert desired.owners[0].controller and desired.owners[0].kind == "Pod"
+    assert pod_unit(pod(gated=False)) is None
+    assert pod_unit(pod(job_name="train")) is None
+    assert pod_unit(pod(pod_group="g")) is None
+    assert pod_unit(pod(terminating=True)) is None
+
+
+def test_group_unit_waits_for_its_declared_size() -> None:
+    members = [pod(f"g-{i}", pod_group="g", pod_group_size=3, created=float(i))
+               for i in range(2)]
+    assert group_unit("ns", "g", members) is None
+    members.append(pod("g-2", pod_group="g", pod_group_size=3, created=2.0,
+                       requests=Resources({"cpu": 2000}), priority=9))
+    desired = group_unit("ns", "g", members)
+    assert desired is not None and desired.name == "group-g"
+    assert desired.demand == Resources({"cpu": 4000})
+    assert sorted((s.count, s.requests.get_amount("cpu")) for s in desired.pod_sets) == [
+        (1, 2000), (2, 1000)]
+    assert len({s.name for s in desired.pod_sets}) == 2  # names are the list-map key
+    assert desired.priority == 9
+    # Every pod owns the unit (GC deletes it with the last), none is its controller.
+    assert [o.name for o in desired.owners] == ["g-0", "g-1", "g-2"]
+    assert not any(o.controller for o in desired.owners)
+    assert manifest(desired)["spec"]["consumerRef"]["kind"] == "PodGroup"
+
+
+def test_group_of_many_shapes_keeps_its_exact_demand_in_one_set() -> None:
+    members = [pod(f"g-{i}", pod_group="g", pod_group_size=9,
+                   requests=Resources({"cpu": 100 * (i + 1)})) for i in range(9)]
+    desired = group_unit("ns", "g", members)
+    assert desired is not None and len(desired.pod_sets) == 1
+    assert desired.demand == Resources({"cpu": 4500})
+
+
+def test_spec_drift_patches_only_what_differs() -> None:
+    desired = job_unit(job(parallelism=5), {})
+    assert desired is not None
+    assert spec_drift(unit(), desired) == {
+        "podSets": [{"name": "main", "count": 5, "requests": {"cpu": "1"}}]}
+    same = job_unit(job(), {})
+    assert same is not None and spec_drift(unit(), same) is None
+
+
+# -- consumer states -----------------------------------------------------------------------
+
+
+def test_job_states() -> None:
+    assert job_state(None, "u-job") is Consumer.MISSING
+    assert job_state(job(uid="other"), "u-job") is Consumer.MISSING
+    assert job_state(job(), "u-job") is Consumer.HELD
+    assert job_state(job(suspended=False), "u-job") is Consumer.RELEASED
+    assert job_state(job(suspended=False, ready=1), "u-job") is Consumer.RUNNING
+    assert job_state(job(outcome="Complete"), "u-job") is Consumer.SUCCEEDED
+    assert job_state(job(outcome="Failed"), "u-job") is Consumer.FAILED
+
+
+def test_pod_and_group_states() -> None:
+    assert pod_state(pod(), "u-p") is Consumer.HELD
+    assert pod_state(pod(gated=False), "u-p") is Consumer.RELEASED
+    assert pod_state(pod(gated=False, phase="Running"), "u-p") is Consumer.RUNNING
+    assert pod_state(pod(gated=False, phase="Succeeded"), "u-p") is Consumer.SUCCEEDED
+    assert pod_state(pod(), "someone-else") is Consumer.MISSING
+    done = pod("a", gated=False, phase="Succeeded")
+    running = pod("b", gated=False, phase="Running")
+    assert group_state([]) is Consumer.MISSING
+    assert group_state([running, pod("c")]) is Consumer.HELD  # a release to finish
+    assert group_state([running, done]) is Consumer.RUNNING
+    assert group_state([done, pod("d", gated=False, phase="Failed")]) is Consumer.FAILED
+    assert group_state([done]) is Consumer.SUCCEEDED
+
+
+# -- the rule table ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("phase", "consumer", "expected"),
+    [
+        ("Enqueued", Consumer.HELD, "pending"),
+        ("Enqueued", Consumer.NONE, "pending"),
+        ("Enqueued", Consumer.RELEASED, "admitted"),
+        ("Enqueued", Consumer.MISSING, None),
+        ("Dequeued", Consumer.HELD, "admitted"),
+        ("Dequeued", Consumer.RELEASED, "admitted"),
+        ("Dequeued", Consumer.NONE, "admitted"),
+        ("Running", Consumer.RUNNING, "admitted"),
+        ("Running", Consumer.HELD, None),
+        ("Running", Consumer.SUCCEEDED, None),
+        ("TimeoutBackoff", Consumer.HELD, None),
+        ("TimeoutBackoff", Consumer.RELEASED, "admitted"),
+        ("Succeed", Consumer.RUNNING, None),
+    ],
+)
+def test_disposition(phase: UnitPhase, consumer: Consumer, expected: str | None) -> None:
+    assert disposition(unit(phase), consumer) == expected
+
+
+def step_of(phase: UnitPhase, consumer: Consumer, backoff_until: float | None = None,
+            **kw: object) -> tuple[str, str | None]:
+    step = decide(unit(phase, **kw), consumer, now=NOW, timeout=60.0,
+                  backoff_until=backoff_until)
+    return step.kind, step.phase
+
+
+@pytest.mark.parametrize(
+    ("phase", "consumer", "expected"),
+    [
+        ("Enqueued", Consumer.HELD, ("none", None)),
+        ("Enqueued", Consumer.RELEASED, ("phase", "Dequeued")),
+        ("Enqueued", Consumer.RUNNING, ("phase", "Running")),
+        ("Enqueued", Consumer.MISSING, ("none", None)),
+        ("Dequeued", Consumer.HELD, ("release", None)),
+        ("Dequeued", Consumer.RUNNING, ("phase", "Running")),
+        ("Dequeued", Consumer.SUCCEEDED, ("phase", "Succeed")),
+        ("Running", Consumer.FAILED, ("phase", "Failed")),
+        ("Running", Consumer.HELD, ("phase", "Enqueued")),
+        ("Running", Consumer.RELEASED, ("none", None)),
+        ("TimeoutBackoff", Consumer.RUNNING, ("hold", None)),
+        ("Succeed", Consumer.HELD, ("none", None)),
+    ],
+)
+def test_decide(phase: UnitPhase, consumer: Consumer, expected: tuple[str, str | None]) -> None:
+    assert step_of(phase, consumer) == expected
+
+
+def test_a_dequeued_job_not_running_after_the_timeout_backs_off() -> None:
+    allocated = format_rfc3339(NOW - 61)
+    assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=allocated) == (
+        "backoff", "TimeoutBackoff")
+    recent = format_rfc3339(NOW - 30)
+    assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=recent) == ("none", None)
+    # Pods cannot be gated again: no timeout for them.
+    pod_unit_record = unit("Dequeued", kind="Pod", last_allocate_time=allocated)
+    assert decide(pod_unit_record, Consumer.RELEASED, now=NOW, timeout=60.0).kind == "none"
+
+
+def test_backoff_ends_with_enqueued() -> None:
+    assert step_of("TimeoutBackoff", Consumer.HELD, backoff_until=NOW + 1) == ("none", None)
+    assert step_of("TimeoutBackoff", Consumer.HELD, backoff_until=NOW - 1) == (
+        "phase", "Enqueued")
+
+
+def test_backoff_delay_doubles_caps_and_jitters() -> None:
+    assert backoff_delay(1, base=10, cap=600, jitter=0.0) == 10
+    assert backoff_delay(3, base=10, cap=600, jitter=0.0) == 40
+    assert backoff_delay(30, base=10, cap=600, jitter=0.0) == 600
+    assert backoff_delay(1, base=10, cap=600, jitter=0.999) == pytest.approx(14.995)
+
+
+def test_consumer_key_is_str_for_logs() -> None:
+    assert str(ConsumerKey("Job", "ns", "x")) == "Job/ns/x"

@@ -1,0 +1,79 @@
+"""The server's extension points, background supervision and `arbiter serve` flags."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+import arbiter.server as server
+from arbiter.cache.store import ClusterStore
+from arbiter.cli import build_parser
+from arbiter.config import ServeConfig
+from arbiter.serve_cli import JsonFormatter, config_from_args
+from arbiter.server import CONTEXT, ServerContext, build_app
+
+seen: list[str] = []
+
+
+def extra_routes(app: web.Application, ctx: ServerContext) -> None:
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text=f"hello {request.app[CONTEXT].config.namespace}")
+
+    app.router.add_get("/scheduler/hello", hello)
+
+
+async def test_route_providers_and_background_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    failures = 0
+    started = asyncio.Event()
+
+    async def flaky(ctx: ServerContext) -> None:
+        nonlocal failures
+        if failures == 0:
+            failures += 1
+            raise RuntimeError("first run fails")
+        started.set()
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(server, "ROUTE_PROVIDERS",
+                        (*server.ROUTE_PROVIDERS, "tests.server.test_server_app:extra_routes",
+                         "no_such_component.routes:add_routes"))
+    monkeypatch.setattr(server, "BACKGROUND_TASKS", (flaky,))
+    monkeypatch.setattr(server, "RESTART_BACKOFF", 0.01)
+    ctx = ServerContext(config=ServeConfig(namespace="ns-x"), store=ClusterStore())
+    async with TestClient(TestServer(build_app(ctx))) as client:
+        answer = await client.get("/scheduler/hello")
+        assert await answer.text() == "hello ns-x"
+        await asyncio.wait_for(started.wait(), 5)
+        assert failures == 1  # restarted after the failure
+        assert (await client.get("/readyz")).status == 503  # nothing listed yet
+
+
+def test_serve_flags_default_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARBITER_PORT", "10443")
+    monkeypatch.setenv("ARBITER_WEBHOOK_URL", "https://127.0.0.1:10443")
+    monkeypatch.setenv("ARBITER_EXCLUDED_NAMESPACES", "kube-system, infra")
+    monkeypatch.setenv("ARBITER_NO_LEADER_ELECT", "true")
+    argv = ["serve", "--overcommit", "1.5", "--username", "me"]
+    config = config_from_args(build_parser(argv).parse_args(argv))
+    assert config.port == 10443
+    assert config.webhook_url == "https://127.0.0.1:10443"
+    assert config.excluded_namespaces == ("kube-system", "infra")
+    assert config.leader_elect is False
+    assert config.overcommit == 1.5 and config.usernames == ("me",)
+
+
+def test_json_log_lines_carry_extra_fields() -> None:
+    record = logging.LogRecord("arbiter.test", logging.WARNING, __file__, 1, "watch failed %s",
+                               ("now",), None)
+    record.kind = "Pod"
+    line = JsonFormatter().format(record)
+    entry = json.loads(line)
+    assert "\n" not in line
+    assert entry["level"] == "warning" and entry["logger"] == "arbiter.test"
+    assert entry["msg"] == "watch failed now" and entry["kind"] == "Pod"
+    assert entry["ts"].endswith("Z")

@@ -1,0 +1,129 @@
+"""Job decisions: suspended on create, queue label on Job and template,
+unsuspend and queue moves guarded on update."""
+
+from __future__ import annotations
+
+from arbiter.cache.store import ClusterStore
+from tests.webhook.admission_samples import (
+    ARBITER_USER,
+    QUEUE_LABEL,
+    Json,
+    env_for,
+    job,
+    make_store,
+    namespace_obj,
+    parse,
+    patched,
+    queue_obj,
+    review,
+    unit_obj,
+)
+from webhook import jobs
+
+
+def _store(unit_phase: str | None = None) -> ClusterStore:
+    units = []
+    if unit_phase is not None:
+        units.append(unit_obj("job-train", "team-a", {"queue": "team-a", "podSets": [
+            {"name": "main", "count": 1, "requests": {"cpu": "1"}}]}, phase=unit_phase))
+    return make_store(
+        queues=[queue_obj("team-a", namespaces=["team-a"]), queue_obj("gpu"),
+                queue_obj("closed", state="Closed")],
+        namespaces=[namespace_obj("team-a"), namespace_obj("lonely")],
+        units=units,
+    )
+
+
+def test_mutate_suspends_and_labels_job_and_template() -> None:
+    obj = job("train", "team-a")
+    decision = jobs.mutate(parse(review("Job", "CREATE", obj)), env_for(_store()))
+    result = patched(obj, decision)
+    assert result["spec"]["suspend"] is True
+    assert result["metadata"]["labels"] == {QUEUE_LABEL: "team-a"}
+    assert result["spec"]["template"]["metadata"]["labels"] == {QUEUE_LABEL: "team-a"}
+
+
+def test_mutate_adds_template_metadata_when_absent_and_suspend_when_unset() -> None:
+    obj = job("train", "team-a", suspend=None, labels={"app": "x"},
+              template_labels={"app": "x"})
+    del obj["spec"]["template"]["metadata"]
+    result = patched(obj, jobs.mutate(parse(review("Job", "CREATE", obj)), env_for(_store())))
+    assert result["spec"]["template"]["metadata"] == {"labels": {QUEUE_LABEL: "team-a"}}
+    assert result["metadata"]["labels"] == {"app": "x", QUEUE_LABEL: "team-a"}
+    assert result["spec"]["suspend"] is True
+
+
+def test_mutate_leaves_unresolvable_and_unmanaged_jobs_alone() -> None:
+    for namespace in ("lonely", "kube-system"):
+        decision = jobs.mutate(parse(review("Job", "CREATE", job("x", namespace))),
+                               env_for(_store()))
+        assert decision.allowed and decision.patch == ()
+
+
+def test_validate_create_denials() -> None:
+    env = env_for(_store())
+    lonely = jobs.validate(parse(review("Job", "CREATE", job("x", "lonely", validating=True))),
+                           env)
+    assert not lonely.allowed and lonely.message.startswith(
+        'namespace "lonely" has no queue: label the Job or namespace')
+    closed = job("x", "team-a", labels={QUEUE_LABEL: "closed"}, validating=True)
+    decision = jobs.validate(parse(review("Job", "CREATE", closed)), env)
+    assert not decision.allowed and 'queue "closed"' in decision.message
+    fine = job("x", "team-a", labels={QUEUE_LABEL: "team-a"}, suspend=True, validating=True)
+    assert jobs.validate(parse(review("Job", "CREATE", fine)), env).allowed
+
+
+def _held(suspend: bool = True, queue: str = "team-a") -> Json:
+    return job("train", "team-a", labels={QUEUE_LABEL: queue}, suspend=suspend,
+               template_labels={QUEUE_LABEL: "team-a"}, validating=True)
+
+
+def test_user_may_not_unsuspend_waiting_job() -> None:
+    request = parse(review("Job", "UPDATE", _held(suspend=False), old=_held()))
+    decision = jobs.validate(request, env_for(_store("Enqueued")))
+    assert not decision.allowed
+    assert decision.message == ('Job "team-a/train" is waiting for queue "team-a" to admit it: '
+                                "only kube-arbiter may set spec.suspend to false")
+    # No unit yet at all: still waiting.
+    assert not jobs.validate(request, env_for(_store())).allowed
+
+
+def test_arbiter_may_unsuspend_and_admitted_unit_allows_it() -> None:
+    arbiter = parse(review("Job", "UPDATE", _held(suspend=False), old=_held(),
+                           user={"username": ARBITER_USER}))
+    assert jobs.validate(arbiter, env_for(_store())).allowed
+    user = parse(review("Job", "UPDATE", _held(suspend=False), old=_held()))
+    assert jobs.validate(user, env_for(_store("Dequeued"))).allowed
+    assert jobs.validate(user, env_for(_store("Running"))).allowed
+
+
+def test_admitted_job_may_not_change_queue() -> None:
+    request = parse(review("Job", "UPDATE", _held(suspend=False, queue="gpu"),
+                           old=_held(suspend=False)))
+    decision = jobs.validate(request, env_for(_store("Running")))
+    assert not decision.allowed
+    assert 'admitted by queue "team-a" and cannot move to queue "gpu"' in decision.message
+
+
+def test_waiting_job_may_move_to_open_queue_only() -> None:
+    env = env_for(_store("Enqueued"))
+    moved = parse(review("Job", "UPDATE", _held(queue="gpu"), old=_held()))
+    assert jobs.validate(moved, env).allowed
+    closed = parse(review("Job", "UPDATE", _held(queue="closed"), old=_held()))
+    assert not jobs.validate(closed, env).allowed
+    missing = parse(review("Job", "UPDATE", _held(queue="nope"), old=_held()))
+    assert "does not exist" in jobs.validate(missing, env).message
+
+
+def test_queue_label_may_not_be_removed() -> None:
+    new = _held()
+    del new["metadata"]["labels"]
+    decision = jobs.validate(parse(review("Job", "UPDATE", new, old=_held())),
+                             env_for(_store()))
+    assert not decision.allowed and "cannot be removed" in decision.message
+
+
+def test_jobs_arbiter_does_not_manage_are_not_guarded() -> None:
+    old = job("legacy", "team-a", suspend=True, validating=True)
+    new = job("legacy", "team-a", suspend=False, validating=True)
+    assert jobs.validate(parse(review("Job", "UPDATE", new, old=old)), env_for(_store())).allowed

@@ -1,0 +1,135 @@
+"""Queue validation: fields named in every error, namespaces, parents, deletion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arbiter.cache.store import ClusterStore
+from tests.webhook.admission_samples import (
+    ARBITER_USER,
+    env_for,
+    make_store,
+    parse,
+    queue_obj,
+    review,
+    unit_obj,
+)
+from webhook import queues
+from webhook.review import Decision
+
+
+def _store(units: list[dict[str, Any]] | None = None) -> ClusterStore:
+    return make_store(queues=[
+        queue_obj("root"), queue_obj("a", parent="root", namespaces=["team-a"]),
+        queue_obj("b", parent="a"),
+    ], units=units)
+
+
+def _check(obj: dict[str, Any], store: ClusterStore | None = None,
+           operation: str = "CREATE") -> Decision:
+    old = obj if operation == "UPDATE" else None
+    return queues.validate(parse(review("Queue", operation, obj, old=old)),
+                           env_for(store or _store()))
+
+
+def test_valid_queue_is_allowed() -> None:
+    assert _check(queue_obj("c", weight=3, guarantee={"cpu": "2"},
+                            capability={"cpu": "4", "memory": "8Gi"},
+                            namespaces=["team-c"], parent="root")).allowed
+
+
+def test_weight_must_be_positive_integer() -> None:
+    for weight in (0, -1, 1.5, "2", True):
+        decision = _check(queue_obj("c", weight=weight))
+        assert not decision.allowed and "spec.weight" in decision.message, weight
+        assert decision.code == 422
+
+
+def test_bad_quantity_names_the_field() -> None:
+    decision = _check(queue_obj("c", guarantee={"cpu": "lots"}))
+    assert not decision.allowed
+    assert "spec.guarantee.cpu: 'lots' is not a valid quantity" in decision.message
+
+
+def test_guarantee_may_not_exceed_capability() -> None:
+    decision = _check(queue_obj("c", guarantee={"cpu": "3", "memory": "1Gi"},
+                                capability={"cpu": "2"}))
+    assert not decision.allowed
+    assert "spec.guarantee.cpu (3) exceeds spec.capability.cpu (2)" in decision.message
+    zero_cap = _check(queue_obj("c", guarantee={"cpu": "1"}, capability={"cpu": "0"}))
+    assert not zero_cap.allowed
+
+
+def test_namespace_claimed_by_another_queue_names_it() -> None:
+    decision = _check(queue_obj("c", namespaces=["team-a"]))
+    assert not decision.allowed
+    assert 'namespace "team-a" is already listed by Queue "a"' in decision.message
+    # Updating the queue that owns the namespace is fine.
+    assert _check(queue_obj("a", parent="root", namespaces=["team-a", "x"]),
+                  operation="UPDATE").allowed
+
+
+def test_parent_must_exist_and_not_cycle() -> None:
+    missing = _check(queue_obj("c", parent="ghost"))
+    assert 'spec.parent: queue "ghost" does not exist' in missing.message
+    self_parent = _check(queue_obj("c", parent="c"))
+    assert "cannot be its own parent" in self_parent.message
+    cycle = _check(queue_obj("root", parent="b"), operation="UPDATE")
+    assert not cycle.allowed
+    assert "cycle: root → b → a → root" in cycle.message
+
+
+def test_name_must_fit_a_label_value() -> None:
+    decision = _check(queue_obj("x" * 64))
+    assert not decision.allowed and "metadata.name" in decision.message
+
+
+def test_enum_and_type_checks() -> None:
+    decision = _check(queue_obj("c", state="Paused", queuePolicy="LIFO", blocking="yes",
+                                nodeSelector={"zone": 1},
+                                preemption={"withinQueue": "Always"}))
+    for field in ("spec.state", "spec.queuePolicy", "spec.blocking", "spec.nodeSelector",
+                  "spec.preemption.withinQueue"):
+        assert field in decision.message
+
+
+def test_errors_are_one_line() -> None:
+    decision = _check(queue_obj("c", weight=0, guarantee={"cpu": "x"}, parent="ghost"))
+    assert "\n" not in decision.message and decision.message.count(";") == 2
+
+
+def _admitted(queue: str, phase: str) -> dict[str, Any]:
+    return unit_obj("job-train", "team-a", {"queue": queue, "podSets": [
+        {"name": "main", "count": 1, "requests": {"cpu": "1"}}]}, phase=phase)
+
+
+def test_delete_denied_while_admitted_units_remain() -> None:
+    store = _store([_admitted("b", "Running")])
+    decision = queues.validate(parse(review("Queue", "DELETE", None, old=queue_obj("b"))),
+                               env_for(store))
+    assert not decision.allowed
+    assert 'queue "b" still has 1 admitted unit(s) (team-a/job-train)' in decision.message
+
+
+def test_delete_allowed_with_only_pending_units() -> None:
+    store = _store([_admitted("b", "Enqueued")])
+    assert queues.validate(parse(review("Queue", "DELETE", None, old=queue_obj("b"))),
+                           env_for(store)).allowed
+
+
+def test_delete_of_a_parent_is_denied() -> None:
+    decision = queues.validate(
+        parse(review("Queue", "DELETE", None, old=queue_obj("a"),
+                     user={"username": ARBITER_USER})), env_for(_store()))
+    assert not decision.allowed and "parent of b" in decision.message
+
+
+def test_guarantees_beyond_capacity_warn() -> None:
+    store = _store()
+    store.apply("Node", "ADDED", {
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    decision = _check(queue_obj("c", guarantee={"cpu": "6"}), store)
+    assert decision.allowed
+    assert decision.warnings and "guarantees of cpu add up to 6" in decision.warnings[0]

@@ -1,0 +1,104 @@
+"""QueueUnit decisions: shorthand conversion and pod set validation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arbiter.cache import convert
+from arbiter.cache.store import ClusterStore
+from tests.webhook.admission_samples import (
+    ARBITER_USER,
+    QUEUE_LABEL,
+    env_for,
+    make_store,
+    namespace_obj,
+    parse,
+    patched,
+    queue_obj,
+    review,
+    unit_obj,
+)
+from webhook import queueunits
+from webhook.review import Decision
+
+
+def _store() -> ClusterStore:
+    return make_store(queues=[queue_obj("team-a", namespaces=["team-a"]),
+                              queue_obj("closed", state="Closed")],
+                      namespaces=[namespace_obj("team-a")])
+
+
+def _validate(spec: dict[str, Any], *, user: str | None = None) -> Decision:
+    obj = unit_obj("reserve", "team-a", spec)
+    request = review("QueueUnit", "CREATE", obj,
+                     user={"username": user} if user is not None else None)
+    return queueunits.validate(parse(request), env_for(_store()))
+
+
+def test_shorthand_becomes_one_pod_set_and_queue_is_resolved() -> None:
+    obj = unit_obj("reserve", "team-a", {"resourceUnit": {"cpu": "2", "memory": "1Gi"},
+                                         "resourceNo": 3})
+    decision = queueunits.mutate(parse(review("QueueUnit", "CREATE", obj)), env_for(_store()))
+    result = patched(obj, decision)
+    assert result["spec"] == {"queue": "team-a", "podSets": [
+        {"name": "main", "count": 3, "requests": {"cpu": "2", "memory": "1Gi"}}]}
+    assert result["metadata"]["labels"] == {QUEUE_LABEL: "team-a"}
+    # The converted unit validates and demands 6 CPU, 3 GiB.
+    assert queueunits.validate(parse(review("QueueUnit", "CREATE", result)),
+                               env_for(_store())).allowed
+    record = convert.unit_from_api(result)
+    assert record.demand == {"cpu": 6000, "memory": 3 * 2**30}
+
+
+def test_pod_sets_are_left_alone() -> None:
+    spec = {"queue": "team-a", "podSets": [{"name": "main", "count": 1}]}
+    obj = unit_obj("u", "team-a", spec, labels={QUEUE_LABEL: "team-a"})
+    decision = queueunits.mutate(parse(review("QueueUnit", "CREATE", obj)), env_for(_store()))
+    assert decision.patch == ()
+
+
+def test_pod_set_rules() -> None:
+    ok = {"queue": "team-a", "podSets": [
+        {"name": "driver", "count": 1, "requests": {"cpu": "1"}},
+        {"name": "workers", "count": 4, "minCount": 2, "requests": {"cpu": "500m"}}]}
+    assert _validate(ok).allowed
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"queue": "team-a", "podSets": []}, "spec.podSets: at least one pod set"),
+        ({"queue": "team-a", "podSets": [{"name": f"s{i}", "count": 1} for i in range(9)]},
+         "9 pod sets, at most 8"),
+        ({"queue": "team-a", "podSets": [{"name": "a", "count": 0}]},
+         "spec.podSets[0].count: 0 must be an integer ≥ 1"),
+        ({"queue": "team-a", "podSets": [{"name": "a", "count": 2, "minCount": 3}]},
+         "spec.podSets[0].minCount: 3 exceeds count 2"),
+        ({"queue": "team-a", "podSets": [{"name": "a", "count": 1,
+                                          "requests": {"memory": "1Gb"}}]},
+         "spec.podSets[0].requests.memory: '1Gb' is not a valid quantity"),
+        ({"queue": "team-a", "podSets": [{"name": "a", "count": 1}, {"name": "a", "count": 1}]},
+         'spec.podSets[1].name: "a" is used by another pod set'),
+        ({"queue": "team-a", "podSets": [{"name": "a", "count": 1}],
+          "resourceUnit": {"cpu": "1"}}, "not both"),
+        ({"podSets": [{"name": "a", "count": 1}]}, "spec.queue"),
+    ]
+    for spec, expected in cases:
+        decision = _validate(spec)
+        assert not decision.allowed, spec
+        assert expected in decision.message, (expected, decision.message)
+
+
+def test_user_reservation_needs_open_queue_but_arbiter_units_do_not() -> None:
+    spec = {"queue": "closed", "podSets": [{"name": "main", "count": 1}]}
+    assert "is Closed" in _validate(spec).message
+    assert _validate(spec, user=ARBITER_USER).allowed
+
+
+def test_admitted_unit_spec_is_frozen() -> None:
+    spec = {"queue": "team-a", "podSets": [{"name": "main", "count": 1}]}
+    old = unit_obj("u", "team-a", spec, phase="Dequeued")
+    new = unit_obj("u", "team-a", {**spec, "podSets": [{"name": "main", "count": 2}]},
+                   phase="Dequeued")
+    decision = queueunits.validate(parse(review("QueueUnit", "UPDATE", new, old=old)),
+                                   env_for(_store()))
+    assert not decision.allowed and "spec.podSets cannot change" in decision.message
+    old["status"]["phase"] = "Enqueued"
+    assert queueunits.validate(parse(review("QueueUnit", "UPDATE", new, old=old)),
+                               env_for(_store())).allowed

@@ -1,0 +1,53 @@
+"""The shipped webhook configurations and the ones `arbiter serve` installs agree."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import yaml
+
+from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
+from arbiter.config import ServeConfig
+from arbiter.server import excluded_namespaces
+from certs.publish import with_ca_bundle
+from webhook.configuration import desired_configurations
+from webhook.endpoints import BY_PATH
+
+MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "webhooks.yaml"
+
+
+def test_manifest_equals_the_generated_configurations() -> None:
+    shipped = list(yaml.safe_load_all(MANIFEST.read_text()))
+    generated = desired_configurations(service=("arbiter-system", "kube-arbiter"),
+                                       excluded_namespaces=DEFAULT_EXCLUDED_NAMESPACES)
+    assert shipped == list(generated)
+
+
+def test_every_webhook_is_safe_for_the_control_plane() -> None:
+    mutating, validating = desired_configurations(
+        url="https://127.0.0.1:9443", ca_bundle=b"CA",
+        excluded_namespaces=excluded_namespaces(ServeConfig(namespace="arbiter-x")))
+    for config in (mutating, validating):
+        for hook in config["webhooks"]:
+            assert hook["timeoutSeconds"] <= 3
+            assert hook["sideEffects"] == "None"
+            assert hook["admissionReviewVersions"] == ["v1"]
+            assert hook["clientConfig"]["url"].startswith("https://127.0.0.1:9443/webhook/")
+            assert hook["clientConfig"]["url"][len("https://127.0.0.1:9443"):] in BY_PATH
+            assert base64.b64decode(hook["clientConfig"]["caBundle"]) == b"CA"
+            if hook["rules"][0]["scope"] == "Namespaced":
+                names = hook["namespaceSelector"]["matchExpressions"][0]
+                assert names["key"] == "kubernetes.io/metadata.name"
+                assert names["operator"] == "NotIn"
+                assert {"kube-system", "kube-public", "kube-node-lease",
+                        "arbiter-x"} <= set(names["values"])
+
+
+def test_ca_bundle_sync_rewrites_every_webhook_once() -> None:
+    mutating, _ = desired_configurations(url="https://h", ca_bundle=b"old",
+                                         excluded_namespaces=())
+    assert with_ca_bundle(mutating, b"new")
+    assert {h["clientConfig"]["caBundle"] for h in mutating["webhooks"]} == {
+        base64.b64encode(b"new").decode()}
+    assert not with_ca_bundle(mutating, b"new")

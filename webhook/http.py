@@ -1,0 +1,82 @@
+"""The aiohttp adapter: bytes in, decision, bytes out, metrics.
+
+Everything that is not a well-formed AdmissionReview for the endpoint's
+kind is answered with HTTP 400 and a one-line reason (the apiserver then
+applies the webhook's failurePolicy); nothing here talks to the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import Counter
+
+from arbiter import metrics
+from webhook.endpoints import ENDPOINTS, Endpoint
+from webhook.review import AdmissionEnv, MalformedReview, one_line, parse_review, render
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+class _Counters:
+    """Label children cached per (webhook, operation, allowed): labels() is slow."""
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[str, str, str], Counter] = {}
+
+    def inc(self, webhook: str, operation: str, allowed: str) -> None:
+        key = (webhook, operation, allowed)
+        child = self._children.get(key)
+        if child is None:
+            child = metrics.webhook_requests_total.labels(webhook, operation, allowed)
+            self._children[key] = child
+        child.inc()
+
+
+_COUNTERS = _Counters()
+
+
+def bad_request(reason: str) -> web.Response:
+    return web.Response(status=400, text=one_line(reason) + "\n", content_type="text/plain")
+
+
+def make_handler(endpoint: Endpoint, env: AdmissionEnv, max_body: int) -> Handler:
+    duration = metrics.webhook_duration_seconds.labels(endpoint.name)
+
+    async def handle(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            length = request.content_length
+            if length is not None and length > max_body:
+                raise MalformedReview(f"body of {length} bytes exceeds the {max_body}-byte limit")
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise MalformedReview(f"body exceeds the {max_body}-byte limit") from None
+            review = parse_review(body, endpoint.group, endpoint.kind)
+            decision = endpoint.decide(review, env)
+        except MalformedReview as error:
+            _COUNTERS.inc(endpoint.name, "unknown", "invalid")
+            duration.observe(time.perf_counter() - started)
+            log.info("rejected malformed review", extra={"webhook": endpoint.name,
+                                                         "reason": str(error)})
+            return bad_request(str(error))
+        payload = render(review.uid, decision, mutating=endpoint.mutating)
+        _COUNTERS.inc(endpoint.name, review.operation, "true" if decision.allowed else "false")
+        duration.observe(time.perf_counter() - started)
+        if not decision.allowed:
+            log.info("denied", extra={"webhook": endpoint.name, "namespace": review.namespace,
+                                      "object": review.name, "reason": decision.message})
+        return web.Response(body=payload, content_type="application/json")
+
+    return handle
+
+
+def add_routes(app: web.Application, env: AdmissionEnv, max_body: int) -> None:
+    for endpoint in ENDPOINTS:
+        app.router.add_post(endpoint.path, make_handler(endpoint, env, max_body))

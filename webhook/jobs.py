@@ -1,0 +1,146 @@
+"""batch/v1 Jobs: created suspended in their queue, unsuspended only by arbiter.
+
+Mutating (CREATE): resolve the queue, label the Job and its pod template
+(so the Job's pods arrive labelled and are not gated again) and set
+`spec.suspend: true`.
+
+Validating: CREATE is denied like a pod without a usable queue. UPDATE of
+a Job arbiter manages (it carries the queue label) may not remove the
+label, may not move an admitted Job to another queue, may only move a
+waiting Job to an existing, Open queue, and may not flip `spec.suspend`
+from true to false unless arbiter asks or the Job's QueueUnit
+(`job-<name>`) is admitted.
+"""
+
+from __future__ import annotations
+
+from arbiter.cache.records import ADMITTED_PHASES, QUEUE_LABEL
+from webhook.patch import set_label
+from webhook.queueing import QUEUE_KINDS, check_open, check_queue, not_ready
+from webhook.review import (
+    ALLOW,
+    AdmissionEnv,
+    AdmissionRequest,
+    Decision,
+    MalformedReview,
+    Obj,
+    PatchOp,
+    allow,
+    deny,
+    get_labels,
+    get_map,
+    require_object,
+)
+
+GROUP, KIND = "batch", "Job"
+
+
+def unit_name(job_name: str) -> str:
+    return f"job-{job_name}"
+
+
+def _parts(job: Obj, where: str) -> tuple[Obj | None, dict[str, str] | None, Obj | None]:
+    meta = get_map(job, "metadata", f"{where}.metadata")
+    return meta, get_labels(meta, f"{where}.metadata"), get_map(job, "spec", f"{where}.spec")
+
+
+def _namespace(request: AdmissionRequest, meta: Obj | None) -> str:
+    namespace = request.namespace
+    if not namespace and meta is not None and isinstance(meta.get("namespace"), str):
+        namespace = meta["namespace"]
+    if not namespace:
+        raise MalformedReview("request.namespace is missing for a namespaced Job")
+    return namespace
+
+
+def _suspended(spec: Obj | None, where: str) -> bool:
+    value = None if spec is None else spec.get("suspend")
+    if value is not None and not isinstance(value, bool):
+        raise MalformedReview(f"{where}.suspend must be a boolean")
+    return bool(value)
+
+
+def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    if request.operation != "CREATE":
+        return ALLOW
+    job = require_object(request)
+    meta, labels, spec = _parts(job, "request.object")
+    namespace = _namespace(request, meta)
+    if not env.store.is_managed_namespace(namespace):
+        return ALLOW
+    queue = env.store.resolve_queue(namespace, labels)
+    if queue is None:
+        return ALLOW  # the validating webhook denies it with the reason
+    ops: list[PatchOp] = []
+    set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
+    if spec is None:
+        ops.append({"op": "add", "path": "/spec", "value": {"suspend": True}})
+        return allow(ops)
+    template = get_map(spec, "template", "request.object.spec.template")
+    if template is not None:
+        template_meta = get_map(template, "metadata", "request.object.spec.template.metadata")
+        template_labels = get_labels(template_meta, "request.object.spec.template.metadata")
+        set_label(ops, ("spec", "template"), template_meta, template_labels, QUEUE_LABEL, queue)
+    if not _suspended(spec, "request.object.spec"):
+        ops.append({"op": "add", "path": "/spec/suspend", "value": True})
+    return allow(ops)
+
+
+def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    if request.operation == "CREATE":
+        job = require_object(request)
+        meta, labels, _ = _parts(job, "request.object")
+        namespace = _namespace(request, meta)
+        if not env.store.is_managed_namespace(namespace):
+            return ALLOW
+        waiting = not_ready(env, QUEUE_KINDS)
+        if waiting is not None:
+            return waiting
+        _, denial = check_queue(env, namespace, labels, "Job")
+        return denial or ALLOW
+    if request.operation == "UPDATE":
+        return _validate_update(request, env)
+    return ALLOW
+
+
+def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    old_meta, old_labels, old_spec = _parts(require_object(request, old=True),
+                                            "request.oldObject")
+    _, new_labels, new_spec = _parts(require_object(request), "request.object")
+    namespace = _namespace(request, old_meta)
+    old_queue = (old_labels or {}).get(QUEUE_LABEL)
+    if not old_queue or not env.store.is_managed_namespace(namespace):
+        return ALLOW  # not a Job arbiter holds
+    if env.is_arbiter(request):
+        return ALLOW
+    name = request.name or str((old_meta or {}).get("name", ""))
+    waiting = not_ready(env, ("Queue", "QueueUnit"))
+    if waiting is not None:
+        return waiting
+    unit = env.store.units.get(f"{namespace}/{unit_name(name)}")
+    old_suspended = _suspended(old_spec, "request.oldObject.spec")
+    admitted = (unit is not None and unit.phase in ADMITTED_PHASES) or not old_suspended
+    new_queue = (new_labels or {}).get(QUEUE_LABEL)
+    job = f'Job "{namespace}/{name}"'
+    if not new_queue:
+        return deny(
+            f"{job} belongs to queue \"{old_queue}\": the {QUEUE_LABEL} label cannot be "
+            "removed (set it to another queue instead, while the Job waits)"
+        )
+    if new_queue != old_queue:
+        if admitted:
+            return deny(
+                f'{job} was admitted by queue "{old_queue}" and cannot move to queue '
+                f'"{new_queue}"; delete and recreate it to run in another queue'
+            )
+        denial = check_open(env, new_queue, namespace, new_labels, "Job")
+        if denial is not None:
+            return denial
+    if old_suspended and not _suspended(new_spec, "request.object.spec") and not (
+        unit is not None and unit.phase in ADMITTED_PHASES
+    ):
+        return deny(
+            f'{job} is waiting for queue "{old_queue}" to admit it: only kube-arbiter may set '
+            "spec.suspend to false"
+        )
+    return ALLOW

@@ -1,0 +1,167 @@
+"""Pods: label with the queue and hold with the admission scheduling gate.
+
+Mutating (CREATE): resolve the queue, set `arbiter.dev/queue`, add the
+`arbiter.dev/admission` gate. A pod whose controller is a batch/v1 Job and
+that already carries the queue label is not gated: the Job webhook put the
+label into the Job's pod template, the Job is the unit of admission, and
+its pods exist only once arbiter has unsuspended it.
+
+Validating: CREATE is denied when no queue resolves, the queue does not
+exist or is Closed. UPDATE (sent only for pods that held the gate, see
+manifests/webhooks.yaml) may not lift the gate or move the pod to another
+queue unless arbiter itself asks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arbiter.cache.records import ADMISSION_GATE, QUEUE_LABEL
+from webhook.patch import set_label
+from webhook.queueing import QUEUE_KINDS, check_queue, not_ready
+from webhook.review import (
+    ALLOW,
+    AdmissionEnv,
+    AdmissionRequest,
+    Decision,
+    MalformedReview,
+    Obj,
+    PatchOp,
+    allow,
+    deny,
+    get_labels,
+    get_list,
+    get_map,
+    require_object,
+)
+
+GROUP, KIND = "", "Pod"
+
+
+def _meta_labels(pod: Obj, where: str) -> tuple[Obj | None, dict[str, str] | None]:
+    meta = get_map(pod, "metadata", f"{where}.metadata")
+    return meta, get_labels(meta, f"{where}.metadata")
+
+
+def job_owned(meta: Obj | None, where: str = "request.object.metadata") -> bool:
+    """True when the pod's controller is a batch/v1 Job."""
+    if meta is None:
+        return False
+    refs = get_list(meta, "ownerReferences", f"{where}.ownerReferences") or []
+    for index, ref in enumerate(refs):
+        if not isinstance(ref, dict):
+            raise MalformedReview(f"{where}.ownerReferences[{index}] must be an object")
+        if (ref.get("controller") is True and ref.get("kind") == "Job"
+                and ref.get("apiVersion") == "batch/v1"):
+            return True
+    return False
+
+
+def _gates(spec: Obj | None, where: str) -> list[Any] | None:
+    if spec is None:
+        return None
+    gates = get_list(spec, "schedulingGates", f"{where}.schedulingGates")
+    if gates is not None:
+        for index, gate in enumerate(gates):
+            if not isinstance(gate, dict):
+                raise MalformedReview(f"{where}.schedulingGates[{index}] must be an object")
+    return gates
+
+
+def has_gate(spec: Obj | None, where: str) -> bool:
+    return any(g.get("name") == ADMISSION_GATE for g in _gates(spec, where) or ())
+
+
+def _namespace(request: AdmissionRequest, meta: Obj | None) -> str:
+    namespace = request.namespace
+    if not namespace and meta is not None and isinstance(meta.get("namespace"), str):
+        namespace = meta["namespace"]
+    if not namespace:
+        raise MalformedReview("request.namespace is missing for a namespaced Pod")
+    return namespace
+
+
+def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    if request.operation != "CREATE":
+        return ALLOW
+    pod = require_object(request)
+    meta, labels = _meta_labels(pod, "request.object")
+    namespace = _namespace(request, meta)
+    if not env.store.is_managed_namespace(namespace):
+        return ALLOW
+    spec = get_map(pod, "spec", "request.object.spec")
+    gates = _gates(spec, "request.object.spec")
+    queue = env.store.resolve_queue(namespace, labels)
+    if queue is None:
+        return ALLOW  # the validating webhook denies it with the reason
+    ops: list[PatchOp] = []
+    set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
+    warnings: list[str] = []
+    labelled_job_pod = bool(labels and labels.get(QUEUE_LABEL)) and job_owned(meta)
+    if not labelled_job_pod:
+        if spec is not None and spec.get("nodeName"):
+            # The apiserver forbids scheduling gates on a pod bound at creation.
+            warnings.append(
+                "spec.nodeName is set: the pod bypasses the scheduler and is not held "
+                f'for queue "{queue}"'
+            )
+        elif spec is None:
+            ops.append({"op": "add", "path": "/spec",
+                        "value": {"schedulingGates": [{"name": ADMISSION_GATE}]}})
+        elif gates is None:
+            ops.append({"op": "add", "path": "/spec/schedulingGates",
+                        "value": [{"name": ADMISSION_GATE}]})
+        elif not any(g.get("name") == ADMISSION_GATE for g in gates):
+            ops.append({"op": "add", "path": "/spec/schedulingGates/-",
+                        "value": {"name": ADMISSION_GATE}})
+    return allow(ops, warnings)
+
+
+def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    if request.operation == "CREATE":
+        return _validate_create(request, env)
+    if request.operation == "UPDATE":
+        return _validate_update(request, env)
+    return ALLOW
+
+
+def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    pod = require_object(request)
+    meta, labels = _meta_labels(pod, "request.object")
+    namespace = _namespace(request, meta)
+    if not env.store.is_managed_namespace(namespace):
+        return ALLOW
+    if labels and labels.get(QUEUE_LABEL) and job_owned(meta):
+        # A pod of a Job arbiter accepted: the Job was checked (and admitted).
+        return ALLOW
+    waiting = not_ready(env, QUEUE_KINDS)
+    if waiting is not None:
+        return waiting
+    _, denial = check_queue(env, namespace, labels, "pod")
+    return denial or ALLOW
+
+
+def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    new = require_object(request)
+    old = require_object(request, old=True)
+    old_meta, old_labels = _meta_labels(old, "request.oldObject")
+    namespace = _namespace(request, old_meta)
+    if not env.store.is_managed_namespace(namespace) or env.is_arbiter(request):
+        return ALLOW
+    if not has_gate(get_map(old, "spec", "request.oldObject.spec"), "request.oldObject.spec"):
+        return ALLOW
+    _, new_labels = _meta_labels(new, "request.object")
+    queue = (old_labels or {}).get(QUEUE_LABEL, "")
+    name = request.name or (old_meta or {}).get("name", "")
+    if not has_gate(get_map(new, "spec", "request.object.spec"), "request.object.spec"):
+        return deny(
+            f'pod "{namespace}/{name}" is waiting for queue "{queue}" to admit it: only '
+            f"kube-arbiter may remove the {ADMISSION_GATE} scheduling gate"
+        )
+    new_queue = (new_labels or {}).get(QUEUE_LABEL, "")
+    if new_queue != queue:
+        return deny(
+            f'pod "{namespace}/{name}" is held for queue "{queue}": its {QUEUE_LABEL} label '
+            "cannot change; delete and recreate the pod in the other queue"
+        )
+    return ALLOW

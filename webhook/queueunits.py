@@ -1,0 +1,196 @@
+"""QueueUnits: the unit of admission, created by the loop or by a user.
+
+Mutating (CREATE, UPDATE): the seed's `resourceUnit` × `resourceNo`
+shorthand becomes one pod set named "main"; an empty `spec.queue` is filled
+by the shared resolver; the unit carries its queue as a label.
+
+Validating: 1–8 pod sets with unique names, counts ≥ 1, 1 ≤ minCount ≤
+count, valid quantities; users (not arbiter) may only reserve in an
+existing, Open queue, and may not change the queue or pod sets of an
+admitted unit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeGuard
+
+from arbiter.cache.records import ADMITTED_PHASES, QUEUE_LABEL
+from arbiter.core.quantities import QuantityError
+from arbiter.core.resources import Resources
+from webhook.patch import set_label
+from webhook.queueing import check_open, no_queue_message, not_ready
+from webhook.review import (
+    ALLOW,
+    AdmissionEnv,
+    AdmissionRequest,
+    Decision,
+    MalformedReview,
+    Obj,
+    PatchOp,
+    allow,
+    deny,
+    get_labels,
+    get_map,
+    require_object,
+)
+
+GROUP, KIND = "arbiter.dev", "QueueUnit"
+MAX_POD_SETS = 8
+SHORTHAND_POD_SET = "main"
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _namespace(request: AdmissionRequest, meta: Obj | None) -> str:
+    namespace = request.namespace
+    if not namespace and meta is not None and isinstance(meta.get("namespace"), str):
+        namespace = meta["namespace"]
+    if not namespace:
+        raise MalformedReview("request.namespace is missing for a namespaced QueueUnit")
+    return namespace
+
+
+def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    if request.operation not in ("CREATE", "UPDATE"):
+        return ALLOW
+    unit = require_object(request)
+    meta = get_map(unit, "metadata", "request.object.metadata")
+    labels = get_labels(meta, "request.object.metadata")
+    namespace = _namespace(request, meta)
+    if not env.store.is_managed_namespace(namespace):
+        return ALLOW
+    spec = get_map(unit, "spec", "request.object.spec")
+    if spec is None:
+        return ALLOW  # nothing to convert; validation explains what is missing
+    ops: list[PatchOp] = []
+    pod_sets = spec.get("podSets")
+    resource_no = spec.get("resourceNo", 1)
+    if (spec.get("resourceUnit") is not None and not pod_sets
+            and _is_int(resource_no) and resource_no >= 1):
+        pod_set = {"name": SHORTHAND_POD_SET, "count": resource_no,
+                   "requests": spec["resourceUnit"]}
+        ops.append({"op": "add", "path": "/spec/podSets", "value": [pod_set]})
+        ops.append({"op": "remove", "path": "/spec/resourceUnit"})
+        if "resourceNo" in spec:
+            ops.append({"op": "remove", "path": "/spec/resourceNo"})
+    queue = spec.get("queue")
+    if request.operation == "CREATE" and (queue is None or queue == ""):
+        queue = env.store.resolve_queue(namespace, labels)
+        if queue is not None:
+            ops.append({"op": "add", "path": "/spec/queue", "value": queue})
+    if isinstance(queue, str) and queue:
+        set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
+    return allow(ops)
+
+
+def check_pod_sets(spec: Obj) -> list[str]:
+    errors: list[str] = []
+    pod_sets = spec.get("podSets")
+    shorthand = spec.get("resourceUnit") is not None
+    if pod_sets and shorthand:
+        return ["spec: set either podSets or resourceUnit × resourceNo, not both"]
+    if shorthand and not pod_sets:
+        resource_no = spec.get("resourceNo", 1)
+        if not _is_int(resource_no) or resource_no < 1:
+            errors.append(f"spec.resourceNo: {resource_no!r:.40} must be an integer ≥ 1")
+        _check_requests(spec.get("resourceUnit"), "spec.resourceUnit", errors)
+        return errors
+    if not isinstance(pod_sets, list) or not pod_sets:
+        return ["spec.podSets: at least one pod set is required (or resourceUnit × resourceNo)"]
+    if len(pod_sets) > MAX_POD_SETS:
+        errors.append(f"spec.podSets: {len(pod_sets)} pod sets, at most {MAX_POD_SETS} allowed")
+    names: set[str] = set()
+    for index, pod_set in enumerate(pod_sets):
+        where = f"spec.podSets[{index}]"
+        if not isinstance(pod_set, dict):
+            errors.append(f"{where}: must be an object")
+            continue
+        name = pod_set.get("name", SHORTHAND_POD_SET)
+        if not isinstance(name, str) or not name:
+            errors.append(f"{where}.name: must be a non-empty string")
+        elif name in names:
+            errors.append(f'{where}.name: "{name:.60}" is used by another pod set')
+        else:
+            names.add(name)
+        raw_count = pod_set.get("count")
+        count: int | None = raw_count if _is_int(raw_count) and raw_count >= 1 else None
+        if count is None:
+            errors.append(f"{where}.count: {raw_count!r:.40} must be an integer ≥ 1")
+        min_count = pod_set.get("minCount")
+        if min_count is not None:
+            if not _is_int(min_count) or min_count < 1:
+                errors.append(f"{where}.minCount: {min_count!r:.40} must be an integer ≥ 1")
+            elif count is not None and min_count > count:
+                errors.append(f"{where}.minCount: {min_count} exceeds count {count}")
+        _check_requests(pod_set.get("requests"), f"{where}.requests", errors)
+    return errors
+
+
+def _check_requests(requests: Any, where: str, errors: list[str]) -> None:
+    try:
+        Resources.parse(requests, field=where)
+    except QuantityError as error:
+        errors.append(str(error))
+
+
+def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    if request.operation not in ("CREATE", "UPDATE"):
+        return ALLOW
+    unit = require_object(request)
+    meta = get_map(unit, "metadata", "request.object.metadata")
+    labels = get_labels(meta, "request.object.metadata")
+    namespace = _namespace(request, meta)
+    if not env.store.is_managed_namespace(namespace):
+        return ALLOW
+    name = request.name or str((meta or {}).get("name", ""))
+    spec = unit.get("spec")
+    if not isinstance(spec, dict):
+        return deny(f'QueueUnit "{namespace}/{name}" is invalid: spec: must be an object',
+                    code=422)
+    errors = check_pod_sets(spec)
+    queue = spec.get("queue")
+    if not isinstance(queue, str) or not queue:
+        errors.append("spec.queue: " + no_queue_message(namespace, "QueueUnit"))
+    for key in ("priority",):
+        if spec.get(key) is not None and not _is_int(spec.get(key)):
+            errors.append(f"spec.{key}: must be an integer")
+    consumer = spec.get("consumerRef")
+    if consumer is not None and not (
+        isinstance(consumer, dict) and isinstance(consumer.get("kind"), str)
+        and isinstance(consumer.get("name"), str)
+    ):
+        errors.append("spec.consumerRef: must be an object reference with kind and name")
+    if errors:
+        return deny(f'QueueUnit "{namespace}/{name}" is invalid: ' + "; ".join(errors),
+                    code=422)
+    if env.is_arbiter(request):
+        return ALLOW
+    assert isinstance(queue, str)
+    if request.operation == "UPDATE":
+        return _validate_update(request, env, namespace, name, spec)
+    waiting = not_ready(env, ("Queue",))
+    if waiting is not None:
+        return waiting
+    return check_open(env, queue, namespace, labels, "QueueUnit") or ALLOW
+
+
+def _validate_update(request: AdmissionRequest, env: AdmissionEnv, namespace: str,
+                     name: str, spec: Obj) -> Decision:
+    old = require_object(request, old=True)
+    status = old.get("status")
+    phase = status.get("phase") if isinstance(status, dict) else None
+    old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+    assert isinstance(old_spec, dict)
+    if phase in ADMITTED_PHASES:
+        for key in ("queue", "podSets"):
+            if spec.get(key) != old_spec.get(key):
+                return deny(
+                    f'QueueUnit "{namespace}/{name}" is admitted ({phase}): spec.{key} '
+                    "cannot change"
+                )
+        return ALLOW
+    if spec.get("queue") != old_spec.get("queue"):
+        return check_open(env, str(spec.get("queue")), namespace, None, "QueueUnit") or ALLOW
+    return ALLOW

@@ -22,6 +22,8 @@ COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("sandbox", "arbiter.sandbox.cli"),
     ("flow", "arbiter.jobflow.cli"),
     ("serve", "arbiter.serve_cli"),
+    ("queues", "arbiter.queues_cli"),
+    ("demo", "arbiter.demo"),
 )
 
 

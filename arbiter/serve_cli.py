@@ -68,6 +68,17 @@ def _csv(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Appends "(default: X)" to a flag's help, unless the help names its
+    default itself or there is none (None, False, empty)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.default in (None, False, [], "", argparse.SUPPRESS):
+            return text
+        return text + " (default: %(default)s)"
+
+
 def add_parser(subparsers: Any) -> None:
     defaults = ServeConfig()
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -75,6 +86,7 @@ def add_parser(subparsers: Any) -> None:
         help="run the arbiter server (webhook, extender, admission loop)",
         description="Run the kube-arbiter server. Every flag defaults to the environment "
                     "variable ARBITER_<FLAG>, e.g. ARBITER_PORT.",
+        formatter_class=_DefaultsFormatter,
     )
     add = parser.add_argument
     add("--kubeconfig", default=_env("kubeconfig"),
@@ -94,17 +106,33 @@ def add_parser(subparsers: Any) -> None:
     add("--namespace", default=_env("namespace", defaults.namespace),
         help="arbiter's own namespace (never managed; holds the Lease and Secret)")
     add("--service-name", default=_env("service_name", defaults.service_name),
-        help="name of arbiter's Service, webhook configurations and Lease")
+        help="name of arbiter's Service and webhook configurations")
     add("--excluded-namespaces",
         default=_env("excluded_namespaces", ",".join(DEFAULT_EXCLUDED_NAMESPACES)),
         help="comma-separated namespaces arbiter never manages")
     add("--overcommit", type=float,
         default=float(_env("overcommit", str(defaults.overcommit)) or 1.0),
-        help="factor applied to cluster capacity (default 1.0)")
+        help="factor applied to cluster capacity")
     add("--no-leader-elect", action="store_true", default=_env_flag("no_leader_elect"),
         help="run the admission loop without a Lease (one replica only)")
     add("--identity", default=_env("identity", socket.gethostname()),
         help="this replica's leader-election identity (default: hostname)")
+    add("--lease-name", default=_env("lease_name", defaults.lease_name),
+        help="name of the leader-election Lease in --namespace")
+    add("--reclaim-grace", type=float,
+        default=float(_env("reclaim_grace", str(defaults.reclaim_grace)) or 0.0),
+        help="seconds a queue below its deserved share waits before resources are "
+             "reclaimed for it (short bursts do not thrash)")
+    add("--admission-timeout", type=float,
+        default=float(_env("admission_timeout", str(defaults.admission_timeout)) or 0.0),
+        help="seconds an admitted unit may take to start running before it is backed off "
+             "and requeued")
+    add("--status-interval", type=float,
+        default=float(_env("status_interval", str(defaults.status_interval)) or 0.0),
+        help="minimum seconds between two status writes of one Queue or QueueUnit")
+    add("--status-qps", type=float,
+        default=float(_env("status_qps", str(defaults.status_qps)) or 0.0),
+        help="status writes per second, all objects together")
     add("--username", action="append", default=list(_csv(_env("username") or "")),
         help="username arbiter's requests carry, if SelfSubjectReview is unavailable "
              "(repeatable)")
@@ -141,6 +169,11 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         overcommit=args.overcommit,
         leader_elect=not args.no_leader_elect,
         identity=args.identity,
+        lease_name=args.lease_name,
+        reclaim_grace=args.reclaim_grace,
+        admission_timeout=args.admission_timeout,
+        status_interval=args.status_interval,
+        status_qps=args.status_qps,
         cert_secret=args.cert_secret or None,
         usernames=tuple(args.username),
         max_body_bytes=args.max_body_bytes,

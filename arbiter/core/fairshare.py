@@ -32,17 +32,22 @@ units it steps over, which it steps over once per pass):
   maximised over r, with 2**K larger than the product of any two
   denominators, so two different fractions never share a key and equal ones
   always do.
+* Inside a queue, pending units are grouped by *shape* (equal demand
+  vectors), each shape in queue order. Equal demands fit or fail together,
+  so the queue's next unit is the earliest head among the shapes that fit: a
+  small heap of shape heads per queue finds it in O(log shapes), however
+  many identical units wait. A shape found not to fit is *rejected*; while
+  nothing grows it stays unfittable, so it is not looked at again.
 * Free capacity only shrinks while admitting, which can take the candidate of
   another queue out of reach. Per resource, a max-heap of the candidates'
   demands finds exactly those queues after each admission (lazy deletion by
-  version); each re-scans forward from its old candidate. Units a queue
-  steps over are "skipped"; while nothing grows they stay unfittable, so a
-  pointer per queue only moves forward.
-* A queue with skipped units also has an entry in the *waiting list*, sorted
-  by an optimistic key (best under-guarantee flag among its skipped units,
-  its share, its name) and carrying a cheap necessary condition for any of
-  them to fit again (per resource, the smallest demand that failed there;
-  and the element-wise minimum of their demands). When free capacity grows
+  version). A resource's heap is only kept once its free capacity drops
+  below the largest candidate demand seen: before that nothing can fail.
+* A queue with rejected shapes also has an entry in the *waiting list*,
+  sorted by an optimistic key (best under-guarantee flag among its rejected
+  units, its share, its name) and carrying a cheap necessary condition for
+  any of them to fit again (per resource, the smallest demand that failed
+  there; and the element-wise minimum of their demands). When free capacity grows
   (a release), a cursor over that list is rewound; `next` walks it only as
   far as the best candidate's key and re-examines a queue only when its
   condition holds. Without growth the cursor never moves back, so a queue
@@ -59,6 +64,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from operator import attrgetter
 from typing import Literal
 
 from arbiter.core.deserved import deserved
@@ -207,18 +213,73 @@ Pairs = tuple[tuple[int, int], ...]  # (resource index, amount), amounts > 0
 class _Rec:
     """A unit as the engine holds it."""
 
-    __slots__ = ("alive", "okey", "pairs", "unit")
+    __slots__ = ("alive", "okey", "pairs", "shape", "unit")
 
     unit: Unit
     pairs: Pairs
     okey: OrderKey
     alive: bool  # still pending
+    shape: _Shape | None
 
     def __init__(self, unit: Unit, pairs: Pairs, okey: OrderKey) -> None:
         self.unit = unit
         self.pairs = pairs
         self.okey = okey
         self.alive = True
+        self.shape = None
+
+
+class _Shape:
+    """The pending units of one queue that have the same demand, in queue order.
+
+    Equal demands fit or fail together, so a queue's next unit is the earliest
+    head among its shapes that fit; shapes found not to fit are *rejected*
+    until the queue is re-examined (which growth of free capacity triggers).
+    """
+
+    __slots__ = ("dead", "head", "okeys", "pairs", "recs", "rejected", "unsorted", "ver")
+
+    pairs: Pairs
+    okeys: list[OrderKey]
+    recs: list[_Rec]
+    head: int  # no live unit before this index
+    dead: int
+    unsorted: bool
+    rejected: bool
+    ver: int  # the valid entry of this shape in its queue's heap
+
+    def __init__(self, pairs: Pairs) -> None:
+        self.pairs = pairs
+        self.okeys = []
+        self.recs = []
+        self.head = 0
+        self.dead = 0
+        self.unsorted = False
+        self.rejected = False
+        self.ver = 0
+
+    def first(self) -> _Rec | None:
+        recs = self.recs
+        end = len(recs)
+        h = self.head
+        while h < end and not recs[h].alive:
+            h += 1
+        self.head = h
+        return recs[h] if h < end else None
+
+    def tidy(self) -> None:
+        recs = [rec for rec in self.recs if rec.alive]
+        if self.unsorted:
+            recs.sort(key=_OKEY)
+            self.unsorted = False
+        self.recs = recs
+        self.okeys = [rec.okey for rec in recs]
+        self.head = 0
+        self.dead = 0
+
+
+_OKEY = attrgetter("okey")
+_ShapeEntry = tuple[OrderKey, int, _Shape]  # (okey of the shape's head, ver, shape)
 
 
 class _Queue:
@@ -227,24 +288,22 @@ class _Queue:
         "blocking",
         "cand",
         "capl",
-        "dead",
         "divs",
         "guar",
         "hasguar",
+        "head",
         "inwait",
         "mins",
         "nadmitted",
         "name",
-        "okeys",
         "optflag",
         "policy",
-        "ptr",
-        "recs",
+        "shapes",
         "share",
+        "sheap",
         "spec",
         "status",
         "thr",
-        "unsorted",
         "version",
         "wversion",
     )
@@ -258,18 +317,16 @@ class _Queue:
     guar: list[int]  # guarantee per resource index
     hasguar: bool
     divs: list[tuple[int, int]]  # (index, capacity * weight) for capacity > 0
-    okeys: list[OrderKey]  # order keys of recs, sorted unless `unsorted`
-    recs: list[_Rec]  # pending units in queue order (dead ones lazily dropped)
-    dead: int
-    unsorted: bool
-    ptr: int  # index of the candidate / blocking head; len(recs) when none
-    cand: _Rec | None
+    shapes: dict[Pairs, _Shape]
+    sheap: list[_ShapeEntry]  # heads of the shapes not rejected (lazy deletion)
+    cand: _Rec | None  # the unit it offers now (fits)
+    head: _Rec | None  # blocking: its head when that does not fit
     status: int
     version: int
     share: int  # exact weighted dominant share, scaled (see module doc)
-    thr: dict[int, int]  # resource -> smallest demand of a skipped unit failing there
-    mins: dict[int, int] | None  # element-wise min demand of skipped units
-    optflag: int  # best under-guarantee flag among skipped units (2 = none)
+    thr: dict[int, int]  # resource -> smallest demand of a rejected unit failing there
+    mins: dict[int, int] | None  # element-wise min demand of rejected units
+    optflag: int  # best under-guarantee flag among rejected units (2 = none)
     inwait: bool  # has a valid waiting-list entry
     wversion: int
     nadmitted: int
@@ -284,12 +341,10 @@ class _Queue:
         self.guar = [0] * nres
         self.hasguar = False
         self.divs = []
-        self.okeys = []
-        self.recs = []
-        self.dead = 0
-        self.unsorted = False
-        self.ptr = 0
+        self.shapes = {}
+        self.sheap = []
         self.cand = None
+        self.head = None
         self.status = _IDLE
         self.version = 0
         self.share = 0
@@ -299,6 +354,12 @@ class _Queue:
         self.inwait = False
         self.wversion = 0
         self.nadmitted = 0
+
+    def units(self) -> list[_Rec]:
+        """Pending units in queue order."""
+        recs = [rec for shape in self.shapes.values() for rec in shape.recs if rec.alive]
+        recs.sort(key=_OKEY)
+        return recs
 
 
 # (flag, share, name, 1, version, queue) and (optflag, share, name, 0, wversion,
@@ -423,10 +484,11 @@ class AdmissionEngine:
         q.hasguar = any(amount > 0 for amount in spec.guarantee.values())
         if spec.policy != q.policy:
             q.policy = spec.policy
-            for rec in q.recs:
-                rec.okey = order_key(rec.unit, spec.policy)
-            q.okeys = [rec.okey for rec in q.recs]
-            q.unsorted = True
+            for shape in q.shapes.values():
+                for rec in shape.recs:
+                    rec.okey = order_key(rec.unit, spec.policy)
+                shape.okeys = [rec.okey for rec in shape.recs]
+                shape.unsorted = True
         if spec.weight.bit_length() > self._wbits:
             self._wbits = spec.weight.bit_length()
             self._recompute_shift()
@@ -442,6 +504,7 @@ class AdmissionEngine:
         q.spec = None
         self._bump(q)
         q.cand = None
+        q.head = None
         q.status = _IDLE
         self._set_divs(q)
 
@@ -473,46 +536,70 @@ class AdmissionEngine:
         )
         rec = _Rec(unit, pairs, okey)
         self._pending[key] = rec
+        shape = q.shapes.get(pairs)
+        if shape is None:
+            shape = q.shapes[pairs] = _Shape(pairs)
+        rec.shape = shape
+        okeys = shape.okeys
         if q.status == _DIRTY or q.status == _IDLE:
-            if q.okeys and okey < q.okeys[-1]:
-                q.unsorted = True
-            q.okeys.append(okey)
-            q.recs.append(rec)
+            # Re-examined (and sorted) before the next decision.
+            if okeys and okey < okeys[-1]:
+                shape.unsorted = True
+            okeys.append(okey)
+            shape.recs.append(rec)
             return
-        i = bisect_right(q.okeys, okey)
-        q.okeys.insert(i, okey)
-        q.recs.insert(i, rec)
-        if i > q.ptr:
-            return  # behind the candidate (or the blocking head): changes nothing now
+        if okeys and okey < okeys[-1]:
+            at = bisect_right(okeys, okey)
+            okeys.insert(at, okey)
+            shape.recs.insert(at, rec)
+            if at < shape.head:
+                shape.head = at
+        else:
+            okeys.append(okey)
+            shape.recs.append(rec)
+        if shape.first() is not rec:
+            return  # behind an earlier unit of the same demand: changes nothing now
         if q.blocking:
-            self._advance_blocking(q, i)
+            self._push_shape(q, shape)
+            current = q.cand or q.head
+            if current is None or okey < current.okey:
+                self._find_blocking(q)
             return
-        q.ptr += 1
+        if shape.rejected:
+            return  # known not to fit (until the queue is re-examined)
+        self._push_shape(q, shape)
+        cand = q.cand
+        if cand is not None and not okey < cand.okey:
+            return  # comes after the unit the queue offers now
         if self._fits(q, rec):
-            q.ptr = i
             q.cand = rec
             q.status = _CAND
             self._push_cand(q)
-        elif (self._skip(q, rec) or not q.inwait) and q.thr:
-            self._wait_insert(q)
+        else:
+            shape.rejected = True
+            if (self._skip(q, rec) or not q.inwait) and q.thr:
+                self._wait_insert(q)
 
     def remove_pending(self, key: str) -> None:
         """Drop a pending unit (deleted, or moved elsewhere). Unknown keys are ignored."""
         rec = self._pending.pop(key, None)
         if rec is None:
             return
-        rec.alive = False
         q = self._queues[rec.unit.queue]
-        q.dead += 1
-        if q.status == _CAND and q.cand is rec:
-            if q.blocking:
-                self._advance_blocking(q, q.ptr + 1)
-            else:
-                self._advance(q, q.ptr + 1)
-        elif (
-            q.status == _PARKED and q.blocking and q.ptr < len(q.recs) and q.recs[q.ptr] is rec
-        ):
-            self._advance_blocking(q, q.ptr + 1)
+        shape = rec.shape
+        assert shape is not None
+        was_first = shape.first() is rec
+        rec.alive = False
+        shape.dead += 1
+        if q.status != _CAND and q.status != _PARKED:
+            return  # re-examined from scratch before the next decision
+        if was_first:
+            self._push_shape(q, shape)
+        if q.blocking:
+            if rec is q.cand or rec is q.head:
+                self._find_blocking(q)
+        elif rec is q.cand:
+            self._find(q)
 
     def add_admitted(self, unit: Unit) -> None:
         """Record a unit that is already admitted: it counts in its queue's allocation."""
@@ -547,7 +634,7 @@ class AdmissionEngine:
         for i, amount in rec.pairs:
             alloc[i] -= amount
             free[i] += amount
-        self._cursor = 0  # free capacity grew: skipped units may fit again
+        self._cursor = 0  # free capacity grew: rejected units may fit again
         if q.spec is not None:
             self._mark_dirty(q)
 
@@ -587,7 +674,7 @@ class AdmissionEngine:
                 return None
             best = top[5]
             if best.inwait and self._qualifies(best):
-                # One of its own skipped units may fit again, and would come
+                # One of its own rejected units may fit again, and would come
                 # first in its queue; its waiting entry can sort after its
                 # heap entry (worse guarantee flag), so check it here.
                 self._examine(best)
@@ -628,12 +715,7 @@ class AdmissionEngine:
     def pending(self, queue: str) -> list[Unit]:
         """Pending units of `queue` in queue order (position = index)."""
         q = self._queues.get(queue)
-        if q is None:
-            return []
-        recs = [rec for rec in q.recs if rec.alive]
-        if q.unsorted:
-            recs.sort(key=lambda rec: rec.okey)
-        return [rec.unit for rec in recs]
+        return [] if q is None else [rec.unit for rec in q.units()]
 
     def admitted(self, queue: str) -> list[Unit]:
         """Admitted units of `queue` (in the order the engine learnt of them)."""
@@ -666,13 +748,15 @@ class AdmissionEngine:
 
     def explain(self, queue: str) -> str:
         """Why the head of `queue` waits; "" when nothing waits."""
-        units = self.pending(queue)
-        if not units:
+        q = self._queues.get(queue)
+        if q is None:
             return ""
-        q = self._queues[queue]
+        recs = q.units()
+        if not recs:
+            return ""
         if q.spec is None:
             return f"queue {queue} does not exist"
-        return self._reason(q, self._pending[units[0].key])
+        return self._reason(q, recs[0])
 
     def explain_unit(self, key: str) -> str:
         """Why the pending unit `key` waits; "" when it is not pending."""
@@ -682,12 +766,10 @@ class AdmissionEngine:
         q = self._queues[rec.unit.queue]
         if q.spec is None:
             return f"queue {q.name} does not exist"
-        units = self.pending(q.name)
-        head = units[0]
-        if q.blocking and head.key != key:
-            why = self._reason(q, self._pending[head.key])
-            if why != _FITS:
-                return f"blocked behind head unit {head.key}"
+        if q.blocking:
+            head = q.units()[0]
+            if head is not rec and self._reason(q, head) != _FITS:
+                return f"blocked behind head unit {head.unit.key}"
         return self._reason(q, rec)
 
     def _reason(self, q: _Queue, rec: _Rec) -> str:
@@ -718,6 +800,7 @@ class AdmissionEngine:
             return
         self._bump(q)
         q.cand = None
+        q.head = None
         q.status = _DIRTY
         self._dirtyq.append(q)
 
@@ -727,15 +810,6 @@ class AdmissionEngine:
         for q in dirty:
             if q.status == _DIRTY:
                 self._examine(q)
-
-    def _tidy(self, q: _Queue) -> None:
-        recs = [rec for rec in q.recs if rec.alive]
-        if q.unsorted:
-            recs.sort(key=lambda rec: rec.okey)
-            q.unsorted = False
-        q.recs = recs
-        q.okeys = [rec.okey for rec in recs]
-        q.dead = 0
 
     def _share_of(self, q: _Queue) -> int:
         shift = self._shift
@@ -750,22 +824,59 @@ class AdmissionEngine:
         return best
 
     def _examine(self, q: _Queue) -> None:
-        """Re-derive everything about `q` from scratch."""
+        """Re-derive everything about `q` from scratch (O(shapes), not O(units))."""
         self._bump(q)
         q.cand = None
+        q.head = None
         if q.spec is None:
             q.status = _IDLE
             return
-        if q.unsorted or q.dead:
-            self._tidy(q)
         q.thr = {}
         q.mins = None
         q.optflag = 2
         q.share = self._share_of(q)
+        sheap: list[_ShapeEntry] = []
+        seq = self._seq
+        empty: list[Pairs] = []
+        for pairs, shape in q.shapes.items():
+            if shape.unsorted or shape.dead * 2 > len(shape.recs) + 16:
+                shape.tidy()
+            rec = shape.first()
+            if rec is None:
+                empty.append(pairs)
+                continue
+            shape.rejected = False
+            seq += 1
+            shape.ver = seq
+            sheap.append((rec.okey, seq, shape))
+        self._seq = seq
+        for pairs in empty:
+            del q.shapes[pairs]
+        heapq.heapify(sheap)
+        q.sheap = sheap
         if q.blocking:
-            self._advance_blocking(q, 0)
+            self._find_blocking(q)
         else:
-            self._advance(q, 0)
+            self._find(q)
+
+    def _push_shape(self, q: _Queue, shape: _Shape) -> None:
+        """The head of `shape` changed: give it a fresh heap entry."""
+        self._seq += 1
+        shape.ver = self._seq
+        if shape.dead > 32 and shape.dead * 2 > len(shape.recs):
+            shape.tidy()
+        rec = shape.first()
+        if rec is None:
+            if q.shapes.get(shape.pairs) is shape:
+                del q.shapes[shape.pairs]
+            return
+        if shape.rejected:
+            return
+        sheap = q.sheap
+        heapq.heappush(sheap, (rec.okey, shape.ver, shape))
+        if len(sheap) > 2 * len(q.shapes) + 16:
+            q.sheap = sheap = [e for e in sheap if e[1] == e[2].ver and not e[2].rejected]
+            heapq.heapify(sheap)
 
     def _fits(self, q: _Queue, rec: _Rec) -> bool:
         free = self._free
@@ -820,7 +931,7 @@ class AdmissionEngine:
         return False
 
     def _qualifies(self, q: _Queue) -> bool:
-        """Might one of q's skipped units fit now? (a necessary condition)"""
+        """Might one of q's rejected units fit now? (a necessary condition)"""
         free = self._free
         for i, t in q.thr.items():
             if free[i] >= t:
@@ -862,56 +973,47 @@ class AdmissionEngine:
         q.version = self._seq
         q.cand = None
         q.status = _PARKED
-        q.ptr = len(q.recs)
 
-    def _advance(self, q: _Queue, start: int, lowered: bool = False) -> None:
-        """Non-blocking: the candidate is the first unit at index >= start that fits."""
-        recs = q.recs
+    def _find(self, q: _Queue, lowered: bool = False) -> None:
+        """Non-blocking: offer the earliest head among the shapes that fit."""
+        sheap = q.sheap
         free = self._free
         alloc = q.alloc
         capl = q.capl
-        end = len(recs)
-        # Demands already found not to fit in this scan: free capacity and the
-        # allocation do not change during it, so equal demands fail the same
-        # way (and record the same thresholds); skip them cheaply.
-        rejected: set[Pairs] | None = None
-        i = start
-        while i < end:
-            rec = recs[i]
-            if rec.alive:
-                pairs = rec.pairs
-                if rejected is not None and pairs in rejected:
-                    i += 1
-                    continue
-                for r, a in pairs:
-                    if a > free[r] or alloc[r] + a > capl[r]:
-                        break
-                else:
-                    q.ptr = i
-                    q.cand = rec
-                    q.status = _CAND
-                    self._push_cand(q)
+        while sheap:
+            _, ver, shape = sheap[0]
+            if ver != shape.ver or shape.rejected:
+                heapq.heappop(sheap)
+                continue
+            rec = shape.recs[shape.head]
+            for r, a in rec.pairs:
+                if a > free[r] or alloc[r] + a > capl[r]:
                     break
-                if self._skip(q, rec):
-                    lowered = True
-                if rejected is None:
-                    rejected = {pairs}
-                else:
-                    rejected.add(pairs)
-            i += 1
+            else:
+                q.cand = rec
+                q.status = _CAND
+                self._push_cand(q)
+                break
+            heapq.heappop(sheap)
+            shape.rejected = True
+            if self._skip(q, rec):
+                lowered = True
         else:
             self._park(q)
         if q.thr and (lowered or not q.inwait):
             self._wait_insert(q)
 
-    def _advance_blocking(self, q: _Queue, start: int) -> None:
-        """Blocking: only the head (first pending unit at index >= start) is offered."""
-        recs = q.recs
-        end = len(recs)
-        i = start
-        while i < end and not recs[i].alive:
-            i += 1
-        # The head changed: forget what was recorded about the old one.
+    def _find_blocking(self, q: _Queue) -> None:
+        """Blocking: only the head of the queue is offered."""
+        sheap = q.sheap
+        rec: _Rec | None = None
+        while sheap:
+            _, ver, shape = sheap[0]
+            if ver == shape.ver:
+                rec = shape.recs[shape.head]
+                break
+            heapq.heappop(sheap)
+        # The head may have changed: forget what was recorded about the old one.
         if q.inwait:
             q.inwait = False
             self._wlive -= 1
@@ -920,16 +1022,15 @@ class AdmissionEngine:
         q.thr = {}
         q.mins = None
         q.optflag = 2
-        if i < end and self._fits(q, recs[i]):
-            q.ptr = i
-            q.cand = recs[i]
+        q.head = rec
+        if rec is not None and self._fits(q, rec):
+            q.cand = rec
             q.status = _CAND
             self._push_cand(q)
             return
         self._park(q)
-        if i < end:
-            q.ptr = i
-            self._skip(q, recs[i])
+        if rec is not None:
+            self._skip(q, rec)
             if q.thr:
                 self._wait_insert(q)
 
@@ -957,10 +1058,10 @@ class AdmissionEngine:
 
     def _admit(self, q: _Queue) -> Unit:
         rec = q.cand
-        assert rec is not None
+        assert rec is not None and rec.shape is not None
         unit = rec.unit
         rec.alive = False
-        q.dead += 1
+        rec.shape.dead += 1
         q.nadmitted += 1
         del self._pending[unit.key]
         self._admitted[unit.key] = rec
@@ -970,10 +1071,30 @@ class AdmissionEngine:
             alloc[i] += a
             free[i] -= a
         q.share = self._share_of(q)
-        if q.blocking:
-            self._advance_blocking(q, q.ptr + 1)
+        # Its shape's heap entry is the first valid one (anything above it is
+        # stale or rejected): replace it by the shape's next head in one step.
+        shape = rec.shape
+        sheap = q.sheap
+        while sheap and (sheap[0][2] is not shape or sheap[0][1] != shape.ver):
+            heapq.heappop(sheap)
+        if not sheap:
+            self._push_shape(q, shape)
         else:
-            self._advance(q, q.ptr + 1)
+            if shape.dead > 32 and shape.dead * 2 > len(shape.recs):
+                shape.tidy()
+            self._seq += 1
+            shape.ver = self._seq
+            head = shape.first()
+            if head is None:
+                heapq.heappop(sheap)
+                if q.shapes.get(shape.pairs) is shape:
+                    del q.shapes[shape.pairs]
+            else:
+                heapq.heapreplace(sheap, (head.okey, shape.ver, shape))
+        if q.blocking:
+            self._find_blocking(q)
+        else:
+            self._find(q)
         self._invalidate(rec.pairs)
         return unit
 
@@ -1009,11 +1130,12 @@ class AdmissionEngine:
                 if version != q.version:
                     continue
                 cand = q.cand
-                assert cand is not None
+                assert cand is not None and cand.shape is not None
                 if q.blocking:
-                    self._advance_blocking(q, q.ptr)
+                    self._find_blocking(q)
                 else:
-                    self._advance(q, q.ptr + 1, self._skip(q, cand))
+                    cand.shape.rejected = True
+                    self._find(q, self._skip(q, cand))
 
 
 _FITS = "fits now; waiting for the next admission pass"

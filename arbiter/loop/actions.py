@@ -37,7 +37,7 @@ from arbiter.loop.kube import (
     pod_path,
     unit_path,
 )
-from arbiter.loop.units import DesiredUnit, format_rfc3339, manifest, pod_sets_json
+from arbiter.loop.units import DesiredUnit, format_rfc3339, manifest
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +55,18 @@ class Written:
 
 
 def admission_status(
-    unit: UnitRecord, current: Mapping[str, Any] | None, now: float
+    unit: UnitRecord, current: Mapping[str, Any] | None, now: float, by: str = ""
 ) -> dict[str, Any]:
-    """Status of a unit being admitted: one more admission, attempt n+1."""
+    """Status of a unit being admitted: one more admission, attempt n+1
+    (`by`: the identity of the leader that admitted it)."""
     current = current or {}
     stamp = format_rfc3339(now)
     attempt = int(current.get("attempts") or unit.attempts or 0) + 1
     admissions = list(current.get("admissions") or [])
-    admissions.append({"time": stamp, "queue": unit.queue, "attempt": attempt})
+    entry: dict[str, Any] = {"time": stamp, "queue": unit.queue, "attempt": attempt}
+    if by:
+        entry["by"] = by
+    admissions.append(entry)
     return {
         "phase": "Dequeued",
         "admissions": admissions,
@@ -105,8 +109,10 @@ class Actions:
         conflict_retries: int = 3,
         release_retries: int = 5,
         retry_delay: float = 0.2,
+        identity: str = "",
     ) -> None:
         self.api = api
+        self.identity = identity
         self.conflict_retries = conflict_retries
         self.release_retries = release_retries
         self.retry_delay = retry_delay
@@ -186,24 +192,25 @@ class Actions:
             current = fresh.get("status") or {}
         return await self.write_status(
             record,
-            lambda r, cur: admission_status(r, cur, now),
+            lambda r, cur: admission_status(r, cur, now, self.identity),
             still_waiting(unit),
             current=current,
         )
 
-    async def set_phase(
-        self, unit: UnitRecord, phase: UnitPhase, message: str, *, extra: Mapping[str, Any] = {}
-    ) -> Written | None:
+    async def set_phase(self, unit: UnitRecord, phase: UnitPhase, message: str) -> Written | None:
         """A plain phase transition, guarded by the phase it starts from."""
 
         def build(_: UnitRecord, __: Mapping[str, Any] | None) -> dict[str, Any]:
-            return {"phase": phase, "message": message, **extra}
+            return {"phase": phase, "message": message}
 
         return await self.write_status(unit, build, in_phase(unit.phase))
 
     async def write_position(self, unit: UnitRecord, position: int | None) -> Written | None:
+        """Also states the phase: a new unit has none until then (a status
+        cannot be set on create), and `kubectl get qu` should say Enqueued."""
+
         def build(_: UnitRecord, __: Mapping[str, Any] | None) -> dict[str, Any]:
-            return {"position": position}
+            return {"position": position, "phase": unit.phase}
 
         return await self.write_status(unit, build, in_phase(unit.phase))
 
@@ -302,7 +309,3 @@ class Actions:
         consumer = unit.consumer
         if consumer is not None and consumer.kind == "Job":
             await self.set_job_suspend(unit.namespace, consumer.name, consumer.uid, True)
-
-    @staticmethod
-    def pod_sets_json(unit: DesiredUnit) -> list[dict[str, Any]]:
-        return pod_sets_json(unit.pod_sets)

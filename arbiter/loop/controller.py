@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,6 +36,7 @@ from arbiter import metrics
 from arbiter.cache.records import PodRecord, UnitPhase, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.fairshare import Unit
+from arbiter.core.resources import Resources
 from arbiter.loop.actions import Actions, ConsumerGone, Written
 from arbiter.loop.index import LoopIndex
 from arbiter.loop.kube import ApiError, ClusterApi
@@ -57,6 +59,7 @@ from arbiter.loop.units import (
     backoff_delay,
     consumer_key,
     decide,
+    demand_of,
     disposition,
     group_state,
     group_unit,
@@ -88,15 +91,21 @@ class LoopSettings:
     backoff_max: float = 600.0
     debounce: float = 0.005
     max_writes: int = 32
-    resync_interval: float = 300.0
+    resync_interval: float = 600.0
+    # Consumers + units one cycle looks at before yielding the event loop.
+    batch: int = 500
     retry_base: float = 1.0
     retry_max: float = 60.0
     # Status writes: one object at most once per interval, all together
     # under `status_qps` a second.
     status_interval: float = 2.0
     status_qps: float = 50.0
-    # Waiting events go to the first units of each queue only.
+    # Waiting events go to the first units of each queue only, and positions
+    # are kept up to date for the first `position_depth` (beyond, a unit's
+    # position is not written: at 100,000 waiting units it would be a write
+    # storm for a number nobody acts on).
     waiting_event_depth: int = 100
+    position_depth: int = 1000
 
 
 @dataclass(slots=True)
@@ -125,14 +134,15 @@ class CycleStats:
 
 
 def consumer_state(
-    store: ClusterStore, index: LoopIndex, unit: UnitRecord
+    store: ClusterStore, index: LoopIndex, unit: UnitRecord, key: ConsumerKey | None = None
 ) -> tuple[Consumer, tuple[PodRecord, ...]]:
-    """What the unit's consumer is doing, as the cache sees it (and its pods)."""
-    key = consumer_key(unit)
-    if key is None:
-        return Consumer.NONE, ()
+    """What the unit's consumer (`key`, when known already) is doing, as the
+    cache sees it, and its pods."""
     ref = unit.consumer
-    assert ref is not None
+    if key is None:
+        key = consumer_key(unit)
+    if key is None or ref is None:
+        return Consumer.NONE, ()
     if key.kind == "Job":
         return job_state(store.jobs.get(f"{key.namespace}/{key.name}"), ref.uid), ()
     if key.kind == "Pod":
@@ -177,7 +187,7 @@ def engine_unit(unit: UnitRecord, created: float | None = None) -> Unit:
     return Unit(
         key=unit.key,
         queue=unit.queue,
-        demand=unit.demand,
+        demand=demand_of(unit.pod_sets),
         priority=unit.priority,
         created=unit.created if created is None else created,
     )
@@ -193,10 +203,11 @@ class AdmissionController:
         events: EventSink | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        identity: str = "",
     ) -> None:
         self.store = store
         self.settings = settings or LoopSettings()
-        self.actions = Actions(api)
+        self.actions = Actions(api, identity=identity)
         self.events = events
         self.clock = clock
         self.rng = rng or random.Random()
@@ -227,6 +238,9 @@ class AdmissionController:
         self._next_resync = 0.0
         self.version = 0  # bumped by every cycle that changed something
         self._listening = False
+        self._indexed = False
+        self.warming = True
+        self._nodes_seen: dict[str, tuple[Resources, bool, bool]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         # Status publishing.
         self.views: dict[str, QueueView] = {}
@@ -265,6 +279,16 @@ class AdmissionController:
         elif kind == "Queue":
             self._queues_dirty = True
         elif kind == "Node":
+            # Heartbeats change a Node every few seconds; only what the
+            # capacity is made of counts.
+            node = self.store.nodes.get(key)
+            seen = (node.allocatable, node.ready, node.schedulable) if node is not None else None
+            if self._nodes_seen.get(key) == seen:
+                return
+            if seen is None:
+                self._nodes_seen.pop(key, None)
+            else:
+                self._nodes_seen[key] = seen
             self._capacity_dirty = True
         elif kind == "Namespace":
             self._all = True
@@ -301,9 +325,9 @@ class AdmissionController:
 
     def consumer(self, unit: UnitRecord) -> tuple[Consumer, tuple[PodRecord, ...]]:
         """What the unit's consumer is doing (with our unseen writes applied)."""
-        state, pods = consumer_state(self.store, self.index, unit)
         key = consumer_key(unit)
-        override = self._overrides.get(key) if key is not None else None
+        state, pods = consumer_state(self.store, self.index, unit, key)
+        override = self._overrides.get(key) if key is not None and self._overrides else None
         if override is not None and key is not None:
             if state is override.before and self.clock() < override.until:
                 return override.expected, pods
@@ -311,30 +335,30 @@ class AdmissionController:
         return state, pods
 
     # -- the cycle -----------------------------------------------------------------------------
-    def cycle(self) -> list[Unit]:
-        """One decision pass over what changed; returns the units admitted."""
+    def cycle(self, budget: int | None = None) -> list[Unit]:
+        """One decision pass over what changed (at most `budget` consumers and
+        units; the rest stay queued for the next pass); returns the units
+        admitted. Nothing is admitted before every unit has been classified
+        once (`warming`): an admitted unit the engine did not know yet could
+        be admitted over."""
         started = time.perf_counter()
         now = self.clock()
         store = self.store
-        if now >= self._next_resync:
-            self._all = True
-            self._next_resync = now + self.settings.resync_interval
         if self._all:
-            self.index.rebuild(store)
-            consumers: set[ConsumerKey] = set(self.index.consumers(store))
-            units: set[str] = set(store.units) | set(self._assumed)
-            self._queues_dirty = self._capacity_dirty = True
             self._all = False
-        else:
-            consumers, units = set(), set()
-        consumers |= self._consumers
-        units |= self._units
-        self._consumers, self._units = set(), set()
+            if not self._indexed:
+                self.index.rebuild(store)
+                self._indexed = True
+            self._consumers.update(self.index.consumers(store))
+            self._units.update(store.units)
+            self._units.update(self._assumed)
+            self._queues_dirty = self._capacity_dirty = True
+            self._next_resync = now + self.settings.resync_interval
         while self._timers and self._timers[0][0] <= now:
             when, key = heapq.heappop(self._timers)
             if self._timer_at.get(key) == when:
                 del self._timer_at[key]
-            units.add(key)
+            self._units.add(key)
 
         if self._queues_dirty:
             self.mirror.set_queues(store.queues)
@@ -343,12 +367,19 @@ class AdmissionController:
             self.mirror.set_capacity(store.capacity(self.settings.overcommit))
             self._capacity_dirty = False
 
-        for consumer in consumers:
-            self._reconcile_consumer(consumer, units)
-        for key in units:
-            self._reconcile_unit(key, now)
+        left = budget if budget is not None else -1
+        consumers, units = self._consumers, self._units
+        while consumers and left != 0:
+            self._reconcile_consumer(consumers.pop(), units)
+            left -= 1
+        while units and left != 0:
+            self._reconcile_unit(units.pop(), now)
+            left -= 1
+        worked = left != (budget if budget is not None else -1)
+        if self.warming and not consumers and not units:
+            self.warming = False
 
-        chosen = self.mirror.admit_all()
+        chosen = [] if self.warming else self.mirror.admit_all()
         for unit in chosen:
             record = self.unit(unit.key)
             if record is None:  # cannot happen: only known units are pending
@@ -356,8 +387,8 @@ class AdmissionController:
                 continue
             self._admitting.add(unit.key)
             self._busy.add(unit.key)
-            self._spawn(self._admit(record, unit))
-        if consumers or units or chosen:
+            self._spawn(functools.partial(self._admit, record, unit))
+        if worked or chosen:
             self.version += 1
         duration = time.perf_counter() - started
         self.stats.cycles += 1
@@ -365,6 +396,36 @@ class AdmissionController:
         self.stats.last_duration = duration
         metrics.admission_cycle_duration_seconds.observe(duration)
         return chosen
+
+    async def resync(self, *, reindex: bool = False, chunk: int = 1000) -> None:
+        """Queue every consumer and unit for a look, in slices, yielding
+        between them (a new leader with a large cache must not stall the
+        webhook that shares this event loop). With `reindex`, rebuild the
+        index first; listeners keep it current meanwhile, because each entry
+        is indexed from the store as it is *now*."""
+        store = self.store
+        if reindex:
+            self.index = LoopIndex()
+            for count, key in enumerate(list(store.units), start=1):
+                self.index.on_unit(key, store.units.get(key))
+                if count % chunk == 0:
+                    await asyncio.sleep(0)
+            for count, uid in enumerate(list(store.pods), start=1):
+                self.index.on_pod(uid, store.pods.get(uid))
+                if count % chunk == 0:
+                    await asyncio.sleep(0)
+            self._indexed = True
+        consumers = self.index.consumers(store)
+        for start in range(0, len(consumers), chunk):
+            self._consumers.update(consumers[start:start + chunk])
+            await asyncio.sleep(0)
+        keys = [*store.units, *self._assumed]
+        for start in range(0, len(keys), chunk):
+            self._units.update(keys[start:start + chunk])
+            await asyncio.sleep(0)
+        self._queues_dirty = self._capacity_dirty = True
+        self._all = False
+        self._next_resync = self.clock() + self.settings.resync_interval
 
     def _desired(self, consumer: ConsumerKey) -> DesiredUnit | None:
         store = self.store
@@ -379,25 +440,42 @@ class AdmissionController:
         pods = self.index.group_pods(store, consumer.namespace, consumer.name)
         return group_unit(consumer.namespace, consumer.name, pods)
 
+    def _consumer_uid(self, consumer: ConsumerKey) -> str | None:
+        """The consumer's uid ("" for a pod group); None when it does not exist."""
+        if consumer.kind == "Job":
+            job = self.store.jobs.get(f"{consumer.namespace}/{consumer.name}")
+            return job.uid if job is not None else None
+        if consumer.kind == "Pod":
+            pod = self.store.pod_by_name(consumer.namespace, consumer.name)
+            return pod.uid if pod is not None else None
+        return ""
+
     def _reconcile_consumer(self, consumer: ConsumerKey, units: set[str]) -> None:
         existing = [u for u in map(self.unit, self.index.units_for(consumer)) if u is not None]
         units.update(u.key for u in existing)
-        desired = self._desired(consumer)
-        if desired is None:
+        uid = self._consumer_uid(consumer)
+        if uid is None or not self.store.is_managed_namespace(consumer.namespace):
             return
         mine = [
             u for u in existing
             if u.consumer is not None
-            and (not u.consumer.uid or not desired.consumer_uid
-                 or u.consumer.uid == desired.consumer_uid)
+            and (not u.consumer.uid or not uid or u.consumer.uid == uid)
         ]
         if mine:
+            # Only a waiting Job's unit follows its consumer (parallelism);
+            # a pod's requests and a group's members are fixed once created.
             unit = mine[0]
-            if unit.phase == "Enqueued" and unit.key not in self._busy:
-                drift = spec_drift(unit, desired)
-                if drift is not None and self._stale.get(unit.key) != unit.resource_version:
+            if consumer.kind == "Job" and unit.phase == "Enqueued" \
+                    and unit.key not in self._busy \
+                    and self._stale.get(unit.key) != unit.resource_version:
+                wanted = self._desired(consumer)
+                drift = spec_drift(unit, wanted) if wanted is not None else None
+                if drift is not None:
                     self._busy.add(unit.key)
-                    self._spawn(self._update_spec(unit, drift))
+                    self._spawn(functools.partial(self._update_spec, unit, drift))
+            return
+        desired = self._desired(consumer)
+        if desired is None:
             return
         taken = self.unit(desired.key)
         if taken is not None:
@@ -413,7 +491,7 @@ class AdmissionController:
         if busy in self._busy or self._retry_at.get(busy, 0.0) > self.clock():
             return
         self._busy.add(busy)
-        self._spawn(self._create(busy, desired))
+        self._spawn(functools.partial(self._create, busy, desired))
 
     def _reconcile_unit(self, key: str, now: float) -> None:
         unit = self.unit(key)
@@ -453,7 +531,7 @@ class AdmissionController:
                 self._timer(self._backoff_until[key], key)
             return
         self._busy.add(key)
-        self._spawn(self._step(unit, step))
+        self._spawn(functools.partial(self._step, unit, step))
 
     def _forget(self, key: str) -> None:
         self._stale.pop(key, None)
@@ -488,14 +566,17 @@ class AdmissionController:
         self._retry_at.pop(key, None)
 
     # -- writes (tasks) --------------------------------------------------------------------
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run a write as a task, at most `max_writes` at once. `work` makes
+        the coroutine only when its turn comes (a cancelled task leaves no
+        coroutine behind that was never awaited)."""
         task = asyncio.get_running_loop().create_task(self._limited(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _limited(self, work: Awaitable[None]) -> None:
+    async def _limited(self, work: Callable[[], Awaitable[None]]) -> None:
         async with self._limit:
-            await work
+            await work()
 
     async def _create(self, busy: str, desired: DesiredUnit) -> None:
         try:
@@ -652,8 +733,9 @@ class AdmissionController:
         for view in self.queue_writer.due(views, now):
             if not self.status_bucket.take(now):
                 break
-            self._spawn(self._write_queue(view, now))
-        self._publish_positions(positions(self.mirror, waiting=waiting), now)
+            self._spawn(functools.partial(self._write_queue, view, now))
+        depth = self.settings.position_depth
+        self._publish_positions(positions(self.mirror, waiting=waiting, depth=depth), now)
         self._waiting_events(views, waiting)
 
     def _publish_positions(self, where: dict[str, int], now: float) -> None:
@@ -668,7 +750,7 @@ class AdmissionController:
             if not self.status_bucket.take(now):
                 break
             self._busy.add(key)
-            self._spawn(self._write_position(unit, position))
+            self._spawn(functools.partial(self._write_position, unit, position))
         self.position_throttle.forget(where)
 
     async def _write_position(self, unit: UnitRecord, position: int) -> None:
@@ -709,7 +791,8 @@ class AdmissionController:
                            else f"waiting in queue {name}: behind {index} units")
                 self.events.unit_event(record, "Normal", "Waiting", message, on_unit=False)
         if self._waiting_said:
-            still = {unit.key for units in waiting.values() for unit in units}
+            still = {unit.key for units in waiting.values()
+                     for unit in units[: self.settings.position_depth]}
             for key in [k for k in self._waiting_said if k not in still]:
                 del self._waiting_said[key]
 
@@ -727,12 +810,14 @@ class AdmissionController:
         """Cycle whenever something changed, or a deadline is due; forever.
         Status is published alongside, from its own task."""
         self.start_listening()
-        self._all = True
         status = asyncio.get_running_loop().create_task(self.run_status())
         try:
+            await self.resync(reindex=True)
             while True:
+                if self.clock() >= self._next_resync:
+                    await self.resync()  # the safety net: everything looked at again
                 try:
-                    self.cycle()
+                    self.cycle(self.settings.batch)
                 except Exception:
                     # A bug must not stop admission for good: start over from the store.
                     log.exception("admission cycle failed; rebuilding from the cache")
@@ -740,7 +825,10 @@ class AdmissionController:
                     await asyncio.sleep(1.0)
                 if on_cycle is not None:
                     on_cycle()
-                await self._sleep()
+                if self._consumers or self._units:
+                    await asyncio.sleep(0)  # more to do: just let others run first
+                else:
+                    await self._sleep()
         finally:
             status.cancel()
             with contextlib.suppress(asyncio.CancelledError):

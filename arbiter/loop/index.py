@@ -21,7 +21,8 @@ class _PodSeen:
     namespace: str
     name: str
     group: str | None
-    unmanaged: bool
+    # For pods without a queue: what the capacity depends on, else None.
+    footprint: tuple[object, ...] | None
 
 
 class LoopIndex:
@@ -64,13 +65,12 @@ class LoopIndex:
     # -- pods ---------------------------------------------------------------------------
     def on_pod(self, uid: str, pod: PodRecord | None) -> tuple[list[ConsumerKey], bool]:
         """Record a pod change; returns the consumers to look at again and
-        whether the capacity may have changed."""
+        whether the capacity may have changed (an unmanaged pod came, went,
+        moved, or changed phase or requests)."""
         touched: list[ConsumerKey] = []
         old = self._pods.pop(uid, None)
-        capacity = False
         if old is not None:
             touched.append(ConsumerKey("Pod", old.namespace, old.name))
-            capacity = old.unmanaged
             if old.group is not None:
                 touched.append(ConsumerKey("PodGroup", old.namespace, old.group))
                 members = self.group_members.get((old.namespace, old.group))
@@ -78,18 +78,18 @@ class LoopIndex:
                     members.discard(uid)
                     if not members:
                         del self.group_members[(old.namespace, old.group)]
+        footprint = None
         if pod is not None:
-            seen = _PodSeen(pod.namespace, pod.name, pod.pod_group, pod.queue is None)
-            self._pods[uid] = seen
-            capacity = capacity or seen.unmanaged
-            pod_consumer = ConsumerKey("Pod", pod.namespace, pod.name)
-            if pod_consumer not in touched:
-                touched.append(pod_consumer)
+            if pod.queue is None:
+                footprint = (pod.node_name, pod.phase, pod.requests)
+            self._pods[uid] = _PodSeen(pod.namespace, pod.name, pod.pod_group, footprint)
+            if old is None or old.name != pod.name or old.namespace != pod.namespace:
+                touched.append(ConsumerKey("Pod", pod.namespace, pod.name))
             if pod.pod_group is not None:
                 self.group_members[(pod.namespace, pod.pod_group)].add(uid)
-                group = ConsumerKey("PodGroup", pod.namespace, pod.pod_group)
-                if group not in touched:
-                    touched.append(group)
+                if old is None or old.group != pod.pod_group:
+                    touched.append(ConsumerKey("PodGroup", pod.namespace, pod.pod_group))
+        capacity = (old.footprint if old is not None else None) != footprint
         return touched, capacity
 
     def group_pods(self, store: ClusterStore, namespace: str, group: str) -> list[PodRecord]:

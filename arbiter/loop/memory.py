@@ -217,9 +217,9 @@ class InMemoryApi:
             out = {k: v for k, v in new.items() if k != "status"}
             if "status" in old:
                 out["status"] = copy.deepcopy(old["status"])
-            out["metadata"] = {**new.get("metadata", {}),
-                               "uid": old["metadata"]["uid"],
-                               "creationTimestamp": old["metadata"]["creationTimestamp"]}
+            kept = {k: old["metadata"][k] for k in ("uid", "creationTimestamp")
+                    if k in old["metadata"]}
+            out["metadata"] = {**new.get("metadata", {}), **kept}
         return out
 
     # -- ClusterApi -----------------------------------------------------------------

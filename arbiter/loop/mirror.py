@@ -46,7 +46,8 @@ class EngineMirror:
         self.entries: dict[str, tuple[State, Unit]] = {}
         self.engine = AdmissionEngine(EMPTY, ())
         self._orphan_demand: Resources = EMPTY
-        self.pending_demand: dict[str, Resources] = {}
+        # Demand of each queue's pending units, summed in place.
+        self._pending_demand: dict[str, dict[str, int]] = {}
         self.waiting: Counter[str] = Counter()  # pending + parked, by queue
         self.admitted: Counter[str] = Counter()  # admitted + orphan, by queue
 
@@ -118,9 +119,7 @@ class EngineMirror:
         self.entries[key] = (state, unit)
         if state == "pending":
             self.engine.add_pending(unit)
-            self.pending_demand[unit.queue] = (
-                self.pending_demand.get(unit.queue, EMPTY) + unit.demand
-            )
+            self._count_pending(unit, 1)
         elif state == "admitted":
             self.engine.add_admitted(unit)
         elif state == "orphan":
@@ -135,7 +134,7 @@ class EngineMirror:
         del self.entries[key]
         if state == "pending":
             self.engine.remove_pending(key)
-            self.pending_demand[unit.queue] = self.pending_demand[unit.queue] - unit.demand
+            self._count_pending(unit, -1)
         elif state == "admitted":
             self.engine.release(key)
         elif state == "orphan":
@@ -146,13 +145,20 @@ class EngineMirror:
         if counter[unit.queue] <= 0:
             del counter[unit.queue]
 
+    def _count_pending(self, unit: Unit, sign: int) -> None:
+        total = self._pending_demand.get(unit.queue)
+        if total is None:
+            total = self._pending_demand[unit.queue] = {}
+        for name, amount in unit.demand.items():
+            total[name] = total.get(name, 0) + sign * amount
+
     def admit_all(self) -> list[Unit]:
         """Progressive filling (DESIGN §4); the units come back admitted
         (assumed) in the order the engine chose them."""
         chosen = self.engine.admit_all()
         for unit in chosen:
             self.entries[unit.key] = ("admitted", unit)
-            self.pending_demand[unit.queue] = self.pending_demand[unit.queue] - unit.demand
+            self._count_pending(unit, -1)
             self.waiting[unit.queue] -= 1
             if self.waiting[unit.queue] <= 0:
                 del self.waiting[unit.queue]
@@ -171,7 +177,7 @@ class EngineMirror:
     def demand(self) -> dict[str, Resources]:
         """Each known queue's demand for `deserved`: admitted + waiting in the engine."""
         return {
-            name: self.engine.allocated(name) + self.pending_demand.get(name, EMPTY)
+            name: self.engine.allocated(name) + Resources(self._pending_demand.get(name, {}))
             for name in self.queues
         }
 

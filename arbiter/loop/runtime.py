@@ -90,7 +90,7 @@ async def run_admission(ctx: ServerContext) -> None:
 
     async def lead() -> None:
         controller = AdmissionController(ctx.store, api, settings_from(config),
-                                         events=recorder)
+                                         events=recorder, identity=identity)
         _ACTIVE[id(ctx)] = controller
         log.info("admission loop started", extra={"identity": identity})
         others = [asyncio.ensure_future(_leader_task(entry)(ctx)) for entry in LEADER_TASKS]

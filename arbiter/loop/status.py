@@ -121,15 +121,19 @@ def queue_views(
 
 
 def positions(
-    mirror: EngineMirror, *, waiting: Mapping[str, list[Unit]] | None = None
+    mirror: EngineMirror,
+    *,
+    waiting: Mapping[str, list[Unit]] | None = None,
+    depth: int | None = None,
 ) -> dict[str, int]:
-    """Position (1-based) of every waiting unit in its queue."""
+    """Position (1-based) of every waiting unit in its queue (the first
+    `depth` of each queue only, when given)."""
     out: dict[str, int] = {}
     for name in mirror.queues:
         if not mirror.waiting.get(name):
             continue
         ordered = waiting.get(name, []) if waiting is not None else mirror.waiting_units(name)
-        for position, unit in enumerate(ordered, start=1):
+        for position, unit in enumerate(ordered[:depth], start=1):
             out[unit.key] = position
     return out
 

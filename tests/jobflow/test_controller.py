@@ -43,6 +43,12 @@ async def settle(ctl: JobFlowController, cluster: FakeCluster) -> None:
 
 
 async def test_diamond_runs_in_dependency_order_and_succeeds(cluster: FakeCluster) -> None:
+    def sample(name: str, labels: dict[str, str] | None = None) -> float:
+        return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+    succeeded_before = sample("arbiter_jobflow_phase_total", {"phase": "Succeed"})
+    durations_before = sample("arbiter_jobflow_step_duration_seconds_count")
+    seconds_before = sample("arbiter_jobflow_step_duration_seconds_sum")
     cluster.add_flow(flow("demo", DIAMOND))
     ctl = controller(cluster)
     await settle(ctl, cluster)
@@ -88,6 +94,10 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(cluster: FakeCluste
     assert [h["phase"] for h in a["history"]] == ["Succeed"]
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"Running": "False", "Succeeded": "True"}
+    assert sample("arbiter_jobflow_phase_total", {"phase": "Succeed"}) == succeeded_before + 1
+    assert sample("arbiter_jobflow_step_duration_seconds_count") == durations_before + 5
+    # Each step ran 10 s (start to finish of its Job).
+    assert sample("arbiter_jobflow_step_duration_seconds_sum") == seconds_before + 50
 
 
 async def test_never_two_jobs_for_one_attempt(cluster: FakeCluster) -> None:
@@ -268,3 +278,18 @@ async def test_run_reacts_to_cache_events(cluster: FakeCluster) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_controller_runs_as_leader_only_work() -> None:
+    """Registered with the admission loop's leadership, not as a server task."""
+    from arbiter import server
+    from arbiter.config import ServeConfig
+    from arbiter.jobflow.controller import run_leader
+    from arbiter.loop import runtime
+
+    assert "arbiter.jobflow.controller:run_leader" in runtime.LEADER_TASKS
+    assert not any("jobflow" in str(entry) for entry in server.BACKGROUND_TASKS)
+    store = ClusterStore()
+    ctx = server.ServerContext(config=ServeConfig(), store=store, api=None)
+    await run_leader(ctx)  # without a cluster there is nothing to do
+    assert store.listeners == []

@@ -4,7 +4,8 @@ webhook would have let in (suspended Jobs, gated pods, Queues, Nodes)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,16 @@ from arbiter.loop.kube import job_path, pod_path, unit_path
 from arbiter.loop.memory import InMemoryApi
 
 T0 = 1_700_000_000.0
+
+
+async def eventually(check: Callable[[], bool], within: float = 5.0,
+                     poll: float = 0.005) -> None:
+    """Wait (real time) until `check()` holds; TimeoutError after `within` s."""
+    async with asyncio.timeout(within):
+        while True:
+            if check():
+                return
+            await asyncio.sleep(poll)
 
 
 class Clock:
@@ -56,9 +67,10 @@ class RecordingEvents:
 
 
 class Cluster:
-    def __init__(self, settings: LoopSettings | None = None, *, lag: bool = False) -> None:
+    def __init__(self, settings: LoopSettings | None = None, *, lag: bool = False,
+                 store: ClusterStore | None = None) -> None:
         self.clock = Clock()
-        self.store = ClusterStore()
+        self.store = store if store is not None else ClusterStore()
         self.store.synced_kinds.update(KINDS)
         self.api = InMemoryApi(self.store, clock=self.clock, lag=lag)
         self.events = RecordingEvents()

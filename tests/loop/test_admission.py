@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from arbiter.loop.kube import job_path, unit_path
-from tests.loop.harness import T0, Cluster
+from tests.loop.harness import T0, Cluster, eventually
 
 
 async def test_two_queues_share_ten_cpus_five_and_five() -> None:
@@ -104,13 +104,10 @@ async def test_the_running_loop_reacts_to_a_finished_job_without_a_poke() -> Non
     await c.job("ns", "b", "q", created=T0 + 1)
     task = asyncio.get_running_loop().create_task(c.controller.run())
     try:
-        async with asyncio.timeout(5):
-            while c.suspended("ns", "a"):
-                await asyncio.sleep(0.005)
-            assert c.suspended("ns", "b")
-            c.finish_job("ns", "a")  # only the watch event: nothing calls the loop
-            while c.suspended("ns", "b"):
-                await asyncio.sleep(0.005)
+        await eventually(lambda: not c.suspended("ns", "a"))
+        assert c.suspended("ns", "b")
+        c.finish_job("ns", "a")  # only the watch event: nothing calls the loop
+        await eventually(lambda: not c.suspended("ns", "b"))
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -11,7 +11,7 @@ from arbiter import metrics
 from arbiter.loop.kube import Conflict, lease_path
 from arbiter.loop.leader import LeaderElector, LeaseTiming
 from arbiter.loop.memory import InMemoryApi
-from tests.loop.harness import Clock
+from tests.loop.harness import Clock, eventually
 
 PATH = lease_path("arbiter-system", "kube-arbiter")
 
@@ -136,9 +136,7 @@ async def test_only_the_holder_leads_and_a_standby_takes_over() -> None:
         first.cancel()  # a clean shutdown releases the lease
         with pytest.raises(asyncio.CancelledError):
             await first
-        async with asyncio.timeout(2):
-            while leading != ["two"]:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: leading == ["two"], within=2)
         assert spec(api)["holderIdentity"] == "two"
     finally:
         second.cancel()

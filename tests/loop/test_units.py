@@ -215,9 +215,9 @@ def test_disposition(phase: UnitPhase, consumer: Consumer, expected: str | None)
 
 
 def step_of(phase: UnitPhase, consumer: Consumer, backoff_until: float | None = None,
-            **kw: object) -> tuple[str, str | None]:
-    step = decide(unit(phase, **kw), consumer, now=NOW, timeout=60.0,
-                  backoff_until=backoff_until)
+            last_allocate_time: str | None = None) -> tuple[str, str | None]:
+    step = decide(unit(phase, last_allocate_time=last_allocate_time), consumer, now=NOW,
+                  timeout=60.0, backoff_until=backoff_until)
     return step.kind, step.phase
 
 

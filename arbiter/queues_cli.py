@@ -1,0 +1,281 @@
+"""`arbiter queues`: every Queue's fair share, as one table, for any cluster.
+
+Reads what the admission loop writes into each Queue's status (allocated,
+deserved, dominantShare, admitted, pending) and the nodes' allocatable (for
+the deserved share, i.e. the dominant share of the deserved resources).
+`arbiter demo` draws the same table live. The SHARE column is a bar filled to
+the dominant share with a marker at the deserved share, then both numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arbiter.core.quantities import QuantityError, format_quantity
+from arbiter.core.resources import EMPTY, Resources
+
+QUEUES_PATH = "/apis/arbiter.dev/v1alpha1/queues"
+NODES_PATH = "/api/v1/nodes"
+SHARE_BAR = 20
+PROGRESS_BAR = 12
+# Short names for the resource columns; others are shown by their own name.
+SHORT_NAMES = {"memory": "mem", "nvidia.com/gpu": "gpu", "ephemeral-storage": "disk"}
+# Resources listed first, in this order.
+RESOURCE_ORDER = ("cpu", "memory", "nvidia.com/gpu")
+
+
+@dataclass(frozen=True, slots=True)
+class Glyphs:
+    full: str
+    partial: tuple[str, ...]  # eighths: 1/8 .. 7/8
+    empty: str
+    marker: str
+    done: str
+    todo: str
+    spark: str
+
+
+UNICODE = Glyphs(full="█", partial=("▏", "▎", "▍", "▌", "▋", "▊", "▉"), empty=" ",
+                 marker="│", done="█", todo="░", spark="▁▂▃▄▅▆▇█")
+ASCII = Glyphs(full="#", partial=(), empty=" ", marker="|", done="#", todo=".",
+               spark="_.-=^")
+
+
+def glyphs_for(stream: Any) -> Glyphs:
+    """Unicode blocks when the stream can encode them, else ASCII."""
+    encoding = getattr(stream, "encoding", None) or "ascii"
+    try:
+        (UNICODE.full + UNICODE.marker + UNICODE.todo + "".join(UNICODE.partial)
+         + UNICODE.spark).encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return ASCII
+    return UNICODE
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    name: str
+    weight: int
+    state: str
+    guarantee: Resources
+    allocated: Resources
+    deserved: Resources
+    # status.dominantShare: max over resources of allocated / capacity.
+    share: float
+    # The dominant share of `deserved` (None when capacity is unknown).
+    deserved_share: float | None
+    admitted: int
+    pending: int
+    # (done, total) for the progress bar; default (admitted, admitted + pending).
+    progress: tuple[int, int] | None = None
+    # Recent shares, oldest first (the demo's sparkline).
+    history: tuple[float, ...] = ()
+
+    @property
+    def bar_counts(self) -> tuple[int, int]:
+        if self.progress is not None:
+            return self.progress
+        return self.admitted, self.admitted + self.pending
+
+
+def _resources(value: Any) -> Resources:
+    try:
+        return Resources.parse(value if isinstance(value, Mapping) else None)
+    except QuantityError:
+        return EMPTY
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def dominant_share(amounts: Mapping[str, int], capacity: Mapping[str, int]) -> float:
+    """max over resources of amount / capacity (resources with no capacity ignored)."""
+    shares = [amount / capacity[name] for name, amount in amounts.items()
+              if capacity.get(name, 0) > 0]
+    return max(shares, default=0.0)
+
+
+def capacity_of(nodes: Iterable[Mapping[str, Any]]) -> Resources:
+    """Allocatable of the Ready, schedulable nodes, summed."""
+    total: dict[str, int] = {}
+    for node in nodes:
+        spec, status = node.get("spec") or {}, node.get("status") or {}
+        if spec.get("unschedulable"):
+            continue
+        conditions = status.get("conditions") or []
+        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            continue
+        for name, amount in _resources(status.get("allocatable")).items():
+            total[name] = total.get(name, 0) + amount
+    return Resources(total)
+
+
+def queue_row(obj: Mapping[str, Any], capacity: Resources | None) -> QueueRow:
+    """One table row from a Queue object."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    deserved = _resources(status.get("deserved"))
+    allocated = _resources(status.get("allocated"))
+    share = _float(status.get("dominantShare")) if "dominantShare" in status else (
+        dominant_share(allocated, capacity) if capacity else 0.0)
+    return QueueRow(
+        name=str((obj.get("metadata") or {}).get("name", "")),
+        weight=_int(spec.get("weight", 1)) or 1,
+        state=str(spec.get("state") or "Open"),
+        guarantee=_resources(spec.get("guarantee")),
+        allocated=allocated,
+        deserved=deserved,
+        share=share,
+        deserved_share=dominant_share(deserved, capacity) if capacity else None,
+        admitted=_int(status.get("admitted")),
+        pending=_int(status.get("pending")),
+    )
+
+
+# -- rendering -------------------------------------------------------------------------
+def format_resources(resources: Mapping[str, int]) -> str:
+    """"cpu 3, mem 12Gi" (cpu and memory first), or "-" when empty."""
+    names = [n for n in RESOURCE_ORDER if n in resources]
+    names += sorted(n for n in resources if n not in RESOURCE_ORDER)
+    parts = [f"{SHORT_NAMES.get(n, n)} {format_quantity(n, resources[n])}"
+             for n in names if resources[n]]
+    return ", ".join(parts) or "-"
+
+
+def share_bar(share: float, deserved: float | None, glyphs: Glyphs,
+              width: int = SHARE_BAR) -> str:
+    """A bar `width` cells wide, filled to `share`, with a marker at `deserved`."""
+    eighths = round(min(max(share, 0.0), 1.0) * width * 8)
+    full, rest = divmod(eighths, 8)
+    cells = [glyphs.full] * full
+    if rest and full < width:
+        cells.append(glyphs.partial[rest - 1] if glyphs.partial
+                     else glyphs.full if rest >= 4 else glyphs.empty)
+    cells += [glyphs.empty] * (width - len(cells))
+    if deserved is not None:
+        cells[min(width - 1, round(min(max(deserved, 0.0), 1.0) * width))] = glyphs.marker
+    return "".join(cells)
+
+
+def progress_bar(done: int, total: int, glyphs: Glyphs, width: int = PROGRESS_BAR) -> str:
+    filled = 0 if total <= 0 else min(width, round(width * done / total))
+    return glyphs.done * filled + glyphs.todo * (width - filled)
+
+
+def sparkline(values: Sequence[float], glyphs: Glyphs, width: int = 16) -> str:
+    """Recent values on a 0..1 scale, one character each (the last `width`)."""
+    levels = glyphs.spark
+    recent = list(values)[-width:]
+    return "".join(levels[min(len(levels) - 1, max(0, round(v * (len(levels) - 1))))]
+                   for v in recent)
+
+
+def _share_text(row: QueueRow) -> str:
+    deserved = "  -  " if row.deserved_share is None else f"{row.deserved_share:.2f}"
+    return f"{row.share:.2f} / {deserved}"
+
+
+def render_table(rows: Sequence[QueueRow], glyphs: Glyphs = UNICODE) -> str:
+    """The table, one line per queue, columns aligned; a legend below."""
+    if not rows:
+        return "No queues.\n"
+    with_history = any(row.history for row in rows)
+    headers = ["QUEUE", "WEIGHT", "GUARANTEE", "ALLOCATED", "DESERVED",
+               f"SHARE ({glyphs.full} now {glyphs.marker} deserved)", "NOW / DESERVED",
+               "ADMITTED", "PENDING"]
+    if with_history:
+        headers.insert(7, "SHARE OVER TIME")
+    table: list[list[str]] = []
+    for row in sorted(rows, key=lambda r: r.name):
+        done, total = row.bar_counts
+        name = row.name if row.state == "Open" else f"{row.name} ({row.state})"
+        cells = [
+            name,
+            str(row.weight),
+            format_resources(row.guarantee),
+            format_resources(row.allocated),
+            format_resources(row.deserved),
+            share_bar(row.share, row.deserved_share, glyphs),
+            _share_text(row),
+            f"{progress_bar(done, total, glyphs)} {done}/{total}",
+            str(row.pending),
+        ]
+        if with_history:
+            cells.insert(7, sparkline(row.history, glyphs))
+        table.append(cells)
+    widths = [max(len(line[i]) for line in [headers, *table]) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+             .rstrip() for line in [headers, *table]]
+    return "\n".join(lines) + "\n"
+
+
+# -- I/O ------------------------------------------------------------------------------------
+async def fetch_rows(api: Any, *, label_selector: str | None = None) -> list[QueueRow]:
+    """Queues (optionally by label) and the cluster's capacity, as rows."""
+    from arbiter.kubeapi import ApiError, request_json
+
+    query = [("labelSelector", label_selector)] if label_selector else []
+    queues = await request_json(api, "GET", QUEUES_PATH, query=query)
+    capacity: Resources | None
+    try:
+        nodes = await request_json(api, "GET", NODES_PATH)
+        capacity = capacity_of(nodes.get("items") or [])
+    except ApiError:
+        capacity = None  # not allowed to list nodes: no deserved share
+    return [queue_row(item, capacity or None) for item in queues.get("items") or []]
+
+
+async def _load(kubeconfig: Path | None) -> list[QueueRow]:
+    from kubernetes_asyncio import config
+
+    client = await config.new_client_from_config(
+        config_file=str(kubeconfig) if kubeconfig else None, persist_config=False)
+    async with client:
+        return await fetch_rows(client)
+
+
+def add_parser(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "queues",
+        help="print every Queue's allocated vs deserved share",
+        description="Print every Queue's weight, guarantee, allocated and deserved "
+                    "resources, dominant share against its deserved share, admitted "
+                    "and pending units (from the Queues' status, written by the "
+                    "admission loop).",
+    )
+    parser.add_argument("--kubeconfig", type=Path, default=None,
+                        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kubernetes_asyncio.config import ConfigException
+
+    from arbiter.kubeapi import ApiError
+
+    try:
+        rows = asyncio.run(_load(args.kubeconfig))
+    except ApiError as error:
+        print(f"arbiter queues: {error}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, ConfigException) as error:
+        print(f"arbiter queues: cannot reach the cluster: {error}", file=sys.stderr)
+        return 1
+    sys.stdout.write(render_table(rows, glyphs_for(sys.stdout)))
+    return 0

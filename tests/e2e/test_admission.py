@@ -1,0 +1,395 @@
+"""The admission loop on the real control plane (10 fake nodes × 1 CPU).
+
+Every test starts from a quiet cluster (all 10 CPUs free, as /debug/queues
+says), uses its own namespaces and queues (random suffix) and removes them
+afterwards. To make several queues compete from the same starting line, a
+test first fills the cluster with a reservation (a QueueUnit without a
+consumer, in a queue of its own), creates its work, then deletes the
+reservation: all capacity comes back in one event and the engine hands it out
+in DRF order.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from arbiter.cache.records import ADMISSION_GATE
+from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
+from arbiter.core.resources import Resources
+from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
+from arbiter.sandbox.cluster import http_get
+
+T = TypeVar("T")
+CPUS = 10
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60.0,
+             poll: float = 0.25) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(poll)
+
+
+def suffix() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+def get(sandbox: Sandbox, *args: str) -> Any:
+    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
+
+
+def create(sandbox: Sandbox, *objects: dict[str, Any]) -> None:
+    sandbox.kubectl("create", "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+
+
+def arbiter_get(sandbox: Sandbox, path: str, name: str = "arbiter") -> tuple[int, bytes]:
+    context = ssl.create_default_context(cafile=str(sandbox.arbiter_cert_dir / "ca.crt"))
+    return http_get(sandbox.arbiter_url(name) + path, context)
+
+
+def debug_queues(sandbox: Sandbox, name: str = "arbiter") -> dict[str, Any]:
+    status, body = arbiter_get(sandbox, "/debug/queues", name)
+    assert status == 200, body[:200]
+    document: dict[str, Any] = json.loads(body)
+    return document
+
+
+def metrics(sandbox: Sandbox, name: str = "arbiter") -> dict[tuple[str, tuple[tuple[str, str],
+                                                                            ...]], float]:
+    status, body = arbiter_get(sandbox, "/metrics", name)
+    assert status == 200
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def queue(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "arbiter.dev/v1alpha1", "kind": "Queue",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def namespace(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def pod(name: str, ns: str, cpu: str = "1") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}]}}
+
+
+def job(name: str, ns: str, *, cpu: str = "1", runs_for: str = "3s") -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
+            "spec": {"backoffLimit": 0, "template": {
+                "metadata": {"annotations": {POD_COMPLETE_DELAY_ANNOTATION: runs_for}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "busybox",
+                    "resources": {"requests": {"cpu": cpu}}}]}}}}
+
+
+def reservation(name: str, ns: str, queue_name: str, count: int) -> dict[str, Any]:
+    return {"apiVersion": "arbiter.dev/v1alpha1", "kind": "QueueUnit",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"queue": queue_name, "podSets": [
+                {"name": "main", "count": count, "requests": {"cpu": "1"}}]}}
+
+
+def units(sandbox: Sandbox, ns: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get(sandbox, "queueunits", "-n", ns)["items"]
+    return items
+
+
+def released(sandbox: Sandbox, ns: str) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in get(sandbox, "pods", "-n", ns)["items"]
+                  if not any(g.get("name") == ADMISSION_GATE
+                             for g in p["spec"].get("schedulingGates") or []))
+
+
+def admissions(unit: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((unit.get("status") or {}).get("admissions") or [])
+
+
+@contextmanager
+def scenario(sandbox: Sandbox, queues: dict[str, dict[str, Any]],
+             namespaces: list[str]) -> Iterator[None]:
+    """Queues and namespaces for one test, on a quiet cluster; removed after."""
+    wait_for("a quiet cluster (all 10 CPUs free)", lambda: _quiet(sandbox), timeout=120)
+    create(sandbox, *(queue(name, **spec) for name, spec in queues.items()),
+           *(namespace(ns) for ns in namespaces))
+    time.sleep(1.0)  # the webhook resolves queues from its cache
+    try:
+        yield
+    finally:
+        for ns in namespaces:
+            sandbox.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        for ns in namespaces:
+            wait_for(f"namespace {ns} gone", _gone(sandbox, "namespace", ns), timeout=120)
+        for name in queues:
+            # Denied while the cache still sees admitted units: retry.
+            wait_for(f"queue {name} deleted", _deleted(sandbox, "queue", name), timeout=60)
+
+
+def _gone(sandbox: Sandbox, kind: str, name: str) -> Callable[[], bool]:
+    return lambda: sandbox.kubectl("get", kind, name, check=False).returncode != 0
+
+
+def _deleted(sandbox: Sandbox, kind: str, name: str) -> Callable[[], bool]:
+    return lambda: sandbox.kubectl("delete", kind, name, "--ignore-not-found",
+                                   check=False).returncode == 0
+
+
+def _quiet(sandbox: Sandbox) -> bool:
+    document = debug_queues(sandbox)
+    cpu = f"{CPUS}"
+    return bool(document["capacity"].get("cpu") == cpu and document["free"].get("cpu") == cpu)
+
+
+def hold_cluster(sandbox: Sandbox, ns: str, queue_name: str, cpus: int = CPUS) -> None:
+    """Take `cpus` CPUs (all, by default) with a reservation (until `let_go`)."""
+    create(sandbox, reservation("hold", ns, queue_name, cpus))
+    wait_for("the reservation admitted", lambda: (get(sandbox, "queueunit", "hold", "-n", ns)
+                                                  .get("status") or {}).get("phase") == "Dequeued")
+
+
+def let_go(sandbox: Sandbox, ns: str) -> None:
+    sandbox.kubectl("delete", "queueunit", "hold", "-n", ns)
+
+
+def predicted(queues: list[QueueSpec], pending: dict[str, int]) -> dict[str, int]:
+    """What the engine (and `arbiter fairshare`) says for 1-CPU units on 10 CPUs."""
+    engine = AdmissionEngine(Resources({"cpu": CPUS * 1000}), queues)
+    for name, count in pending.items():
+        for index in range(count):
+            engine.add_pending(Unit(f"{name}/{index:03d}", name, Resources({"cpu": 1000}),
+                                    created=float(index)))
+    admitted = engine.admit_all()
+    return {name: sum(1 for u in admitted if u.queue == name) for name in pending}
+
+
+# -- scenarios ------------------------------------------------------------------------------
+
+
+def test_two_queues_of_twenty_pods_share_five_and_five(sandbox: Sandbox) -> None:
+    tag = suffix()
+    qa, qb, qh = f"a-{tag}", f"b-{tag}", f"hold-{tag}"
+    with scenario(sandbox, {qa: {"namespaces": [qa]}, qb: {"namespaces": [qb]},
+                            qh: {"namespaces": [qh]}}, [qa, qb, qh]):
+        hold_cluster(sandbox, qh, qh)
+        create(sandbox, *(pod(f"p{i:02d}", ns) for i in range(20) for ns in (qa, qb)))
+        wait_for("40 units", lambda: len(units(sandbox, qa)) + len(units(sandbox, qb)) == 40)
+        let_go(sandbox, qh)
+        wait_for("10 pods released", lambda: len(released(sandbox, qa))
+                 + len(released(sandbox, qb)) == CPUS)
+        time.sleep(2)  # nothing more is admitted
+        assert len(released(sandbox, qa)) == 5 and len(released(sandbox, qb)) == 5
+        assert predicted([QueueSpec(qa), QueueSpec(qb)], {qa: 20, qb: 20}) == {qa: 5, qb: 5}
+        gated = [p for p in get(sandbox, "pods", "-n", qa)["items"]
+                 if p["spec"].get("schedulingGates")]
+        assert len(gated) == 15
+
+        def written() -> dict[str, Any] | None:
+            status = get(sandbox, "queue", qa).get("status") or {}
+            return status if status.get("admitted") == 5 and status.get("pending") == 15 \
+                else None
+
+        status = wait_for("Queue status written", written, timeout=30)
+        assert status["allocated"] == {"cpu": "5"}
+        assert status["deserved"] == {"cpu": "5"}
+        assert status["dominantShare"] == 0.5
+        assert [u["position"] for u in status["pendingUnits"]] == list(range(1, 11))
+        view = debug_queues(sandbox)["queues"][qa]
+        for field in ("allocated", "deserved", "dominantShare", "pending", "admitted"):
+            assert view[field] == status[field], field
+        samples = metrics(sandbox)
+        assert samples[("arbiter_queue_allocated", (("queue", qa), ("resource", "cpu")))] == 5.0
+        assert samples[("arbiter_queue_deserved", (("queue", qa), ("resource", "cpu")))] == 5.0
+        assert samples[("arbiter_queue_dominant_share", (("queue", qa),))] == 0.5
+        assert samples[("arbiter_queue_pending_units", (("queue", qa),))] == 15.0
+        assert samples[("arbiter_admitted_units_total", (("queue", qa),))] == 5.0
+        assert samples[("arbiter_leader", ())] == 1.0
+        events = get(sandbox, "events", "-n", qa)["items"]
+        reasons = {(e["involvedObject"]["kind"], e["reason"]) for e in events}
+        assert {("Pod", "Admitted"), ("QueueUnit", "Admitted"), ("Pod", "Waiting")} <= reasons
+
+
+def test_weights_two_to_one_admit_in_that_ratio(sandbox: Sandbox) -> None:
+    tag = suffix()
+    heavy, light, qh = f"heavy-{tag}", f"light-{tag}", f"hold-{tag}"
+    with scenario(sandbox, {heavy: {"namespaces": [heavy], "weight": 2},
+                            light: {"namespaces": [light], "weight": 1},
+                            qh: {"namespaces": [qh]}}, [heavy, light, qh]):
+        hold_cluster(sandbox, qh, qh)
+        create(sandbox, *(pod(f"p{i:02d}", ns) for i in range(15) for ns in (heavy, light)))
+        wait_for("30 units", lambda: len(units(sandbox, heavy)) + len(units(sandbox, light))
+                 == 30)
+        let_go(sandbox, qh)
+        wait_for("10 pods released", lambda: len(released(sandbox, heavy))
+                 + len(released(sandbox, light)) == CPUS)
+        got = {heavy: len(released(sandbox, heavy)), light: len(released(sandbox, light))}
+        assert abs(got[heavy] - CPUS * 2 / 3) <= 1
+        assert got == predicted([QueueSpec(heavy, weight=2), QueueSpec(light, weight=1)],
+                                {heavy: 15, light: 15})
+
+
+def test_finished_jobs_make_room_for_the_next_in_order(sandbox: Sandbox) -> None:
+    tag = suffix()
+    qj, qh = f"jobs-{tag}", f"hold-{tag}"
+    with scenario(sandbox, {qj: {"namespaces": [qj], "queuePolicy": "FIFO"},
+                            qh: {"namespaces": [qh]}}, [qj, qh]):
+        # Leave 3 CPUs: the six Jobs go in two waves.
+        hold_cluster(sandbox, qh, qh, CPUS - 3)
+        for index in range(6):  # one by one: creation order is the FIFO order
+            create(sandbox, job(f"j{index}", qj, runs_for="4s"))
+            time.sleep(1.1)
+        first = wait_for("the first wave", lambda: {
+            j["metadata"]["name"] for j in get(sandbox, "jobs", "-n", qj)["items"]
+            if not j["spec"].get("suspend")} or None)
+        assert first <= {"j0", "j1", "j2"}
+
+        def all_done() -> bool:
+            jobs = get(sandbox, "jobs", "-n", qj)["items"]
+            return len(jobs) == 6 and all(
+                any(c["type"] == "Complete" and c["status"] == "True"
+                    for c in (j.get("status") or {}).get("conditions") or []) for j in jobs)
+
+        wait_for("all six Jobs complete, no poke needed", all_done, timeout=120)
+        by_unit = {u["metadata"]["name"]: u for u in units(sandbox, qj)}
+        assert {n: by_unit[f"job-{n}"]["status"]["phase"] for n in
+                ("j0", "j3", "j5")} == {"j0": "Succeed", "j3": "Succeed", "j5": "Succeed"}
+        admitted_at = [by_unit[f"job-j{i}"]["status"]["lastAllocateTime"] for i in range(6)]
+        assert admitted_at == sorted(admitted_at)  # FIFO
+        assert max(admitted_at[:3]) < min(admitted_at[3:])  # the second wave waited
+        assert all(len(admissions(u)) == 1 for u in by_unit.values())
+
+
+def test_a_guarantee_is_honoured(sandbox: Sandbox) -> None:
+    tag = suffix()
+    sure, other, qh = f"sure-{tag}", f"other-{tag}", f"hold-{tag}"
+    with scenario(sandbox, {sure: {"namespaces": [sure], "guarantee": {"cpu": "7"}},
+                            other: {"namespaces": [other]},
+                            qh: {"namespaces": [qh]}}, [sure, other, qh]):
+        hold_cluster(sandbox, qh, qh)
+        create(sandbox, *(pod(f"p{i:02d}", ns) for i in range(10) for ns in (other, sure)))
+        wait_for("20 units", lambda: len(units(sandbox, sure)) + len(units(sandbox, other))
+                 == 20)
+        let_go(sandbox, qh)
+        wait_for("10 pods released", lambda: len(released(sandbox, sure))
+                 + len(released(sandbox, other)) == CPUS)
+        assert len(released(sandbox, sure)) == 7  # without the guarantee: 5
+        assert predicted([QueueSpec(sure, guarantee=Resources({"cpu": 7000})),
+                          QueueSpec(other)], {sure: 10, other: 10})[sure] == 7
+
+
+def test_a_capability_is_never_exceeded(sandbox: Sandbox) -> None:
+    tag = suffix()
+    capped = f"capped-{tag}"
+    with scenario(sandbox, {capped: {"namespaces": [capped], "capability": {"cpu": "3"}}},
+                  [capped]):
+        create(sandbox, *(pod(f"p{i:02d}", capped) for i in range(8)))
+        wait_for("3 released", lambda: len(released(sandbox, capped)) == 3)
+        for _ in range(8):
+            time.sleep(0.5)
+            assert len(released(sandbox, capped)) == 3
+        gone = released(sandbox, capped)[0]
+        sandbox.kubectl("delete", "pod", gone, "-n", capped, "--grace-period=0", "--force")
+        wait_for("another released in its place",
+                 lambda: len(released(sandbox, capped)) == 3 and gone not in released(
+                     sandbox, capped))
+        time.sleep(2)
+        assert len(released(sandbox, capped)) == 3
+        reason = debug_queues(sandbox)["queues"][capped]["reason"]
+        assert reason == "queue at capability (cpu)"
+
+
+def test_sigkill_mid_run_admits_every_unit_exactly_once(sandbox: Sandbox) -> None:
+    tag = suffix()
+    qk = f"crash-{tag}"
+    jobs = 24
+    with scenario(sandbox, {qk: {"namespaces": [qk]}}, [qk]):
+        create(sandbox, *(job(f"j{i:02d}", qk, runs_for="3s") for i in range(jobs)))
+        wait_for("the first wave admitted", lambda: sum(
+            1 for u in units(sandbox, qk) if admissions(u)) >= CPUS)
+        sandbox.kill_arbiter()
+        sandbox.start_arbiter()  # waits out the dead leader's Lease, then rebuilds
+
+        def finished() -> list[dict[str, Any]] | None:
+            items = units(sandbox, qk)
+            done = [u for u in items if (u.get("status") or {}).get("phase") == "Succeed"]
+            return items if len(done) == jobs else None
+
+        items = wait_for(f"all {jobs} Jobs finished", finished, timeout=240, poll=1.0)
+        counts = sorted(len(admissions(u)) for u in items)
+        assert counts == [1] * jobs  # none twice, none lost
+        leaders = {a.get("by") for u in items for a in admissions(u)}
+        assert len(leaders) == 2  # before and after the crash
+
+
+def lease_holder(sandbox: Sandbox) -> str:
+    lease = get(sandbox, "lease", "kube-arbiter", "-n", "arbiter-system")
+    return str(lease["spec"].get("holderIdentity") or "")
+
+
+def test_only_the_lease_holder_admits_and_a_standby_takes_over(sandbox: Sandbox) -> None:
+    tag = suffix()
+    qr = f"replicas-{tag}"
+    replica = "arbiter-replica"
+    with scenario(sandbox, {qr: {"namespaces": [qr]}}, [qr]):
+        first = lease_holder(sandbox)
+        assert first
+        sandbox.start_arbiter(name=replica)
+        try:
+            assert metrics(sandbox, replica)[("arbiter_leader", ())] == 0.0
+            create(sandbox, *(pod(f"p{i:02d}", qr) for i in range(14)))
+            wait_for("10 released", lambda: len(released(sandbox, qr)) == CPUS)
+            time.sleep(1)
+            by = {a.get("by") for u in units(sandbox, qr) for a in admissions(u)}
+            assert by == {first}  # the standby admitted nothing
+
+            sandbox.kill_arbiter()  # no release: the standby waits the Lease out
+            second = wait_for("the standby holds the Lease", lambda: (
+                holder if (holder := lease_holder(sandbox)) not in ("", first) else None),
+                timeout=40)
+            wait_for("the standby leads", lambda: metrics(sandbox, replica)[
+                ("arbiter_leader", ())] == 1.0)
+            # The webhook URL is the primary's: bring it back (as a follower).
+            sandbox.start_arbiter()
+            for name in released(sandbox, qr)[:2]:
+                sandbox.kubectl("delete", "pod", name, "-n", qr, "--grace-period=0", "--force")
+            wait_for("two more released", lambda: len(released(sandbox, qr)) == CPUS)
+            newer = {a.get("by") for u in units(sandbox, qr) for a in admissions(u)}
+            assert newer == {first, second}
+            assert lease_holder(sandbox) == second
+            assert metrics(sandbox)[("arbiter_leader", ())] == 0.0
+        finally:
+            sandbox.stop_arbiter(replica)  # SIGTERM releases the Lease
+        wait_for("the primary leads again",
+                 lambda: metrics(sandbox)[("arbiter_leader", ())] == 1.0, timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def _arbiter_running(sandbox: Sandbox) -> Iterator[None]:
+    """Whatever a test did to the primary, the next one finds it running."""
+    yield
+    status, _ = arbiter_get(sandbox, "/healthz")
+    if status != 200:
+        sandbox.start_arbiter()

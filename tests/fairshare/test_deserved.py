@@ -1,0 +1,178 @@
+"""Deserved shares: continuous weighted DRF water-filling."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from arbiter.core.fairshare import QueueSpec, deserved
+from arbiter.core.resources import EMPTY, Resources
+from tests.fairshare.gen import RESOURCES, QUEUE_NAMES
+
+GI = 2**30
+
+
+def test_drf_paper_example() -> None:
+    capacity = Resources({"cpu": 9000, "memory": 18 * GI})
+    queues = [QueueSpec("A"), QueueSpec("B")]
+    demand = {
+        "A": Resources({"cpu": 100_000, "memory": 400 * GI}),
+        "B": Resources({"cpu": 300_000, "memory": 100 * GI}),
+    }
+    result = deserved(capacity, queues, demand)
+    assert result["A"] == Resources({"cpu": 3000, "memory": 12 * GI})
+    assert result["B"] == Resources({"cpu": 6000, "memory": 2 * GI})
+
+
+def test_weights() -> None:
+    capacity = Resources({"cpu": 9000})
+    queues = [QueueSpec("A", weight=2), QueueSpec("B", weight=1)]
+    demand = {"A": Resources({"cpu": 100_000}), "B": Resources({"cpu": 100_000})}
+    result = deserved(capacity, queues, demand)
+    assert result == {"A": Resources({"cpu": 6000}), "B": Resources({"cpu": 3000})}
+
+
+def test_small_demand_frees_the_rest_for_others() -> None:
+    capacity = Resources({"cpu": 10_000})
+    queues = [QueueSpec("small"), QueueSpec("big")]
+    demand = {"small": Resources({"cpu": 2000}), "big": Resources({"cpu": 50_000})}
+    result = deserved(capacity, queues, demand)
+    assert result == {"small": Resources({"cpu": 2000}), "big": Resources({"cpu": 8000})}
+
+
+def test_guarantee_floor_and_capability() -> None:
+    capacity = Resources({"cpu": 12_000, "memory": 12 * GI})
+    queues = [
+        QueueSpec("g", guarantee=Resources({"cpu": 8000})),
+        QueueSpec("c", capability=Resources({"cpu": 1000})),
+        QueueSpec("x"),
+    ]
+    demand = {
+        "g": Resources({"cpu": 20_000, "memory": 2 * GI}),
+        "c": Resources({"cpu": 20_000, "memory": 2 * GI}),
+        "x": Resources({"cpu": 20_000, "memory": 2 * GI}),
+    }
+    result = deserved(capacity, queues, demand)
+    # c stops at its capability (1 cpu); g keeps its floor of 8; x gets the rest (3).
+    assert result["c"]["cpu"] == 1000
+    assert result["g"]["cpu"] == 8000
+    assert result["x"]["cpu"] == 3000
+    # g's floor is only in cpu: memory follows its demand's proportion at the level it froze.
+    assert result["x"]["memory"] == 3 * 2 * GI // 20
+
+
+def test_oversubscribed_guarantees_are_scaled_down() -> None:
+    capacity = Resources({"cpu": 10_000})
+    queues = [
+        QueueSpec("a", guarantee=Resources({"cpu": 10_000})),
+        QueueSpec("b", guarantee=Resources({"cpu": 30_000})),
+    ]
+    demand = {"a": Resources({"cpu": 50_000}), "b": Resources({"cpu": 50_000})}
+    result = deserved(capacity, queues, demand)
+    assert result == {"a": Resources({"cpu": 2500}), "b": Resources({"cpu": 7500})}
+
+
+def test_resource_the_cluster_lacks_and_no_demand() -> None:
+    capacity = Resources({"cpu": 8000})
+    queues = [QueueSpec("gpu"), QueueSpec("cpu"), QueueSpec("idle")]
+    demand = {
+        "gpu": Resources({"cpu": 1000, "nvidia.com/gpu": 1}),
+        "cpu": Resources({"cpu": 20_000}),
+        "ghost": Resources({"cpu": 5000}),  # no such queue: ignored
+    }
+    result = deserved(capacity, queues, demand)
+    assert result == {"gpu": EMPTY, "cpu": Resources({"cpu": 8000}), "idle": EMPTY}
+
+
+def test_exact_fractions_floor() -> None:
+    capacity = Resources({"cpu": 10})
+    queues = [QueueSpec(n) for n in "abc"]
+    demand = {n: Resources({"cpu": 100}) for n in "abc"}
+    result = deserved(capacity, queues, demand)
+    assert [result[n]["cpu"] for n in "abc"] == [3, 3, 3]
+
+
+vectors = st.dictionaries(st.sampled_from(RESOURCES), st.integers(0, 30)).map(Resources)
+
+
+@st.composite
+def scenarios(
+    draw: st.DrawFn,
+) -> tuple[Resources, list[QueueSpec], dict[str, Resources]]:
+    capacity = draw(
+        st.fixed_dictionaries({r: st.integers(0, 40) for r in RESOURCES}).map(Resources)
+    )
+    names = draw(st.lists(st.sampled_from(QUEUE_NAMES), min_size=1, unique=True))
+    queues = [
+        QueueSpec(
+            n,
+            weight=draw(st.integers(1, 4)),
+            guarantee=draw(vectors),
+            capability=draw(st.one_of(st.just(EMPTY), vectors)),
+        )
+        for n in names
+    ]
+    demand = {n: draw(vectors) for n in names}
+    return capacity, queues, demand
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_deserved_bounds(scenario: tuple[Resources, list[QueueSpec], dict[str, Resources]]) -> None:
+    capacity, queues, demand = scenario
+    result = deserved(capacity, queues, demand)
+    assert set(result) == {q.name for q in queues}
+    total = sum(result.values(), Resources())
+    assert total.fits_in(capacity)
+    for q in queues:
+        share = result[q.name]
+        assert not share.has_negative()
+        assert share.fits_in(demand[q.name])
+        assert share.within_caps(q.capability)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_deserved_is_work_conserving_and_floored(
+    scenario: tuple[Resources, list[QueueSpec], dict[str, Resources]],
+) -> None:
+    """A queue short of its demand is stopped by its capability or by an exhausted
+    resource it needs; and when the floors fit, every queue gets its floor."""
+    capacity, queues, demand = scenario
+    result = deserved(capacity, queues, demand)
+    total = sum(result.values(), Resources())
+    slack = len(queues)  # flooring loses less than one unit per queue
+    floors = {
+        q.name: q.guarantee.minimum(demand[q.name]).minimum(
+            Resources({r: q.capability.get(r, v) for r, v in demand[q.name].items()})
+        )
+        for q in queues
+    }
+    if sum(floors.values(), Resources()).fits_in(capacity):
+        for q in queues:
+            assert floors[q.name].fits_in(result[q.name])
+    for q in queues:
+        want = demand[q.name]
+        got = result[q.name]
+        if want.fits_in(got):
+            continue
+        capped = any(got.get_amount(r) >= v for r, v in q.capability.items() if want.get_amount(r))
+        exhausted = any(
+            total.get_amount(r) + slack > capacity.get_amount(r) for r in want if want[r] > 0
+        )
+        assert capped or exhausted, (q, want, got, total)
+
+
+def test_weighted_shares_equal_when_unconstrained() -> None:
+    capacity = Resources({"cpu": 60_000, "memory": 60 * GI})
+    queues = [QueueSpec("a", weight=1), QueueSpec("b", weight=3)]
+    demand = {
+        "a": Resources({"cpu": 600_000, "memory": 60 * GI}),
+        "b": Resources({"cpu": 60_000, "memory": 600 * GI}),
+    }
+    result = deserved(capacity, queues, demand)
+    share_a = Fraction(result["a"]["cpu"], 60_000)
+    share_b = Fraction(result["b"]["memory"], 60 * GI)
+    assert share_b == 3 * share_a

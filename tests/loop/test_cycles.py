@@ -1,0 +1,91 @@
+"""How the loop cycles: in slices that never admit over unclassified units,
+only recomputing the capacity when it can have changed."""
+
+from __future__ import annotations
+
+import asyncio
+
+from arbiter.cache.records import ADMISSION_GATE
+from arbiter.cache.store import ClusterStore
+from arbiter.core.resources import Resources
+from arbiter.loop.controller import LoopSettings
+from arbiter.loop.kube import unit_path
+from tests.loop.harness import Cluster
+
+
+async def test_slices_admit_nothing_until_every_unit_is_classified() -> None:
+    c = Cluster(LoopSettings(debounce=0.0))
+    await c.nodes(1)
+    await c.queue("q")
+    # Already admitted (by an earlier leader) and holding the only CPU ...
+    await c.api.create(unit_path("ns"), {
+        "metadata": {"name": "held", "namespace": "ns"},
+        "spec": {"queue": "q", "podSets": [{"name": "main", "count": 1,
+                                            "requests": {"cpu": "1"}}]}})
+    await c.api.merge_patch(unit_path("ns", "held", status=True),
+                            {"status": {"phase": "Dequeued", "admissions": [{"time": "x"}]}})
+    # ... and many waiting units a new leader may look at first.
+    await c.pods("ns", "q", 40)
+    await c.settle()  # creates the pods' units with this (soon replaced) leader
+    c.controller.stop_listening()
+
+    leader = c.new_controller()
+    admitted: list[str] = []
+    while True:
+        chosen = leader.cycle(budget=1)
+        admitted += [u.key for u in chosen]
+        if not leader.warming and not leader._units and not leader._consumers:
+            break
+    assert admitted == []  # the reservation holds the CPU: nothing fits
+    assert leader.mirror.state("ns/held") == "admitted"
+
+
+class CountingStore(ClusterStore):
+    calls = 0
+
+    def capacity(self, overcommit: float = 1.0) -> Resources:
+        type(self).calls += 1
+        return super().capacity(overcommit)
+
+
+async def test_a_node_heartbeat_does_not_recompute_capacity() -> None:
+    c = Cluster(store=CountingStore())
+    await c.nodes(2)
+    await c.queue("q")
+    await c.pods("ns", "q", 3)
+    await c.settle()
+    CountingStore.calls = 0
+    c.api.set_status("/api/v1/nodes/node-0", {"conditions": [
+        {"type": "Ready", "status": "True", "lastHeartbeatTime": "2030-01-01T00:00:00Z"}]})
+    await c.settle()
+    assert CountingStore.calls == 0
+    c.api.set_status("/api/v1/nodes/node-1", {"conditions": [
+        {"type": "Ready", "status": "False"}]})
+    await c.settle()
+    assert CountingStore.calls == 1
+    assert c.controller.mirror.capacity.get_amount("cpu") == 1000
+
+
+async def test_a_new_leader_indexes_in_slices_while_the_cache_changes() -> None:
+    c = Cluster()
+    await c.nodes(3)
+    await c.queue("q")
+    await c.pods("ns", "q", 50)
+    await c.settle()
+    c.controller.stop_listening()
+    leader = c.new_controller()
+
+    async def meanwhile() -> None:
+        await asyncio.sleep(0)
+        await c.api.delete("/api/v1/namespaces/ns/pods/p-049")  # GC takes its unit
+        await c.pod("ns", "late", "q")
+
+    await asyncio.gather(leader.resync(reindex=True, chunk=5), meanwhile())
+    await c.settle(leader)
+    assert ("Pod", "ns", "p-049") not in {(k.kind, k.namespace, k.name)
+                                          for k in leader.index.units_by_consumer}
+    assert unit_path("ns", "pod-late") in c.api.objects
+    released = c.released_pods("ns")
+    assert released == ["p-000", "p-001", "p-002"]
+    late = c.api.objects["/api/v1/namespaces/ns/pods/late"]
+    assert late["spec"]["schedulingGates"] == [{"name": ADMISSION_GATE}]

@@ -128,11 +128,131 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e3:.1f} ms"
 
 
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} µs"
+
+
+def clocks() -> tuple[float, float]:
+    """(wall, CPU of this process): the machine may be shared with other work."""
+    return time.perf_counter(), time.process_time()
+
+
+def full_admission(
+    capacity: Resources, specs: list[QueueSpec], units: list[Unit], repeat: int
+) -> tuple[AdmissionEngine, list[Unit]]:
+    """Build a fresh engine and admit_all(), `repeat` times; report best and median."""
+    runs: list[tuple[float, float, float]] = []  # build wall, admit wall, total CPU
+    result: tuple[AdmissionEngine, list[Unit]] | None = None
+    for _ in range(repeat):
+        result = None
+        gc.collect()
+        w0, c0 = clocks()
+        engine = AdmissionEngine(capacity, specs)
+        add = engine.add_pending
+        for unit in units:
+            add(unit)
+        w1, _ = clocks()
+        admitted = engine.admit_all()
+        w2, c2 = clocks()
+        runs.append((w1 - w0, w2 - w1, c2 - c0))
+        result = engine, admitted
+    assert result is not None
+    n = len(result[1])
+
+    def row(label: str, values: list[float]) -> None:
+        best, median = ms(min(values)), ms(statistics.median(values))
+        print(f"  {label:<22} best {best:>10}   median {median:>10}")
+
+    print(f"\nfull admission, {repeat} runs (budget <= 1 s)")
+    print(f"  admitted {n} of {len(units)} units ({n / len(units):.0%})")
+    row("build, wall", [r[0] for r in runs])
+    row("admit_all, wall", [r[1] for r in runs])
+    row("total, wall", [r[0] + r[1] for r in runs])
+    row("total, CPU", [r[2] for r in runs])
+    best = min(min(r[0] + r[1] for r in runs), min(r[2] for r in runs))
+    print(f"  per admitted unit      {us(best / max(n, 1))} (best total / admitted)")
+    print(f"  -> {'OK' if best <= 1.0 else 'OVER BUDGET'}")
+    return result
+
+
+def incremental(engine: AdmissionEngine, admitted: list[Unit], seed: int, rounds: int) -> None:
+    """Release admitted units, then time next() until nothing more fits."""
+    rng = random.Random(seed)
+    live = [u.key for u in admitted]
+
+    def release(count: int) -> tuple[float, float]:
+        w0, c0 = clocks()
+        for _ in range(count):
+            i = rng.randrange(len(live))
+            live[i], live[-1] = live[-1], live[i]
+            engine.release(live.pop())
+        w1, c1 = clocks()
+        return w1 - w0, c1 - c0
+
+    def drain() -> tuple[list[float], float, int]:
+        calls: list[float] = []
+        got = 0
+        c0 = time.process_time()
+        while True:
+            start = time.perf_counter()
+            unit = engine.next()
+            calls.append(time.perf_counter() - start)
+            if unit is None:
+                return calls, time.process_time() - c0, got
+            got += 1
+            live.append(unit.key)
+
+    print("\nincremental (budget <= 1 ms per admitted unit)")
+    batch = max(1, len(live) // 100)
+    wall, cpu = release(batch)
+    calls, drain_cpu, got = drain()
+    print(f"  (a) release {batch} admitted units ({ms(wall)}), then next() until None:")
+    print(
+        f"      {got} admitted in {len(calls)} calls: per admitted unit "
+        f"{us(sum(calls) / max(got, 1))} wall, {us(drain_cpu / max(got, 1))} CPU; "
+        f"per call p99 {us(percentile(calls, 99))}, max {us(max(calls))}"
+    )
+
+    per_unit: list[float] = []
+    per_unit_cpu: list[float] = []
+    all_calls: list[float] = []
+    for _ in range(rounds):
+        wall, cpu = release(1)
+        calls, drain_cpu, got = drain()
+        all_calls.extend(calls)
+        if got:
+            per_unit.append((wall + sum(calls)) / got)
+            per_unit_cpu.append((cpu + drain_cpu) / got)
+    print(
+        f"  (b) {rounds} rounds of: release one unit, next() until None "
+        f"({len(per_unit)} rounds admitted something)"
+    )
+    if per_unit:
+        print(
+            f"      per admitted unit, release + all calls: mean {us(statistics.fmean(per_unit))}, "
+            f"p99 {us(percentile(per_unit, 99))}, max {us(max(per_unit))} wall; "
+            f"mean {us(statistics.fmean(per_unit_cpu))} CPU"
+        )
+    print(
+        f"      per next() call: mean {us(statistics.fmean(all_calls))}, "
+        f"p99 {us(percentile(all_calls, 99))}"
+    )
+
+
+def deserved_time(capacity: Resources, specs: list[QueueSpec], units: list[Unit]) -> None:
+    totals: dict[str, dict[str, int]] = {}
+    for unit in units:
+        bucket = totals.setdefault(unit.queue, {})
+        for r, v in unit.demand.items():
+            bucket[r] = bucket.get(r, 0) + v
+    demand = {q: Resources(v) for q, v in totals.items()}
+    w0, c0 = clocks()
+    shares = deserved(capacity, specs, demand)
+    w1, c1 = clocks()
+    print(f"\ndeserved() over {len(shares)} queues: {ms(w1 - w0)} wall, {ms(c1 - c0)} CPU")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,121 +261,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--units", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fill", type=float, default=0.6)
-    parser.add_argument("--rounds", type=int, default=500, help="steady-state release rounds")
     parser.add_argument("--repeat", type=int, default=3, help="full-admission repetitions")
+    parser.add_argument("--rounds", type=int, default=500, help="steady-state release rounds")
     args = parser.parse_args(argv)
 
     print(f"machine: {cpu_model()}, {os.cpu_count()} logical cores")
     print(f"python:  {platform.python_implementation()} {platform.python_version()}")
+    print(f"load average at start: {os.getloadavg()[0]:.2f} (other work on the machine)")
     capacity, specs, units = build_workload(args.queues, args.units, args.seed, args.fill)
     print(
         f"workload: {len(specs)} queues, {len(units)} pending units, "
         f"capacity {capacity.to_quantities()} ({args.fill:.0%} of total demand)"
     )
-
-    # Full admission, repeated on fresh engines: wall and CPU time (the
-    # machine may be shared; CPU time is what this process spent).
-    runs: list[tuple[float, float, float, float]] = []
-    engine = AdmissionEngine(capacity)
-    admitted: list[Unit] = []
-    for _ in range(args.repeat):
-        del engine, admitted
-        gc.collect()
-        w0, c0 = time.perf_counter(), time.process_time()
-        engine = AdmissionEngine(capacity, specs)
-        add = engine.add_pending
-        for unit in units:
-            add(unit)
-        w1, c1 = time.perf_counter(), time.process_time()
-        admitted = engine.admit_all()
-        w2, c2 = time.perf_counter(), time.process_time()
-        runs.append((w1 - w0, w2 - w1, c1 - c0, c2 - c1))
-    n = len(admitted)
-
-    def line(label: str, values: list[float]) -> str:
-        return f"  {label:<29} best {ms(min(values)):>12}   median {ms(statistics.median(values)):>12}"
-
-    print(f"\nfull admission, {args.repeat} runs (budget <= 1 s): {n} units admitted ({n / len(units):.0%})")
-    print(line("build, wall", [r[0] for r in runs]))
-    print(line("admit_all, wall", [r[1] for r in runs]))
-    totals = [r[0] + r[1] for r in runs]
-    print(line("total, wall", totals))
-    cpu_totals = [r[2] + r[3] for r in runs]
-    print(line("total, CPU", cpu_totals))
-    best = min(min(totals), min(cpu_totals))
-    print(f"  per admitted unit (best)      {us(best / max(n, 1))}")
-    print(f"  -> {'OK' if best <= 1.0 else 'OVER BUDGET'}")
-
-    rng = random.Random(args.seed + 1)
-    live = [u.key for u in admitted]
-
-    def release_some(count: int) -> float:
-        start = time.perf_counter()
-        for _ in range(count):
-            i = rng.randrange(len(live))
-            live[i], live[-1] = live[-1], live[i]
-            engine.release(live.pop())
-        return time.perf_counter() - start
-
-    def drain() -> tuple[list[float], int]:
-        calls: list[float] = []
-        got = 0
-        while True:
-            start = time.perf_counter()
-            unit = engine.next()
-            calls.append(time.perf_counter() - start)
-            if unit is None:
-                return calls, got
-            got += 1
-            live.append(unit.key)
-
-    print("\nincremental (budget <= 1 ms per admitted unit)")
-    batch = max(1, len(live) // 100)
-    released = release_some(batch)
-    calls, got = drain()
-    spent = sum(calls)
-    print(f"  (a) release {batch} units at once: release {ms(released)}, then {len(calls)} next() calls")
-    print(
-        f"      admitted {got}: {us(spent / max(got, 1))} per admitted unit; "
-        f"next() mean {us(statistics.fmean(calls))}, p99 {us(percentile(calls, 99))}, "
-        f"max {us(max(calls))}"
-    )
-
-    per_unit: list[float] = []
-    all_calls: list[float] = []
-    rounds_admitting = 0
-    for _ in range(args.rounds):
-        released = release_some(1)
-        calls, got = drain()
-        all_calls.extend(calls)
-        if got:
-            rounds_admitting += 1
-            per_unit.append((released + sum(calls)) / got)
-    print(
-        f"  (b) {args.rounds} rounds of one release then next() until None "
-        f"({rounds_admitting} rounds admitted something)"
-    )
-    if per_unit:
-        print(
-            f"      per admitted unit (release + all next() calls): mean {us(statistics.fmean(per_unit))}, "
-            f"p99 {us(percentile(per_unit, 99))}, max {us(max(per_unit))}"
-        )
-    print(
-        f"      next() call: mean {us(statistics.fmean(all_calls))}, p99 {us(percentile(all_calls, 99))}"
-    )
-
-    demand: dict[str, Resources] = {}
-    totals: dict[str, dict[str, int]] = {}
-    for unit in units:
-        bucket = totals.setdefault(unit.queue, {})
-        for r, v in unit.demand.items():
-            bucket[r] = bucket.get(r, 0) + v
-    demand = {q: Resources(v) for q, v in totals.items()}
-    t3 = time.perf_counter()
-    shares = deserved(capacity, specs, demand)
-    t4 = time.perf_counter()
-    print(f"\ndeserved() over {len(shares)} queues: {ms(t4 - t3)}")
-
+    engine, admitted = full_admission(capacity, specs, units, args.repeat)
+    incremental(engine, admitted, args.seed + 1, args.rounds)
+    deserved_time(capacity, specs, units)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak RSS: {peak / 1024:.1f} MiB")
     return 0

@@ -217,13 +217,31 @@ def _bound_times(sandbox: Any, namespace: str, count: int, version: str,
     return sorted(seen.values())
 
 
-def throughput(sandbox: Any, with_extender: bool, pods: int) -> float:
+def _filter_calls(sandbox: Any) -> float:
+    from arbiter.sandbox.cluster import _verified_context, http_get
+
+    context = _verified_context(sandbox.arbiter_cert_dir / "ca.crt")
+    status, body = http_get(sandbox.arbiter_url() + "/metrics", context)
+    if status != 200:
+        raise SystemExit(f"arbiter's /metrics answered {status}")
+    total = 0.0
+    for line in body.decode().splitlines():
+        if line.startswith("arbiter_extender_requests_total{") and 'verb="filter"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def throughput(sandbox: Any, original: dict[str, Any], with_extender: bool, pods: int) -> float:
+    import copy
+
     from arbiter.sandbox import process
 
     namespace = f"bench-{'ext' if with_extender else 'plain'}-{int(time.time())}"
-    document = sandbox.scheduler_config()
+    document = copy.deepcopy(original)
     if not with_extender:
         document.pop("extenders", None)
+    assert ("extenders" in document) == with_extender
+    calls_before = _filter_calls(sandbox)
     sandbox.kubectl("create", "namespace", namespace)
     sandbox.kubectl("label", "namespace", namespace, "arbiter.dev/managed=false")
     # Hold scheduling while the pods are created, so that creation speed
@@ -242,12 +260,15 @@ def throughput(sandbox: Any, with_extender: bool, pods: int) -> float:
     sandbox.restart_scheduler(document)
     watcher.join()
     sandbox.kubectl("delete", "namespace", namespace, "--wait=false")
+    calls = _filter_calls(sandbox) - calls_before
+    if with_extender and calls < pods:
+        print(f"  warning: the extender's filter was called {calls:.0f} times for {pods} pods")
     if len(times) < pods:
         print(f"  only {len(times)} of {pods} pods were bound")
     span = times[-1] - times[0] if len(times) > 1 else float("inf")
     rate = (len(times) - 1) / span if span > 0 else 0.0
     print(f"  {'with' if with_extender else 'without'} extender: {len(times)} pods bound in "
-          f"{span:.2f} s -> {rate:.0f} pods/s")
+          f"{span:.2f} s -> {rate:.0f} pods/s (extender filter calls: {calls:.0f})")
     return rate
 
 
@@ -264,13 +285,15 @@ def sandbox_benchmark(directory: str | None, nodes: int, pods: int, rounds: int)
             print(f"starting a sandbox with {nodes} nodes in {where} ...")
             sandbox.up(NodeShape(count=nodes, cpu="8", memory="32Gi"), arbiter=True)
         original = sandbox.scheduler_config()
+        if "extenders" not in original:
+            raise SystemExit("the sandbox's kube-scheduler has no extender configured")
         print(f"kube-scheduler throughput, {pods} pods on {nodes} fake nodes, "
               f"{rounds} round(s) alternating (the median of each counts):")
         without_runs: list[float] = []
         with_runs: list[float] = []
         for _ in range(rounds):
-            without_runs.append(throughput(sandbox, False, pods))
-            with_runs.append(throughput(sandbox, True, pods))
+            without_runs.append(throughput(sandbox, original, False, pods))
+            with_runs.append(throughput(sandbox, original, True, pods))
         sandbox.restart_scheduler(original)
         without = statistics.median(without_runs)
         with_extender = statistics.median(with_runs)

@@ -188,6 +188,5 @@ def deserved(
         exhaust(t)
 
     return {
-        name: Resources({r: math.floor(v) for r, v in fills[name].result.items()})
-        for name in specs
+        name: Resources({r: math.floor(v) for r, v in fills[name].result.items()}) for name in specs
     }

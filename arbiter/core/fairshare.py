@@ -288,6 +288,7 @@ class _Queue:
         "blocking",
         "cand",
         "capl",
+        "divl",
         "divs",
         "guar",
         "hasguar",
@@ -317,6 +318,7 @@ class _Queue:
     guar: list[int]  # guarantee per resource index
     hasguar: bool
     divs: list[tuple[int, int]]  # (index, capacity * weight) for capacity > 0
+    divl: list[int]  # capacity * weight per resource index, 0 where capacity is 0
     shapes: dict[Pairs, _Shape]
     sheap: list[_ShapeEntry]  # heads of the shapes not rejected (lazy deletion)
     cand: _Rec | None  # the unit it offers now (fits)
@@ -341,6 +343,7 @@ class _Queue:
         self.guar = [0] * nres
         self.hasguar = False
         self.divs = []
+        self.divl = [0] * nres
         self.shapes = {}
         self.sheap = []
         self.cand = None
@@ -414,6 +417,7 @@ class AdmissionEngine:
             q.alloc.append(0)
             q.capl.append(_UNLIMITED)
             q.guar.append(0)
+            q.divl.append(0)
         return index
 
     def _pairs(self, demand: Mapping[str, int]) -> Pairs:
@@ -438,6 +442,7 @@ class AdmissionEngine:
     def _set_divs(self, q: _Queue) -> None:
         weight = q.spec.weight if q.spec is not None else 1
         q.divs = [(i, c * weight) for i, c in enumerate(self._cap) if c > 0]
+        q.divl = [c * weight if c > 0 else 0 for c in self._cap]
 
     # -- configuration -------------------------------------------------------
     def set_capacity(self, capacity: Resources) -> None:
@@ -952,7 +957,8 @@ class AdmissionEngine:
         version = self._seq
         q.version = version
         heap = self._heap
-        heapq.heappush(heap, (self._flag(q, rec), q.share, q.name, 1, version, q))
+        flag = self._flag(q, rec) if q.hasguar else (1 if rec.pairs else 0)
+        heapq.heappush(heap, (flag, q.share, q.name, 1, version, q))
         if len(heap) > 2 * len(self._queues) + 64:
             self._heap = heap = [e for e in heap if e[4] == e[5].version]
             heapq.heapify(heap)
@@ -1067,10 +1073,20 @@ class AdmissionEngine:
         self._admitted[unit.key] = rec
         free = self._free
         alloc = q.alloc
+        # Only the resources it requests grew: they alone can raise the share.
+        shift = self._shift
+        divl = q.divl
+        share = q.share
         for i, a in rec.pairs:
-            alloc[i] += a
+            held = alloc[i] + a
+            alloc[i] = held
             free[i] -= a
-        q.share = self._share_of(q)
+            div = divl[i]
+            if div:
+                part = (held << shift) // div
+                if part > share:
+                    share = part
+        q.share = share
         # Its shape's heap entry is the first valid one (anything above it is
         # stale or rejected): replace it by the shape's next head in one step.
         shape = rec.shape
@@ -1084,7 +1100,13 @@ class AdmissionEngine:
                 shape.tidy()
             self._seq += 1
             shape.ver = self._seq
-            head = shape.first()
+            recs = shape.recs
+            end = len(recs)
+            h = shape.head + 1  # the admitted unit was the shape's head
+            while h < end and not recs[h].alive:
+                h += 1
+            shape.head = h
+            head = recs[h] if h < end else None
             if head is None:
                 heapq.heappop(sheap)
                 if q.shapes.get(shape.pairs) is shape:

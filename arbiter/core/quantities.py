@@ -83,9 +83,16 @@ def parse_exact(value: str | int | float, *, field: str = "quantity") -> Fractio
             int(exponent_text) if exponent_text is not None
             else _DECIMAL_EXPONENTS[match["decimal"] or ""]
         )
-        if abs(exponent) > 64:
-            raise QuantityError(f"{field}: {value!r} is out of range")
-        number *= Fraction(10) ** exponent
+        if exponent > 64:
+            if number != 0:
+                raise QuantityError(f"{field}: {value!r} is out of range")
+        elif exponent < -64 - len(match["number"]):
+            # Far below any unit (the number has fewer digits than that): like
+            # Kubernetes, keep it as a tiny positive amount, which rounds up
+            # to one unit, without computing 10**-huge.
+            number = Fraction(1, 10**70) if number != 0 else Fraction(0)
+        else:
+            number *= Fraction(10) ** exponent
     if match["sign"] == "-":
         number = -number
     return number

@@ -41,6 +41,7 @@ from arbiter.loop.actions import Actions, ConsumerGone, Written
 from arbiter.loop.index import LoopIndex
 from arbiter.loop.kube import ApiError, ClusterApi
 from arbiter.loop.mirror import EngineMirror
+from arbiter.loop.reclaim import Reclaimer, ReclaimSettings
 from arbiter.loop.status import (
     QueueMetrics,
     QueueStatusWriter,
@@ -106,6 +107,9 @@ class LoopSettings:
     # storm for a number nobody acts on).
     waiting_event_depth: int = 100
     position_depth: int = 1000
+    # Seconds a queue starves below its deserved share before it reclaims
+    # (arbiter.loop.reclaim).
+    reclaim_grace: float = 30.0
 
 
 @dataclass(slots=True)
@@ -251,6 +255,7 @@ class AdmissionController:
                                          max(1.0, self.settings.status_qps * 2), clock())
         self._published_version = -1
         self._waiting_said: dict[str, str] = {}
+        self.reclaimer = Reclaimer(ReclaimSettings(grace=self.settings.reclaim_grace))
 
     # -- wiring ---------------------------------------------------------------------------
     def start_listening(self) -> None:
@@ -388,6 +393,8 @@ class AdmissionController:
             self._admitting.add(unit.key)
             self._busy.add(unit.key)
             self._spawn(functools.partial(self._admit, record, unit))
+        if not self.warming:
+            self.reclaimer.after_cycle(self, now)  # take back what others need
         if worked or chosen:
             self.version += 1
         duration = time.perf_counter() - started

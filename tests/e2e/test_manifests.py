@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from arbiter.sandbox import Sandbox
+from arbiter.sandbox import Sandbox, process
 from arbiter.sandbox.cluster import repo_root
 from arbiter.sandbox.config import POD_COMPLETE_DELAY_ANNOTATION
 
@@ -33,7 +33,9 @@ MANIFESTS = repo_root() / "manifests"
 NAMESPACE = "arbiter-system"
 SERVICE_ACCOUNT = "kube-arbiter"
 CERT_SECRET = "kube-arbiter-certs"
-RBAC_ARBITER = "arbiter-rbac"
+# Runs under the primary's name (and port): the sandbox then keeps no extra
+# process record, and `start_arbiter()` afterwards restores the primary.
+RBAC_ARBITER = "arbiter"
 IDENTITY = "rbac-e2e"
 WEBHOOK_KINDS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
 # Objects of the base the sandbox does not need afterwards (the CRDs, the
@@ -95,7 +97,8 @@ class Applied:
 def applied(sandbox: Sandbox) -> Iterator[Applied]:
     """The base, applied for real; the sandbox put back afterwards."""
     objects = _base_objects(sandbox)
-    primary_was_running = "arbiter" in sandbox.processes()
+    primary = sandbox.processes().get("arbiter")
+    primary_was_running = primary is not None and process.is_running(primary)
     if primary_was_running:
         sandbox.stop_arbiter("arbiter")
     try:
@@ -200,6 +203,8 @@ def _can_i(sandbox: Sandbox, kubeconfig: Path, *args: str) -> bool:
 ALLOWED = [
     ("list", "pods", "--all-namespaces"),
     ("patch", "pods", "-n", "default"),
+    ("create", "pods", "-n", "default", "--subresource=eviction"),
+    ("patch", "pods", "-n", "default", "--subresource=status"),
     ("patch", "jobs.batch", "-n", "default"),
     ("create", "jobs.batch", "-n", "default"),
     ("watch", "nodes"),
@@ -284,12 +289,13 @@ def test_arbiter_admits_work_under_the_service_account(
     for name in ("ca.crt", "ca.key"):
         shutil.copy2(sandbox.arbiter_cert_dir / name, cert_dir / name)
     namespace, queue = _name("rbac"), _name("q")
+    log = sandbox.logs_dir / f"{RBAC_ARBITER}.log"
+    log_start = log.stat().st_size if log.exists() else 0
     pid = sandbox.start_arbiter(
         ["--kubeconfig", str(sa_kubeconfig), "--cert-dir", str(cert_dir),
          "--cert-secret", CERT_SECRET, "--identity", IDENTITY],
-        name=RBAC_ARBITER, port=primary_port)
-    log = Path(sandbox.processes()[RBAC_ARBITER].log)
-    log_start = log.stat().st_size if log.exists() else 0
+        name=RBAC_ARBITER)
+    assert Path(sandbox.processes()[RBAC_ARBITER].log) == log
     stopped = False
     try:
         assert pid > 0

@@ -44,9 +44,12 @@ def random_spec(rng: random.Random, name: str) -> QueueSpec:
     )
 
 
-def random_unit(rng: random.Random, key: str, queues: list[str]) -> Unit:
+def random_unit(
+    rng: random.Random, key: str, queues: list[str], shapes: list[Resources] | None = None
+) -> Unit:
+    """A random unit; with `shapes`, its demand is one of those (many equal demands)."""
     queue = UNKNOWN_QUEUE if rng.random() < 0.05 else rng.choice(queues)
-    demand = _vector(rng, 4, 0.7)
+    demand = rng.choice(shapes) if shapes else _vector(rng, 4, 0.7)
     if rng.random() < 0.05:
         demand = EMPTY
     return Unit(
@@ -95,9 +98,7 @@ def cases(draw: st.DrawFn, max_queues: int = 5, max_units: int = 14) -> Case:
             capability=draw(
                 st.one_of(
                     st.just(EMPTY),
-                    st.dictionaries(st.sampled_from(RESOURCES), st.integers(0, 10)).map(
-                        Resources
-                    ),
+                    st.dictionaries(st.sampled_from(RESOURCES), st.integers(0, 10)).map(Resources),
                 )
             ),
             blocking=draw(st.booleans()),

@@ -25,14 +25,18 @@ def res(**amounts: int) -> Resources:
     return Resources(out)
 
 
-def units(queue: str, count: int, demand: Resources, *, start: int = 0, priority: int = 0) -> list[Unit]:
+def units(
+    queue: str, count: int, demand: Resources, *, start: int = 0, priority: int = 0
+) -> list[Unit]:
     return [
         Unit(f"{queue}/{start + i}", queue, demand, priority=priority, created=float(start + i))
         for i in range(count)
     ]
 
 
-def run(capacity: Resources, queues: list[QueueSpec], pending: list[Unit]) -> tuple[AdmissionEngine, list[str]]:
+def run(
+    capacity: Resources, queues: list[QueueSpec], pending: list[Unit]
+) -> tuple[AdmissionEngine, list[str]]:
     engine = AdmissionEngine(capacity, queues)
     for unit in pending:
         engine.add_pending(unit)
@@ -111,9 +115,12 @@ def test_ties_broken_by_queue_name_exactly() -> None:
     # a: 3/7 of memory at weight 3 = 1/7; b: 1/7 at weight 1 = 1/7. A real tie.
     capacity = Resources({"cpu": 10, "memory": 70})
     queues = [QueueSpec("b", weight=1), QueueSpec("a", weight=3)]
-    admitted = [Unit("a-old", "a", Resources({"memory": 30})), Unit("b-old", "b", Resources({"memory": 10}))]
+    admitted = [
+        Unit("a-old", "a", Resources({"memory": 30})),
+        Unit("b-old", "b", Resources({"memory": 10})),
+    ]
     pending = [Unit("a-new", "a", Resources({"cpu": 1})), Unit("b-new", "b", Resources({"cpu": 1}))]
-    assert [u.key for u in admission_order(capacity, queues, pending, admitted)][0] == "a-new"
+    assert admission_order(capacity, queues, pending, admitted)[0].key == "a-new"
     engine = AdmissionEngine(capacity, queues)
     for unit in admitted:
         engine.add_admitted(unit)

@@ -56,9 +56,7 @@ def test_build_order_does_not_matter() -> None:
     rng = random.Random(7)
     for _ in range(300):
         case = random_case(rng)
-        expected = keys(
-            admission_order(case.capacity, case.queues, case.pending, case.admitted)
-        )
+        expected = keys(admission_order(case.capacity, case.queues, case.pending, case.admitted))
         engine = AdmissionEngine(Resources())
         for unit in [*case.pending]:
             engine.add_pending(unit)
@@ -89,10 +87,16 @@ class Model:
         )
 
 
-def run_random_session(seed: int, steps: int) -> int:
+def run_random_session(seed: int, steps: int, few_shapes: bool = False) -> int:
     """Random events; after each, the engine's next decisions match the rescan."""
     rng = random.Random(seed)
     capacity = random_capacity(rng)
+    shapes = None
+    if few_shapes:
+        shapes = [
+            Resources({"cpu": rng.randint(1, 3), "memory": rng.randint(0, 3)})
+            for _ in range(rng.randint(1, 3))
+        ]
     names = list(QUEUE_NAMES[: rng.randint(1, 5)])
     specs = [random_spec(rng, n) for n in names]
     model = Model(capacity, specs)
@@ -103,7 +107,7 @@ def run_random_session(seed: int, steps: int) -> int:
         op = rng.random()
         if op < 0.35:
             serial += 1
-            unit = random_unit(rng, f"u{serial}", names)
+            unit = random_unit(rng, f"u{serial}", names, shapes)
             if model.pending and rng.random() < 0.05:
                 # Replace a pending unit under the same key.
                 old = rng.choice(sorted(model.pending))
@@ -120,7 +124,7 @@ def run_random_session(seed: int, steps: int) -> int:
             engine.release(key)
         elif op < 0.65:
             serial += 1
-            unit = random_unit(rng, f"u{serial}", names)
+            unit = random_unit(rng, f"u{serial}", names, shapes)
             if model.pending and rng.random() < 0.5:
                 unit = model.pending.pop(rng.choice(sorted(model.pending)))
             model.admitted[unit.key] = unit
@@ -162,4 +166,11 @@ def run_random_session(seed: int, steps: int) -> int:
 @pytest.mark.parametrize("seed", range(12))
 def test_event_sessions_match_rescan(seed: int) -> None:
     checks = sum(run_random_session(seed * 1000 + i, 120) for i in range(25))
+    assert checks > 100
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_event_sessions_with_few_shapes_match_rescan(seed: int) -> None:
+    """Many equal demands per queue: the per-shape heaps carry the work."""
+    checks = sum(run_random_session(seed * 1000 + i, 150, few_shapes=True) for i in range(25))
     assert checks > 100

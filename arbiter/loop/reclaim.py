@@ -1,0 +1,355 @@
+"""Reclaim in the admission loop: when to take resources back, from whom
+(`arbiter.core.reclaim.plan`), and carrying it out (`arbiter.loop.evict`).
+
+After each cycle's admissions the controller calls `Reclaimer.after_cycle`.
+At most once per `interval` it looks at the engine:
+
+- a queue is *starving* while the unit it offers next does not fit, is
+  within its capability and would keep it within its deserved share (see
+  `arbiter.core.reclaim`); `since[q]` is when that began, and it is
+  forgotten as soon as a look finds the queue not starving. Only a queue
+  starving for `grace` seconds (`--reclaim-grace`) reclaims, so a short
+  burst is absorbed by ordinary turnover. Within-queue preemption
+  (`spec.preemption.withinQueue: LowerPriority`) needs no grace, like
+  kube-scheduler's priority preemption.
+- Victims are *in flight* from the moment they are chosen until the engine
+  no longer counts them admitted (requeued, ended or gone). In-flight units
+  are never chosen again, and their capacity counts as free already, so a
+  shortfall is paid for once. An eviction a PodDisruptionBudget blocks
+  (429) is not in flight any more; the unit is left alone for a while
+  (doubling, capped) and the next look decides afresh.
+- The loop wakes itself (a timer) when a queue's grace runs out and, while
+  evictions are in flight, for the next look.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable, Set
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from arbiter import metrics
+from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.core.deserved import deserved as fair_deserved
+from arbiter.core.reclaim import (
+    Admitted,
+    Plan,
+    ReclaimQueue,
+    Victim,
+    Waiting,
+    plan,
+    within_capability,
+    within_deserved,
+)
+from arbiter.core.resources import EMPTY, Resources
+from arbiter.loop.actions import ConsumerGone
+from arbiter.loop.evict import Evictor
+from arbiter.loop.kube import ApiError
+from arbiter.loop.mirror import EngineMirror, queue_spec
+from arbiter.loop.units import Consumer, consumer_key, parse_rfc3339
+
+if TYPE_CHECKING:
+    from arbiter.loop.controller import AdmissionController
+
+log = logging.getLogger(__name__)
+
+# The timer key that wakes the loop for reclaim (not a unit: a cycle that
+# finds no such unit does nothing with it).
+WAKE_KEY = "reclaim:"
+RECLAIM_REASON = "ReclaimedByQueue"
+PREEMPT_REASON = "PreemptedByArbiter"
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimSettings:
+    grace: float = 30.0
+    interval: float = 1.0  # seconds between two looks at most
+    max_victims: int = 100  # per look
+    depth: int = 256  # waiting units per queue a look considers
+    inflight_ttl: float = 120.0  # forget an eviction whose effect never showed
+    blocked_base: float = 5.0
+    blocked_max: float = 120.0
+
+
+@dataclass(slots=True)
+class InFlight:
+    victim: Victim
+    since: float
+
+
+@dataclass(slots=True)
+class Look:
+    """What one look decided (for the controller, and for tests)."""
+
+    plan: Plan = field(default_factory=Plan)
+    victims: list[Victim] = field(default_factory=list)
+    wake_at: float | None = None
+    looked: bool = False
+
+
+def reclaim_queues(mirror: EngineMirror) -> dict[str, ReclaimQueue]:
+    """Every known queue with its deserved share, as status computes it."""
+    specs = [queue_spec(q) for q in mirror.queues.values()]
+    shares = fair_deserved(mirror.engine_capacity(), specs, mirror.demand())
+    return {
+        name: ReclaimQueue(
+            name=name, weight=record.weight, guarantee=record.guarantee,
+            capability=record.capability, deserved=shares.get(name, EMPTY),
+            priority=record.priority, reclaimable=record.reclaimable,
+            within_queue=record.within_queue,
+        )
+        for name, record in mirror.queues.items()
+    }
+
+
+def message_for(victim: Victim, queues: dict[str, ReclaimQueue] | None = None) -> str:
+    """Why a unit was taken back, for its status, Events and its pods."""
+    unit = victim.unit
+    if victim.reason == "withinQueue":
+        return (f"preempted in queue {unit.queue} by higher-priority unit {victim.for_unit} "
+                f"(priority {unit.priority} is lower; withinQueue: LowerPriority)")
+    detail = ""
+    if queues is not None and unit.queue in queues:
+        spec = queues[unit.queue]
+        detail = f"; deserved share of queue {unit.queue}: {_show(spec.deserved)}"
+    return (f"reclaimed by queue {victim.for_queue} for unit {victim.for_unit}: queue "
+            f"{unit.queue} holds more than its deserved share{detail}")
+
+
+def _show(resources: Resources) -> str:
+    return ", ".join(f"{k}={v}" for k, v in resources.to_quantities().items()) or "none"
+
+
+class Reclaimer:
+    def __init__(self, settings: ReclaimSettings | None = None) -> None:
+        self.settings = settings or ReclaimSettings()
+        self.since: dict[str, float] = {}
+        self.inflight: dict[str, InFlight] = {}
+        self.blocked: dict[str, tuple[float, int]] = {}  # key -> (until, times)
+        self.next_look = -math.inf
+        self._stamps: dict[str, tuple[str | None, float]] = {}
+        self.last: Look = Look()
+
+    # -- deciding (no I/O) ------------------------------------------------------------
+    def forget_done(self, mirror: EngineMirror, now: float) -> None:
+        """Drop in-flight victims the engine no longer counts admitted."""
+        for key in [k for k, f in self.inflight.items()
+                    if mirror.state(k) != "admitted"
+                    or now - f.since > self.settings.inflight_ttl]:
+            del self.inflight[key]
+        for key in [k for k, (until, _) in self.blocked.items()
+                    if until <= now and mirror.state(k) != "admitted"]:
+            del self.blocked[key]
+
+    def admitted_at(self, key: str, record: UnitRecord | None, created: float) -> float:
+        stamp = record.last_allocate_time if record is not None else None
+        cached = self._stamps.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        when = parse_rfc3339(stamp) or created
+        self._stamps[key] = (stamp, when)
+        return when
+
+    def look(
+        self,
+        mirror: EngineMirror,
+        now: float,
+        *,
+        busy: Set[str] = frozenset(),
+        record: Callable[[str], UnitRecord | None] = lambda _: None,
+    ) -> Look:
+        """Decide what to take back now (registers the victims as in flight)."""
+        self.forget_done(mirror, now)
+        result = Look()
+        if now < self.next_look:
+            # Something changed since the last look (a cycle ran): look again soon.
+            result.wake_at = self.next_look
+            self.last = result
+            return result
+        self.next_look = now + self.settings.interval
+        result.looked = True
+        engine = mirror.engine
+        waiting_queues = [name for name, record_ in mirror.queues.items()
+                          if record_.state == "Open" and mirror.waiting.get(name)]
+        if not waiting_queues:
+            self.since.clear()
+            self.last = result
+            return result
+        queues = reclaim_queues(mirror)
+        free = engine.free()
+        # Which queues could need victims at all (cheap: heads only).
+        interesting = False
+        heads: dict[str, list[Waiting]] = {}
+        for name in waiting_queues:
+            pending = engine.pending(name)[: self.settings.depth]
+            if not pending:
+                continue
+            heads[name] = [Waiting(u.key, u.queue, u.demand, u.priority) for u in pending]
+            head = pending[0]
+            spec = queues[name]
+            held = engine.allocated(name)
+            fits = head.demand.fits_in(free) and within_capability(held, head.demand,
+                                                                   spec.capability)
+            if self.inflight or (not fits and (
+                    spec.within_queue == "LowerPriority"
+                    or within_deserved(held, head.demand, spec.deserved))):
+                interesting = True
+        if not interesting:
+            self.since.clear()
+            self.last = result
+            return result
+        admitted: list[Admitted] = []
+        for key, (state, unit) in mirror.entries.items():
+            if state != "admitted" or key in self.inflight:
+                continue
+            admitted.append(Admitted(key, unit.queue, unit.demand, unit.priority,
+                                     self.admitted_at(key, record(key), unit.created),
+                                     unit.created))
+        protected = {key for key in busy} | {k for k, (until, _) in self.blocked.items()
+                                             if until > now}
+        due = {q for q, since in self.since.items() if now - since >= self.settings.grace}
+        decided = plan(engine.capacity(), queues, admitted, heads, due=due,
+                       protected=protected, max_victims=self.settings.max_victims)
+        cut = len(decided.victims) >= self.settings.max_victims
+        for name in decided.starving:
+            self.since.setdefault(name, now)
+        if not cut:
+            for name in [q for q in self.since if q not in decided.starving]:
+                del self.since[name]
+        for victim in decided.victims:
+            self.inflight[victim.unit.key] = InFlight(victim, now)
+        result.plan = decided
+        result.victims = list(decided.victims)
+        wake = [since + self.settings.grace for q, since in self.since.items() if q not in due]
+        if self.inflight or cut:
+            wake.append(self.next_look)
+        result.wake_at = min(wake) if wake else None
+        self.last = result
+        return result
+
+    def blocked_for(self, key: str, now: float) -> float:
+        """A blocked eviction: leave `key` alone for a while (doubling)."""
+        _, times = self.blocked.get(key, (0.0, 0))
+        delay = min(self.settings.blocked_max, self.settings.blocked_base * 2.0 ** times)
+        self.blocked[key] = (now + delay, times + 1)
+        self.inflight.pop(key, None)
+        return delay
+
+    # -- acting (through the controller) ----------------------------------------------
+    def after_cycle(self, controller: AdmissionController, now: float) -> list[Victim]:
+        """The controller's hook: look, start the evictions, set the wake-up."""
+        result = self.look(controller.mirror, now, busy=controller._busy,
+                           record=controller.unit)
+        queues = reclaim_queues(controller.mirror) if result.victims else None
+        for victim in result.victims:
+            key = victim.unit.key
+            controller._busy.add(key)
+            controller._spawn(functools.partial(
+                carry_out, controller, self, victim, message_for(victim, queues)))
+        if result.wake_at is not None:
+            controller._timer(result.wake_at, WAKE_KEY)
+        return result.victims
+
+
+async def carry_out(controller: AdmissionController, reclaimer: Reclaimer, victim: Victim,
+                    message: str) -> None:
+    """Take one unit back; the controller's bookkeeping as for its own writes."""
+    key = victim.unit.key
+    evictor = Evictor(controller.actions.api, controller.actions)
+    try:
+        async with controller._key_lock(key):
+            record = controller.unit(key)
+            if record is None or (not record.admitted and record.phase != "Enqueued"):
+                reclaimer.inflight.pop(key, None)
+                return
+            state, pods = controller.consumer(record)
+            consumer = record.consumer
+            if consumer is None or consumer.kind == "Job":
+                await _requeue(controller, reclaimer, evictor, victim, record, state, message)
+            else:
+                await _evict(controller, reclaimer, evictor, victim, record, pods, message)
+    except ApiError as error:
+        reclaimer.inflight.pop(key, None)
+        log.warning("taking back %s failed: %s", key, error)
+    finally:
+        controller._unlock(key)
+        controller._busy.discard(key)
+        controller._units.add(key)
+        controller._wake.set()
+
+
+def _announce(controller: AdmissionController, victim: Victim, record: UnitRecord,
+              message: str) -> None:
+    metrics.preempted_units_total.labels(record.queue, victim.reason).inc()
+    events = controller.events
+    if events is None:
+        return
+    reason = RECLAIM_REASON if victim.reason == "reclaim" else PREEMPT_REASON
+    events.unit_event(record, "Warning", reason, message)
+    waiting = controller.unit(victim.for_unit)
+    if waiting is not None:
+        what = ("reclaiming" if victim.reason == "reclaim" else "preempting")
+        events.unit_event(waiting, "Normal", "Reclaiming" if victim.reason == "reclaim"
+                          else "Preempting",
+                          f"{what} {record.key} of queue {record.queue} to make room "
+                          f"for this unit", on_unit=True)
+
+
+async def _requeue(controller: AdmissionController, reclaimer: Reclaimer, evictor: Evictor,
+                   victim: Victim, record: UnitRecord, state: Consumer, message: str) -> None:
+    """A Job (or a reservation): back to Enqueued, then suspended."""
+    key = record.key
+    text = f"{message}; requeued"
+    if record.phase != "Enqueued":
+        written = await evictor.requeue(record, text)
+        if written is None:
+            reclaimer.inflight.pop(key, None)  # changed meanwhile: decide again
+            return
+        controller._assume(written)
+        record = written.record
+    _announce(controller, victim, record, text)
+    consumer = consumer_key(record)
+    if consumer is None:
+        return  # a reservation: the status was the whole admission
+    try:
+        await evictor.suspend_job(record)
+    except ConsumerGone:
+        controller._override(consumer, Consumer.MISSING, state)
+        return
+    if state in (Consumer.RELEASED, Consumer.RUNNING):
+        controller._override(consumer, Consumer.HELD, state)
+
+
+async def _evict(controller: AdmissionController, reclaimer: Reclaimer, evictor: Evictor,
+                 victim: Victim, record: UnitRecord, pods: tuple[PodRecord, ...],
+                 message: str) -> None:
+    """A plain pod or a pod group: the Eviction API, pod by pod."""
+    targets = [p for p in pods if p.phase not in ("Succeeded", "Failed")]
+    now = controller.clock()
+    blocked: list[str] = []
+    evicted: list[PodRecord] = []
+    for pod in targets:
+        outcome = await evictor.evict_pod(pod.namespace, pod.name, pod.uid)
+        if outcome == "blocked":
+            blocked.append(pod.name)
+        elif outcome == "evicted":
+            evicted.append(pod)
+    reason = RECLAIM_REASON if victim.reason == "reclaim" else PREEMPT_REASON
+    for pod in evicted:
+        await evictor.mark_disruption(pod.namespace, pod.name, pod.uid, reason, message, now)
+    if blocked:
+        delay = reclaimer.blocked_for(record.key, now)
+        if controller.events is not None:
+            controller.events.unit_event(
+                record, "Warning", "EvictionBlocked",
+                f"{message}; eviction of pod(s) {', '.join(blocked)} blocked by a "
+                f"PodDisruptionBudget, retrying in {delay:.0f}s")
+        return
+    written = await evictor.end(record, f"{message}; evicted")
+    if written is not None:
+        controller._assume(written)
+        record = written.record
+    _announce(controller, victim, record, f"{message}; evicted")

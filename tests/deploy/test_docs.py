@@ -1,0 +1,76 @@
+"""The README's references stay in step with the code."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from arbiter import metrics, serve_cli
+from tests.deploy.manifests import ROOT
+
+README = (ROOT / "README.md").read_text()
+
+
+def _section(title: str) -> str:
+    start = README.index(f"\n## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:end if end != -1 else None]
+
+
+def _serve_options() -> list[argparse.Action]:
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    serve_cli.add_parser(subparsers)
+    return [a for a in subparsers.choices["serve"]._actions
+            if a.option_strings and a.dest != "help"]
+
+
+def test_the_two_commands_are_the_readme_s_first() -> None:
+    section = _section("The two commands")
+    assert "scripts/demo.sh" in section and "scripts/test.sh" in section
+    assert (ROOT / "scripts" / "demo.sh").stat().st_mode & 0o111
+    assert "setup-venv.sh" in (ROOT / "scripts" / "demo.sh").read_text()
+
+
+def test_configuration_reference_lists_every_serve_flag_and_variable() -> None:
+    section = _section("Configuration reference")
+    rows = {m.group(1): m.group(2) for m in
+            re.finditer(r"^\| `(--[a-z-]+)` \| `(ARBITER_[A-Z_]+)` \|", section, re.MULTILINE)}
+    flags = {a.option_strings[0] for a in _serve_options()}
+    assert set(rows) == flags
+    for flag, variable in rows.items():
+        assert variable == "ARBITER_" + flag[2:].upper().replace("-", "_")
+
+
+def test_serve_help_documents_every_flag_and_the_variables() -> None:
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    serve_cli.add_parser(subparsers)
+    text = subparsers.choices["serve"].format_help()
+    assert "ARBITER_<FLAG>" in text
+    for action in _serve_options():
+        assert action.help, action.option_strings
+        assert action.option_strings[0] in text
+    assert "--reclaim-grace RECLAIM_GRACE" in text
+    assert "(default: 30.0)" in text  # defaults are shown
+
+
+def test_metrics_reference_lists_every_metric() -> None:
+    section = _section("Metrics reference")
+    documented = set(re.findall(r"^\| `(arbiter_[a-z_]+)` \|", section, re.MULTILINE))
+    exported = {m.name for m in metrics.REGISTRY.collect()}
+    # prometheus_client drops a counter's _total suffix from the family name.
+    exported = {name + "_total" if f"{name}_total" in documented else name
+                for name in exported}
+    assert documented == exported
+
+
+def test_install_section_covers_apply_scheduler_and_verify() -> None:
+    section = _section("Install on a real cluster")
+    assert "kubectl apply --server-side -k manifests/" in section
+    assert "manifests/scheduler/kube-scheduler-config.yaml" in section
+    assert "kubectl apply --server-side -k manifests/monitoring/" in section
+    assert "Verify" in section
+    troubleshooting = _section("Troubleshooting")
+    for topic in ("webhook down", "SchedulingGated", "extender"):
+        assert topic in troubleshooting

@@ -1,0 +1,119 @@
+"""manifests/rbac.yaml: exactly the privileges arbiter uses, tied to the code.
+
+The expected table below is the review point: widening the RBAC means
+changing it here, next to the reason. tests/e2e/test_manifests.py proves on
+a real apiserver that these rules are enough to run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arbiter.cache.watch import RESOURCES
+from arbiter.config import ServeConfig
+from tests.deploy.manifests import MANIFESTS, documents, env, one
+from webhook.configuration import CONFIGURATION_NAME
+
+Grant = tuple[str, str, str, str]  # (apiGroup, resource, verb, resourceName or "")
+
+CLUSTER: set[Grant] = {
+    ("", "namespaces", "list", ""), ("", "namespaces", "watch", ""),
+    ("", "nodes", "list", ""), ("", "nodes", "watch", ""),
+    ("", "pods", "get", ""), ("", "pods", "list", ""), ("", "pods", "watch", ""),
+    ("", "pods", "patch", ""),
+    ("", "pods/eviction", "create", ""), ("", "pods/status", "patch", ""),
+    ("", "events", "create", ""),
+    *{("batch", "jobs", verb, "") for verb in
+      ("get", "list", "watch", "create", "patch", "delete")},
+    ("scheduling.k8s.io", "priorityclasses", "list", ""),
+    ("scheduling.k8s.io", "priorityclasses", "watch", ""),
+    ("arbiter.dev", "queues", "get", ""), ("arbiter.dev", "queues", "list", ""),
+    ("arbiter.dev", "queues", "watch", ""), ("arbiter.dev", "queues/status", "patch", ""),
+    *{("arbiter.dev", "queueunits", verb, "") for verb in
+      ("get", "list", "watch", "create", "patch")},
+    ("arbiter.dev", "queueunits/status", "patch", ""),
+    ("arbiter.dev", "jobflows", "list", ""), ("arbiter.dev", "jobflows", "watch", ""),
+    ("arbiter.dev", "jobtemplates", "list", ""), ("arbiter.dev", "jobtemplates", "watch", ""),
+    ("arbiter.dev", "jobflows/status", "patch", ""),
+    ("arbiter.dev", "jobflows/finalizers", "update", ""),
+    *{("admissionregistration.k8s.io", kind, verb, "kube-arbiter")
+      for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+      for verb in ("get", "update")},
+}
+NAMESPACE: set[Grant] = {
+    ("coordination.k8s.io", "leases", "get", "kube-arbiter"),
+    ("coordination.k8s.io", "leases", "update", "kube-arbiter"),
+    ("coordination.k8s.io", "leases", "create", ""),
+    ("", "secrets", "get", "kube-arbiter-certs"),
+    ("", "secrets", "update", "kube-arbiter-certs"),
+    ("", "secrets", "create", ""),
+}
+
+
+def _grants(role: dict[str, Any]) -> set[Grant]:
+    grants: set[Grant] = set()
+    for rule in role["rules"]:
+        names = rule.get("resourceNames") or [""]
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in names:
+                        grants.add((group, resource, verb, name))
+    return grants
+
+
+def test_cluster_role_is_exactly_what_arbiter_uses() -> None:
+    assert _grants(one("ClusterRole")) == CLUSTER
+
+
+def test_namespaced_role_is_exactly_what_arbiter_uses() -> None:
+    role = one("Role")
+    assert role["metadata"]["namespace"] == "arbiter-system"
+    assert _grants(role) == NAMESPACE
+
+
+def test_no_wildcards_secrets_or_privilege_escalation_cluster_wide() -> None:
+    for kind in ("ClusterRole", "Role"):
+        for group, resource, verb, _ in _grants(one(kind)):
+            assert "*" not in (group, resource, verb)
+            assert verb not in ("escalate", "bind", "impersonate", "deletecollection")
+    cluster_resources = {resource for _, resource, _, _ in CLUSTER}
+    assert not cluster_resources & {"secrets", "serviceaccounts", "roles", "clusterroles",
+                                    "rolebindings", "clusterrolebindings", "nodes/status"}
+    # No pod is created or deleted, no node written.
+    assert not {(r, v) for _, r, v, _ in CLUSTER} & {
+        ("pods", "create"), ("pods", "delete"), ("nodes", "patch"), ("nodes", "update")}
+
+
+def test_every_watched_kind_can_be_listed_and_watched() -> None:
+    grants = _grants(one("ClusterRole"))
+    for resource in RESOURCES:
+        parts = resource.path.strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        plural = parts[-1]
+        for verb in ("list", "watch"):
+            assert (group, plural, verb, "") in grants, (resource.kind, verb)
+
+
+def test_names_in_the_rules_are_the_names_arbiter_uses() -> None:
+    config = ServeConfig()
+    names = {(r, n) for _, r, _, n in NAMESPACE | CLUSTER if n}
+    assert ("leases", config.lease_name) in names
+    assert ("secrets", env(one("Deployment"))["ARBITER_CERT_SECRET"]) in names
+    assert ("validatingwebhookconfigurations", CONFIGURATION_NAME) in names
+    webhooks = [o for o in documents(MANIFESTS / "webhooks.yaml")]
+    assert {o["metadata"]["name"] for o in webhooks} == {CONFIGURATION_NAME}
+
+
+def test_bindings_give_the_roles_to_the_deployment_service_account() -> None:
+    account = one("ServiceAccount")
+    subject = {"kind": "ServiceAccount", "name": account["metadata"]["name"],
+               "namespace": account["metadata"]["namespace"]}
+    for binding, role in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        found = one(binding)
+        assert found["subjects"] == [subject]
+        assert found["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role,
+                                    "name": one(role)["metadata"]["name"]}
+    deployment = one("Deployment")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == \
+        account["metadata"]["name"]

@@ -1,0 +1,68 @@
+"""`arbiter demo` (short, on the session's sandbox) and `arbiter queues`."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from arbiter.demo import TENANTS
+from arbiter.sandbox import Sandbox
+from arbiter.sandbox.cluster import repo_root
+
+NAMES = [tenant.name for tenant in TENANTS]
+
+
+@pytest.fixture
+def demo_cleanup(sandbox: Sandbox) -> Iterator[None]:
+    yield
+    # Waits, so that no demo pod holds capacity when the next test starts.
+    sandbox.kubectl("delete", "namespace", *NAMES, "--ignore-not-found", "--timeout=90s",
+                    check=False)
+    sandbox.kubectl("delete", "queue", *NAMES, "--ignore-not-found", check=False)
+
+
+def _arbiter(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "arbiter", *args], capture_output=True,
+                          text=True, cwd=repo_root(), timeout=timeout)
+
+
+def test_demo_runs_on_a_cluster_and_reports(sandbox: Sandbox, demo_cleanup: None) -> None:
+    result = _arbiter("demo", "--no-sandbox", "--kubeconfig", str(sandbox.kubeconfig),
+                      "--duration", "24", "--load", "0.3", "--plain",
+                      "--snapshot-every", "6", timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    # Snapshots, not redraws: no terminal control sequences, several tables.
+    assert "\x1b[" not in out
+    frames = re.findall(r"kube-arbiter demo  t=\s*(\d+)s / 24s   Jobs: (\d+)/(\d+) submitted, "
+                        r"(\d+) admitted, (\d+) completed", out)
+    assert len(frames) >= 3, out
+    last = frames[-1]
+    assert last[1] == last[2]  # every planned Job was submitted
+    assert int(last[3]) > 0
+    for name in NAMES:
+        assert re.search(rf"^{re.escape(name)}\s+\d\s", out, re.MULTILINE), out
+    # The summary: one line per tenant with jobs, admitted and completed.
+    summary = out[out.index("Summary after"):]
+    for tenant in TENANTS:
+        row = re.search(rf"^  {re.escape(tenant.name)}\s+{tenant.weight}\s+(\d+)\s+(\d+)\s+(\d+)",
+                        summary, re.MULTILINE)
+        assert row is not None, summary
+        jobs, admitted, completed = map(int, row.groups())
+        assert jobs > 0 and 0 < admitted <= jobs and completed <= admitted
+    assert "Explore:" in out and "arbiter queues" in out
+    assert "[demo] tenant ci: weight 1, guarantee cpu" in result.stderr
+
+    # `arbiter queues` shows the same queues, once.
+    table = _arbiter("queues", "--kubeconfig", str(sandbox.kubeconfig), timeout=60)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:5] == ["QUEUE", "WEIGHT", "GUARANTEE", "ALLOCATED", "DESERVED"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(NAMES) <= set(rows)
+    assert rows["ml-training"].split()[1] == "3"
+    assert rows["ci"].split()[2] == "cpu"  # its guarantee

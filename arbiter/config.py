@@ -59,6 +59,6 @@ class ServeConfig:
     lease_retry_period: float = 2.0
     backoff_base: float = 10.0
     backoff_max: float = 600.0
-    status_qps: float = 50.0
+    status_qps: float = 20.0
     event_qps: float = 20.0
     extra: dict[str, str] = field(default_factory=dict)

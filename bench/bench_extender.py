@@ -35,7 +35,7 @@ from arbiter.cache.records import (
     QueueRecord,
     UnitRecord,
 )
-from arbiter.cache.store import ClusterStore
+from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.core.resources import Resources
 from extender import routes
 from extender.state import ExtenderState
@@ -45,6 +45,7 @@ GIB = 2**30
 
 def build_store(nodes: int, pods_per_node: int) -> tuple[ClusterStore, list[str]]:
     store = ClusterStore()
+    store.synced_kinds.update(KINDS)
     names = [f"node-{i:05d}" for i in range(nodes)]
     for index, name in enumerate(names):
         labels = (("kubernetes.io/hostname", name), ("pool", "a" if index % 2 else "b"),
@@ -103,11 +104,13 @@ def pod(name: str, queue: str | None, job: str, uid: str) -> dict[str, Any]:
     }
 
 
-def measure(label: str, call: Callable[[], Any], runs: int) -> tuple[float, float]:
+def measure(label: str, call: Callable[[], Any], runs: int,
+            with_gc: bool = False) -> tuple[float, float]:
     for _ in range(20):
         call()
     samples = []
-    gc.disable()
+    if not with_gc:
+        gc.disable()
     try:
         for _ in range(runs):
             started = time.perf_counter()
@@ -122,13 +125,14 @@ def measure(label: str, call: Callable[[], Any], runs: int) -> tuple[float, floa
     return p50, p99
 
 
-def latency(nodes: int, pods_per_node: int, runs: int) -> bool:
+def latency(nodes: int, pods_per_node: int, runs: int, with_gc: bool) -> bool:
     started = time.perf_counter()
     store, names = build_store(nodes, pods_per_node)
     state = ExtenderState(store)
     print(f"cache: {len(store.nodes)} nodes, {len(store.pods)} pods "
           f"(built in {time.perf_counter() - started:.1f} s)")
-    print(f"server-side time per call, {len(names)} NodeNames, {runs} runs each:")
+    print(f"server-side time per call, {len(names)} NodeNames, {runs} runs each, "
+          f"garbage collector {'on' if with_gc else 'off'}:")
 
     def body(queue: str | None, job: str) -> bytes:
         return orjson.dumps({"Pod": pod("bench-pod", queue, job, "bench-uid"), "Nodes": None,
@@ -150,7 +154,7 @@ def latency(nodes: int, pods_per_node: int, runs: int) -> bool:
         def call(verb: str = verb, payload: bytes = payload) -> routes.Reply:
             return routes.respond(verb, state, payload)
 
-        _, p99 = measure(label, call, runs)
+        _, p99 = measure(label, call, runs, with_gc)
         if verb == "filter":
             worst_filter = max(worst_filter, p99)
     ok = worst_filter <= 5.0
@@ -312,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods-per-node", type=int, default=20)
     parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--with-gc", action="store_true",
+                        help="leave Python's cyclic garbage collector on while timing")
     parser.add_argument("--sandbox", action="store_true",
                         help="also run the sandbox throughput benchmark")
     parser.add_argument("--sandbox-only", action="store_true")
@@ -322,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ok = True
     if not args.sandbox_only:
-        ok = latency(args.nodes, args.pods_per_node, args.runs)
+        ok = latency(args.nodes, args.pods_per_node, args.runs, args.with_gc)
     if args.sandbox or args.sandbox_only:
         ok = sandbox_benchmark(args.sandbox_dir, args.sandbox_nodes, args.sandbox_pods,
                                args.sandbox_rounds) and ok

@@ -262,9 +262,26 @@ async def on_sandbox(directory: Path, jobs: int, queues: int) -> None:
               f"creation → admission p50 {statistics.median(latencies) * 1000:.0f} ms, "
               f"p99 {pct(latencies, 0.99) * 1000:.0f} ms; "
               f"{len(seen) / (last - started):.0f} admissions/s")
-        for name in names:
-            await request_json(client, "DELETE", f"/api/v1/namespaces/{name}")
-            await request_json(client, "DELETE", f"/apis/arbiter.dev/v1alpha1/queues/{name}")
+        await cleanup(client, names)
+
+
+async def cleanup(client: Any, names: list[str]) -> None:
+    """Namespaces first (their units go with them), then the queues, which
+    may only be deleted once nothing admitted is left in them."""
+    from arbiter.kubeapi import ApiError, request_json
+
+    for name in names:
+        await request_json(client, "DELETE", f"/api/v1/namespaces/{name}")
+    for name in names:
+        for _ in range(600):
+            try:
+                await request_json(client, "DELETE",
+                                   f"/apis/arbiter.dev/v1alpha1/queues/{name}")
+                break
+            except ApiError as error:
+                if error.status == 404:
+                    break
+                await asyncio.sleep(1.0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 Bytes in, a decision from the in-memory cache, bytes out, metrics. Nothing
 here talks to the API server. A body that is not a well-formed request for
 the verb gets HTTP 400 with a one-line reason; every answer kube-scheduler
-should act on is HTTP 200 (it treats any other status as an error).
+should act on is HTTP 200 (it treats any other status as an error); before
+the cache's first sync the answer is 503.
 """
 
 from __future__ import annotations
@@ -128,9 +129,19 @@ def _bad_request(error: BadRequest, verb: str) -> Reply:
     return Reply(400, (one_line(str(error)) + "\n").encode(), "bad_request")
 
 
+NOT_READY = Reply(503, b"arbiter's cache has not synced yet; try again shortly\n", "not_ready")
+
+
 def respond(verb: str, state: ExtenderState, body: bytes) -> Reply:
     """One call, bytes to bytes, without I/O (and so without an await: the
-    decision and its assume see one consistent cache state)."""
+    decision and its assume see one consistent cache state).
+
+    Until the cache has synced, every call gets 503: an empty cache would
+    call every pod unadmitted. kube-scheduler skips an ignorable extender
+    that errs (see manifests/scheduler), as it would if arbiter were down.
+    """
+    if not state.store.synced:
+        return NOT_READY
     try:
         answer, result = VERBS[verb](state, decode(body))
         return Reply(200, orjson.dumps(answer), result)

@@ -66,21 +66,8 @@ class _Held:
     requests: Resources
 
 
-def _add(table: dict[str, Amounts], key: str, requests: Mapping[str, int], sign: int) -> None:
-    amounts = table.get(key)
-    if amounts is None:
-        amounts = table[key] = {}
-    for name, value in requests.items():
-        total = amounts.get(name, 0) + sign * value
-        if total:
-            amounts[name] = total
-        else:
-            amounts.pop(name, None)
-    if not amounts:
-        del table[key]
-
-
 def _add_one(table: dict[str, dict[str, int]], outer: str, inner: str, delta: int) -> None:
+    """table[outer][inner] += delta, dropping zeros (and empty inner tables)."""
     values = table.get(outer)
     if values is None:
         values = table[outer] = {}
@@ -186,7 +173,8 @@ class ExtenderState:
         for resource, value in held.requests.items():
             _add_one(self._used_by_resource, resource, held.node, sign * value)
         if held.queue is not None:
-            _add(self._queue_used, held.queue, held.requests, sign)
+            for resource, value in held.requests.items():
+                _add_one(self._queue_used, held.queue, resource, sign * value)
         if held.gang is not None:
             _add_one(self._gang_nodes, held.gang, held.node, sign)
 

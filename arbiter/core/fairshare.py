@@ -18,13 +18,15 @@ queue that is *under guarantee* (allocated + unit <= guarantee on every
 resource the unit requests) first, then the lowest weighted dominant share
 (dominant share / weight, compared exactly), ties by queue name; admit that
 unit. The next unit of a non-blocking queue is its first unit in queue order
-that fits now; a blocking queue only ever offers its head. Stop when nothing
-fits. Queue order: `Priority` = priority desc, creation time, key; `FIFO` =
+that fits now, and the under-guarantee flag is that unit's (so a big unit
+ahead of a small one competes by share alone even if the small one would be
+within the guarantee); a blocking queue only ever offers its head. Stop when
+nothing fits. Queue order: `Priority` = priority desc, creation time, key; `FIFO` =
 creation time, key. A unit whose queue is unknown is never admitted; a unit
 requesting a resource the cluster has none of never fits.
 
-How the engine stays incremental (one admission costs O(log queues) plus the
-units it steps over, which it steps over once per pass):
+How the engine stays incremental (an admission costs O(log queues + log
+shapes), plus O(1) for each shape it finds no longer fits, once per pass):
 
 * Every queue with a candidate (its next unit, known to fit) sits in a heap
   keyed (not under guarantee, weighted share, name). Shares are compared
@@ -47,11 +49,12 @@ units it steps over, which it steps over once per pass):
   sorted by an optimistic key (best under-guarantee flag among its rejected
   units, its share, its name) and carrying a cheap necessary condition for
   any of them to fit again (per resource, the smallest demand that failed
-  there; and the element-wise minimum of their demands). When free capacity grows
-  (a release), a cursor over that list is rewound; `next` walks it only as
-  far as the best candidate's key and re-examines a queue only when its
+  there; and the element-wise minimum of their demands). When free capacity
+  grows (a release), a cursor over that list is rewound; `next` walks it only
+  as far as the best candidate's key and re-examines a queue only when its
   condition holds. Without growth the cursor never moves back, so a queue
-  whose head cannot fit is not looked at again.
+  whose head cannot fit is not looked at again. (So a release costs at most
+  one cheap check per waiting queue, spread over the next calls.)
 * Anything that changes a queue itself (its spec, a release from it, a new
   head) marks it dirty; dirty queues are re-examined from the start on the
   next call. A capacity change re-examines every queue.
@@ -200,6 +203,10 @@ def admission_order(
 
 _UNLIMITED = 1 << 200  # capability of an uncapped resource
 
+# A shape drops its admitted/removed units once more than half of its list and
+# more than this many are dead (tests lower it to exercise compaction).
+TIDY_MIN = 32
+
 # Queue states. Every change of state bumps the queue's version, which makes
 # its heap entries stale.
 _CAND = 0  # has a candidate unit that fits
@@ -237,10 +244,9 @@ class _Shape:
     until the queue is re-examined (which growth of free capacity triggers).
     """
 
-    __slots__ = ("dead", "head", "okeys", "pairs", "recs", "rejected", "unsorted", "ver")
+    __slots__ = ("dead", "head", "pairs", "recs", "rejected", "unsorted", "ver")
 
     pairs: Pairs
-    okeys: list[OrderKey]
     recs: list[_Rec]
     head: int  # no live unit before this index
     dead: int
@@ -250,7 +256,6 @@ class _Shape:
 
     def __init__(self, pairs: Pairs) -> None:
         self.pairs = pairs
-        self.okeys = []
         self.recs = []
         self.head = 0
         self.dead = 0
@@ -273,7 +278,6 @@ class _Shape:
             recs.sort(key=_OKEY)
             self.unsorted = False
         self.recs = recs
-        self.okeys = [rec.okey for rec in recs]
         self.head = 0
         self.dead = 0
 
@@ -492,7 +496,6 @@ class AdmissionEngine:
             for shape in q.shapes.values():
                 for rec in shape.recs:
                     rec.okey = order_key(rec.unit, spec.policy)
-                shape.okeys = [rec.okey for rec in shape.recs]
                 shape.unsorted = True
         if spec.weight.bit_length() > self._wbits:
             self._wbits = spec.weight.bit_length()
@@ -545,23 +548,20 @@ class AdmissionEngine:
         if shape is None:
             shape = q.shapes[pairs] = _Shape(pairs)
         rec.shape = shape
-        okeys = shape.okeys
+        recs = shape.recs
         if q.status == _DIRTY or q.status == _IDLE:
             # Re-examined (and sorted) before the next decision.
-            if okeys and okey < okeys[-1]:
+            if recs and okey < recs[-1].okey:
                 shape.unsorted = True
-            okeys.append(okey)
-            shape.recs.append(rec)
+            recs.append(rec)
             return
-        if okeys and okey < okeys[-1]:
-            at = bisect_right(okeys, okey)
-            okeys.insert(at, okey)
-            shape.recs.insert(at, rec)
+        if recs and okey < recs[-1].okey:
+            at = bisect_right(recs, okey, key=_OKEY)
+            recs.insert(at, rec)
             if at < shape.head:
                 shape.head = at
         else:
-            okeys.append(okey)
-            shape.recs.append(rec)
+            recs.append(rec)
         if shape.first() is not rec:
             return  # behind an earlier unit of the same demand: changes nothing now
         if q.blocking:
@@ -661,15 +661,22 @@ class AdmissionEngine:
                 top = None
             c = self._cursor
             end = len(wait)
+            free = self._free
             hit: _Queue | None = None
             while c < end:
                 entry = wait[c]
                 if top is not None and entry > top:
                     break
                 q = entry[5]
-                if entry[4] == q.wversion and self._qualifies(q):
-                    hit = q
-                    break
+                if entry[4] == q.wversion:
+                    # Inlined first half of _qualifies: usually nothing passes.
+                    for i, t in q.thr.items():
+                        if free[i] >= t:
+                            if self._qualifies(q):
+                                hit = q
+                            break
+                    if hit is not None:
+                        break
                 c += 1
             self._cursor = c
             if hit is not None:
@@ -844,7 +851,7 @@ class AdmissionEngine:
         seq = self._seq
         empty: list[Pairs] = []
         for pairs, shape in q.shapes.items():
-            if shape.unsorted or shape.dead * 2 > len(shape.recs) + 16:
+            if shape.unsorted or (shape.dead > TIDY_MIN and shape.dead * 2 > len(shape.recs)):
                 shape.tidy()
             rec = shape.first()
             if rec is None:
@@ -868,7 +875,7 @@ class AdmissionEngine:
         """The head of `shape` changed: give it a fresh heap entry."""
         self._seq += 1
         shape.ver = self._seq
-        if shape.dead > 32 and shape.dead * 2 > len(shape.recs):
+        if shape.dead > TIDY_MIN and shape.dead * 2 > len(shape.recs):
             shape.tidy()
         rec = shape.first()
         if rec is None:
@@ -1096,13 +1103,15 @@ class AdmissionEngine:
         if not sheap:
             self._push_shape(q, shape)
         else:
-            if shape.dead > 32 and shape.dead * 2 > len(shape.recs):
-                shape.tidy()
+            if shape.dead > TIDY_MIN and shape.dead * 2 > len(shape.recs):
+                shape.tidy()  # drops the admitted unit too
+                h = 0
+            else:
+                h = shape.head + 1  # the admitted unit was the shape's head
             self._seq += 1
             shape.ver = self._seq
             recs = shape.recs
             end = len(recs)
-            h = shape.head + 1  # the admitted unit was the shape's head
             while h < end and not recs[h].alive:
                 h += 1
             shape.head = h

@@ -100,7 +100,7 @@ class LoopSettings:
     # Status writes: one object at most once per interval, all together
     # under `status_qps` a second.
     status_interval: float = 2.0
-    status_qps: float = 50.0
+    status_qps: float = 20.0
     # Waiting events go to the first units of each queue only, and positions
     # are kept up to date for the first `position_depth` (beyond, a unit's
     # position is not written: at 100,000 waiting units it would be a write
@@ -647,8 +647,11 @@ class AdmissionController:
                 metrics.admission_wait_seconds.labels(unit.queue).observe(
                     max(0.0, now - chosen.created))
             if self.events is not None:
+                # On the Job or pod (where users look); on the unit only when
+                # it has none: its status says it already, and every Event
+                # is an apiserver write competing with admissions.
                 self.events.unit_event(written.record, "Normal", "Admitted",
-                                       f"admitted by queue {unit.queue}")
+                                       f"admitted by queue {unit.queue}", on_unit=False)
             await self._release(written.record)
         except ApiError as error:
             if not admitted:
@@ -733,6 +736,8 @@ class AdmissionController:
     async def publish(self) -> None:
         """One status round: metrics, Queue statuses, positions, Waiting events."""
         now = self.clock()
+        for key in [k for k, o in self._overrides.items() if o.until < now]:
+            del self._overrides[key]  # consumers nobody looked at again
         waiting = self.waiting()
         views = queue_views(self.mirror, waiting=waiting)
         self.views = views

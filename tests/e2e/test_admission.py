@@ -229,7 +229,7 @@ def test_two_queues_of_twenty_pods_share_five_and_five(sandbox: Sandbox) -> None
         assert samples[("arbiter_leader", ())] == 1.0
         events = get(sandbox, "events", "-n", qa)["items"]
         reasons = {(e["involvedObject"]["kind"], e["reason"]) for e in events}
-        assert {("Pod", "Admitted"), ("QueueUnit", "Admitted"), ("Pod", "Waiting")} <= reasons
+        assert {("Pod", "Admitted"), ("Pod", "Waiting")} <= reasons
 
 
 def test_weights_two_to_one_admit_in_that_ratio(sandbox: Sandbox) -> None:

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from arbiter.cache.store import ClusterStore
+from arbiter.cache.store import KINDS, ClusterStore
 from extender.state import ExtenderState
 
 QUEUE_LABEL = "arbiter.dev/queue"
@@ -165,11 +165,18 @@ def preemption_args(pod_obj: Mapping[str, Any],
     }
 
 
+def synced_store() -> ClusterStore:
+    """A store that says its first sync is done (as after the watchers' LISTs)."""
+    store = ClusterStore()
+    store.synced_kinds.update(KINDS)
+    return store
+
+
 class World:
     """A ClusterStore fed with API objects, and the extender state following it."""
 
     def __init__(self, **state_options: Any) -> None:
-        self.store = ClusterStore()
+        self.store = synced_store()
         self.state = ExtenderState(self.store, **state_options)
 
     def add(self, kind: Any, obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -47,7 +47,7 @@ envelope_keys = st.sampled_from([
 
 
 def _world() -> tuple[ExtenderState, list[str], dict[str, str]]:
-    store = ClusterStore()
+    store = b.synced_store()
     names = [f"node-{i}" for i in range(4)]
     for i, name in enumerate(names):
         store.apply("Node", "ADDED", b.node(name, labels={"pool": "x"} if i % 2 else {}))

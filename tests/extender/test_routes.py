@@ -40,7 +40,7 @@ def duration_count(verb: str) -> float:
 
 @pytest.fixture
 def store() -> ClusterStore:
-    store = ClusterStore()
+    store = b.synced_store()
     for i in range(3):
         store.apply("Node", "ADDED", b.node(f"node-{i}"))
     store.apply("Queue", "ADDED", b.queue("a"))
@@ -161,6 +161,15 @@ async def test_a_bug_is_a_500_and_counted(client: Client, monkeypatch: pytest.Mo
     assert status == 500
     assert b"boom" in text
     assert sample("filter", "error") == before + 1
+
+
+async def test_before_the_first_sync_every_call_is_503(client: Client, store: ClusterStore) -> None:
+    store.synced_kinds.clear()
+    before = sample("filter", "not_ready")
+    status, text, _ = await post(client, "filter", b.extender_args(b.pod("ok"), ["node-0"]))
+    assert status == 503
+    assert b"not synced" in text
+    assert sample("filter", "not_ready") == before + 1
 
 
 def test_respond_is_bytes_to_bytes(store: ClusterStore) -> None:

@@ -287,3 +287,16 @@ def test_many_identical_units_in_one_queue() -> None:
     again = engine.admit_all()
     assert [u.key for u in again] == [f"big/{i}" for i in range(70, 120)]
     assert engine.free() == Resources()
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_long_runs_of_identical_units_keep_their_order(blocking: bool) -> None:
+    """Compaction of admitted units inside a shape must not skip anyone."""
+    capacity = res(cpu=150)
+    queues = [QueueSpec("q", blocking=blocking), QueueSpec("r")]
+    pending = units("q", 120, res(cpu=1)) + units("r", 40, res(cpu=1), start=1000)
+    engine, order = run(capacity, queues, pending)
+    assert [k for k in order if k.startswith("q/")] == [f"q/{i}" for i in range(110)]
+    assert engine.pending("q") == [
+        u for u in pending if u.key in {f"q/{i}" for i in range(110, 120)}
+    ]

@@ -7,6 +7,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from arbiter.core import fairshare
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit, admission_order
 from arbiter.core.resources import Resources
 from tests.fairshare.gen import (
@@ -173,4 +174,12 @@ def test_event_sessions_match_rescan(seed: int) -> None:
 def test_event_sessions_with_few_shapes_match_rescan(seed: int) -> None:
     """Many equal demands per queue: the per-shape heaps carry the work."""
     checks = sum(run_random_session(seed * 1000 + i, 150, few_shapes=True) for i in range(25))
+    assert checks > 100
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_event_sessions_with_eager_compaction(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compact shapes as early as possible: index bookkeeping must survive it."""
+    monkeypatch.setattr(fairshare, "TIDY_MIN", 0)
+    checks = sum(run_random_session(seed * 1000 + i, 150, few_shapes=i % 2 == 0) for i in range(25))
     assert checks > 100

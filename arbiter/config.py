@@ -61,4 +61,6 @@ class ServeConfig:
     backoff_max: float = 600.0
     status_qps: float = 20.0
     event_qps: float = 20.0
+    # API writes the admission loop keeps in flight at once.
+    loop_concurrency: int = 100
     extra: dict[str, str] = field(default_factory=dict)

@@ -271,7 +271,8 @@ def _quantities(amounts: Resources, names: tuple[str, ...]) -> dict[str, str]:
 
 
 def _share(value: Fraction) -> float:
-    return float(round(value, 4))
+    # Round the correctly rounded float, as round(allocated / capacity, 4) would.
+    return round(float(value), 4)
 
 
 def evaluate(scenario: Scenario, *, order: bool = False) -> dict[str, Any]:

@@ -145,9 +145,8 @@ def full_admission(
 ) -> tuple[AdmissionEngine, list[Unit]]:
     """Build a fresh engine and admit_all(), `repeat` times; report best and median."""
     runs: list[tuple[float, float, float]] = []  # build wall, admit wall, total CPU
-    result: tuple[AdmissionEngine, list[Unit]] | None = None
-    for _ in range(repeat):
-        result = None
+
+    def once() -> tuple[AdmissionEngine, list[Unit]]:
         gc.collect()
         w0, c0 = clocks()
         engine = AdmissionEngine(capacity, specs)
@@ -158,8 +157,11 @@ def full_admission(
         admitted = engine.admit_all()
         w2, c2 = clocks()
         runs.append((w1 - w0, w2 - w1, c2 - c0))
-        result = engine, admitted
-    assert result is not None
+        return engine, admitted
+
+    for _ in range(repeat - 1):
+        once()  # dropped before the next run starts
+    result = once()
     n = len(result[1])
 
     def row(label: str, values: list[float]) -> None:

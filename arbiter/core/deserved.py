@@ -1,6 +1,6 @@
 """Deserved shares: continuous weighted DRF water-filling (DESIGN.md §4).
 
-Pure: no I/O. Exact arithmetic with `Fraction`; integers only at the end.
+Pure: no I/O. Exact rational arithmetic; integers only at the very end.
 
 Formulation. For queue q with total demand D (a resource vector), weight w,
 guarantee G and capability K (absent resources unlimited):
@@ -18,22 +18,29 @@ guarantee G and capability K (absent resources unlimited):
 * Raising t from 0, a queue freezes (keeps alloc at that level for good) at
   the first of: it reaches its demand (w * t = d); it reaches its capability
   in some resource; a resource it is growing in is exhausted (the sum over
-  all queues reaches C_r), or it would start growing in a resource that is
+  all queues reaches C_r); or it would start growing in a resource that is
   already exhausted. A resource the cluster has none of is exhausted from
   the start, so a queue demanding it keeps its floor (its units can never be
   admitted anyway).
-* The solver goes event by event (floor crossings, demand, capability,
-  exhaustion), each exact, so the DRF paper's example comes out exactly:
-  capacity 9 CPU / 18Gi, A tasks <1 CPU, 4Gi>, B tasks <3 CPU, 1Gi> ->
-  A <3, 12Gi>, B <6, 2Gi>, both at dominant share 2/3.
 * Every amount is floored to an integer (millicores, bytes, counts), so the
-  result is <= demand, <= capability, and sums to <= capacity.
+  result is <= demand, <= capability, and sums to <= capacity. The DRF
+  paper's example comes out exactly: capacity 9 CPU / 18Gi, A tasks
+  <1 CPU, 4Gi>, B tasks <3 CPU, 1Gi> -> A <3, 12Gi>, B <6, 2Gi>, both at
+  dominant share 2/3.
+
+Solving it. The level moves from event to event. A queue's own events (it
+reaches its demand or capability, or crosses its floor in a resource) happen
+at levels with small denominators and sit in a heap. Exhaustion levels are
+where the exact sums get big (a common denominator over many queues), so
+they are screened with floating-point estimates and computed exactly, by
+balanced pairwise summation, only when one may come next: about once per
+resource. Allocations of queues frozen together are kept as (speed, level)
+pairs and floored with integer division.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -47,15 +54,41 @@ _DEMAND = 0
 _CAP = 1
 _CROSS = 2
 
+_ZERO = Fraction(0)
+_ONE = Fraction(1)
+
+# Relative margin of the floating-point screen for exhaustion levels: far
+# above the rounding error of the running float sums, far below anything that
+# would make the screen useless.
+_SCREEN = 1e-9
+
 
 class _Filling:
-    __slots__ = ("demand", "floor", "rate", "result")
+    __slots__ = ("demand", "final", "floor", "rate", "speed")
 
     def __init__(self, demand: dict[str, int], floor: dict[str, Fraction]) -> None:
         self.demand = demand
         self.floor = floor
-        self.rate = Fraction(0)  # w / d: the fraction of its demand held per unit of t
-        self.result: dict[str, Fraction] = dict(floor)
+        self.rate = _ZERO  # w / d: the fraction of its demand held per unit of level
+        self.speed: dict[str, Fraction] = {}  # D_r * rate
+        # Final allocation per resource as a product a * b (floored at the end).
+        self.final: dict[str, tuple[Fraction, Fraction]] = {r: (g, _ONE) for r, g in floor.items()}
+
+
+def _sum(values: list[Fraction]) -> Fraction:
+    """Exact sum, pairwise, so that big denominators meet as late as possible."""
+    if not values:
+        return _ZERO
+    while len(values) > 1:
+        paired = [values[i] + values[i + 1] for i in range(0, len(values) - 1, 2)]
+        if len(values) % 2:
+            paired.append(values[-1])
+        values = paired
+    return values[0]
+
+
+def _floor_product(a: Fraction, b: Fraction) -> int:
+    return (a.numerator * b.numerator) // (a.denominator * b.denominator)
 
 
 def deserved(
@@ -84,7 +117,7 @@ def deserved(
     totals: dict[str, Fraction] = {}
     for fill in fills.values():
         for r, low in fill.floor.items():
-            totals[r] = totals.get(r, Fraction(0)) + low
+            totals[r] = totals.get(r, _ZERO) + low
     for r, total in totals.items():
         cap = capacity.get_amount(r)
         if total > cap:
@@ -92,101 +125,134 @@ def deserved(
             for fill in fills.values():
                 if r in fill.floor:
                     fill.floor[r] *= factor
-                    fill.result[r] = fill.floor[r]
+                    fill.final[r] = (fill.floor[r], _ONE)
 
-    # Resource totals as const_r + slope_r * t; queues still rising.
-    const: dict[str, Fraction] = {r: Fraction(0) for r in capacity}
-    slope: dict[str, Fraction] = {r: Fraction(0) for r in capacity}
-    growing: dict[str, set[str]] = {}
+    resources = set(capacity) | set(totals)
+    growing: dict[str, set[str]] = {r: set() for r in resources}
+    fixed: dict[str, list[Fraction]] = {r: [] for r in resources}  # frozen queues' amounts
+    const_f: dict[str, float] = {r: float(totals.get(r, _ZERO)) for r in resources}
+    slope_f: dict[str, float] = dict.fromkeys(resources, 0.0)
     events: list[tuple[Fraction, int, int, str, str]] = []
     active: set[str] = set()
     for name, fill in fills.items():
-        for r, low in fill.floor.items():
-            const[r] = const.get(r, Fraction(0)) + low
-            slope.setdefault(r, Fraction(0))
         dominant = max(
             (
                 Fraction(v, capacity[r])
                 for r, v in fill.demand.items()
                 if capacity.get_amount(r) > 0
             ),
-            default=Fraction(0),
+            default=_ZERO,
         )
         if dominant == 0:
-            continue  # demands nothing, or only what the cluster has none of
+            # Demands nothing, or only what the cluster has none of: floors only.
+            for r, low in fill.floor.items():
+                fixed[r].append(low)
+            continue
         fill.rate = Fraction(specs[name].weight) / dominant
         active.add(name)
-        seq = len(events)
-        events.append((1 / fill.rate, seq, _DEMAND, name, ""))
+        events.append((1 / fill.rate, len(events), _DEMAND, name, ""))
         capability = specs[name].capability
         for r, v in fill.demand.items():
             speed = v * fill.rate
+            fill.speed[r] = speed
             low = fill.floor[r]
             if low == 0:
-                growing.setdefault(r, set()).add(name)
-                slope[r] += speed
+                growing[r].add(name)
+                slope_f[r] += float(speed)
             else:
                 events.append((low / speed, len(events), _CROSS, name, r))
             if r in capability:
                 events.append((capability[r] / speed, len(events), _CAP, name, r))
     heapq.heapify(events)
-
     exhausted: set[str] = set()
 
-    def freeze(name: str, t: Fraction) -> None:
-        active.discard(name)
-        fill = fills[name]
-        for r, v in fill.demand.items():
-            members = growing.get(r)
-            if members is not None and name in members:
-                members.discard(name)
-                speed = v * fill.rate
-                slope[r] -= speed
-                held = speed * t
-                const[r] += held
-                fill.result[r] = held
-            else:
-                fill.result[r] = fill.floor[r]
+    def exhaustion_level(r: str) -> Fraction:
+        """Exact level at which r runs out with the current set of growing queues."""
+        members = growing[r]
+        parts = list(fixed[r])
+        parts.extend(fills[n].floor[r] for n in active if n not in members and r in fills[n].floor)
+        slope = _sum([fills[n].speed[r] for n in members])
+        return (capacity.get_amount(r) - _sum(parts)) / slope
 
-    def exhaust(t: Fraction) -> None:
-        for r in list(slope):
-            if r in exhausted:
+    def freeze(names: Iterable[str], t: Fraction) -> None:
+        """Freeze `names` at level t (a group frozen together shares one product)."""
+        speeds: dict[str, list[Fraction]] = {}
+        for name in names:
+            if name not in active:
                 continue
-            if const[r] + slope[r] * t >= capacity.get_amount(r):
-                exhausted.add(r)
-                for name in sorted(growing.get(r, ())):
-                    freeze(name, t)
+            active.discard(name)
+            fill = fills[name]
+            for r in fill.demand:
+                members = growing[r]
+                if name in members:
+                    members.discard(name)
+                    speed = fill.speed[r]
+                    speeds.setdefault(r, []).append(speed)
+                    fill.final[r] = (speed, t)
+                else:
+                    fixed[r].append(fill.floor[r])
+        tf = float(t)
+        for r, group in speeds.items():
+            total = _sum(group)
+            fixed[r].append(total * t)
+            ft = float(total)
+            slope_f[r] -= ft
+            const_f[r] += ft * tf
 
-    t = Fraction(0)
-    exhaust(t)
+    # Floors alone may use a resource up (all of it, or one the cluster lacks).
+    level = _ZERO
+    full = [
+        r
+        for r in sorted(resources)
+        if _sum([f.floor.get(r, _ZERO) for f in fills.values()]) >= capacity.get_amount(r)
+    ]
+    exhausted.update(full)
+    freeze(sorted({n for r in full for n in growing[r]}), level)
+
     while active:
         while events and events[0][3] not in active:
             heapq.heappop(events)
-        nxt: Fraction | None = events[0][0] if events else None
-        for r, s in slope.items():
-            if s > 0 and r not in exhausted:
-                at = (capacity.get_amount(r) - const[r]) / s
-                if nxt is None or at < nxt:
-                    nxt = at
+        upcoming: Fraction | None = events[0][0] if events else None
+        horizon = float(upcoming) if upcoming is not None else float("inf")
+        # Which resources might run out before the next queue event?
+        candidates: dict[str, Fraction] = {}
+        for r, members in growing.items():
+            if not members or r in exhausted:
+                continue
+            slope = slope_f[r]
+            room = capacity.get_amount(r) - const_f[r]
+            if slope > 0:
+                guess = room / slope
+                margin = _SCREEN * (abs(guess) + abs(capacity.get_amount(r) / slope) + 1.0)
+                if guess > horizon + margin:
+                    continue
+            candidates[r] = exhaustion_level(r)
+        nxt = upcoming
+        for at in candidates.values():
+            if nxt is None or at < nxt:
+                nxt = at
         if nxt is None:  # cannot happen: every active queue has a demand event
             break
-        t = nxt
-        while events and events[0][0] <= t:
+        level = max(level, nxt)
+        while events and events[0][0] <= level:
             _, _, kind, name, r = heapq.heappop(events)
             if name not in active:
                 continue
             if kind == _CROSS:
                 if r in exhausted:
-                    freeze(name, t)
+                    freeze([name], level)
                 else:
                     fill = fills[name]
-                    const[r] -= fill.floor[r]
-                    slope[r] += fill.demand[r] * fill.rate
-                    growing.setdefault(r, set()).add(name)
+                    growing[r].add(name)
+                    slope_f[r] += float(fill.speed[r])
+                    const_f[r] -= float(fill.floor[r])
             else:
-                freeze(name, t)
-        exhaust(t)
+                freeze([name], level)
+        out = sorted(r for r, at in candidates.items() if at <= level and r not in exhausted)
+        exhausted.update(out)
+        freeze(sorted({n for r in out for n in growing[r]}), level)
 
     return {
-        name: Resources({r: math.floor(v) for r, v in fills[name].result.items()}) for name in specs
+        name: Resources({r: _floor_product(a, b) for r, (a, b) in fills[name].final.items()})
+        for name in specs
     }

@@ -215,6 +215,7 @@ _IDLE = 2  # unknown queue (no spec)
 _DIRTY = 3  # must be re-examined from scratch before the next decision
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount), amounts > 0
+ShapeKey = tuple[tuple[str, int], ...]  # a demand's items, as given
 
 
 class _Rec:
@@ -228,12 +229,14 @@ class _Rec:
     alive: bool  # still pending
     shape: _Shape | None
 
-    def __init__(self, unit: Unit, pairs: Pairs, okey: OrderKey) -> None:
+    def __init__(
+        self, unit: Unit, pairs: Pairs, okey: OrderKey, shape: _Shape | None = None
+    ) -> None:
         self.unit = unit
         self.pairs = pairs
         self.okey = okey
         self.alive = True
-        self.shape = None
+        self.shape = shape
 
 
 class _Shape:
@@ -244,8 +247,9 @@ class _Shape:
     until the queue is re-examined (which growth of free capacity triggers).
     """
 
-    __slots__ = ("dead", "head", "pairs", "recs", "rejected", "unsorted", "ver")
+    __slots__ = ("dead", "head", "key", "pairs", "recs", "rejected", "unsorted", "ver")
 
+    key: ShapeKey  # its key in the queue's `shapes`
     pairs: Pairs
     recs: list[_Rec]
     head: int  # no live unit before this index
@@ -254,7 +258,8 @@ class _Shape:
     rejected: bool
     ver: int  # the valid entry of this shape in its queue's heap
 
-    def __init__(self, pairs: Pairs) -> None:
+    def __init__(self, key: ShapeKey, pairs: Pairs) -> None:
+        self.key = key
         self.pairs = pairs
         self.recs = []
         self.head = 0
@@ -323,7 +328,7 @@ class _Queue:
     hasguar: bool
     divs: list[tuple[int, int]]  # (index, capacity * weight) for capacity > 0
     divl: list[int]  # capacity * weight per resource index, 0 where capacity is 0
-    shapes: dict[Pairs, _Shape]
+    shapes: dict[ShapeKey, _Shape]
     sheap: list[_ShapeEntry]  # heads of the shapes not rejected (lazy deletion)
     cand: _Rec | None  # the unit it offers now (fits)
     head: _Rec | None  # blocking: its head when that does not fit
@@ -534,20 +539,18 @@ class AdmissionEngine:
         q = self._queues.get(unit.queue)
         if q is None:
             q = self._queue(unit.queue)
-        index = self._index
-        try:  # the common case, inlined: every resource name already known
-            pairs: Pairs = tuple([(index[n], a) for n, a in unit.demand.items() if a])
-        except KeyError:
-            pairs = self._pairs(unit.demand)
+        # Units of one demand share a shape (and its resource-index pairs).
+        # Keyed by the demand's items as given: an equal demand spelt in
+        # another order just makes a second shape, which is still correct.
+        skey: ShapeKey = tuple(unit.demand.items())
+        shape = q.shapes.get(skey)
+        if shape is None:
+            shape = q.shapes[skey] = _Shape(skey, self._pairs(unit.demand))
         okey: OrderKey = (
             (unit.created, key) if q.policy == "FIFO" else (-unit.priority, unit.created, key)
         )
-        rec = _Rec(unit, pairs, okey)
+        rec = _Rec(unit, shape.pairs, okey, shape)
         self._pending[key] = rec
-        shape = q.shapes.get(pairs)
-        if shape is None:
-            shape = q.shapes[pairs] = _Shape(pairs)
-        rec.shape = shape
         recs = shape.recs
         if q.status == _DIRTY or q.status == _IDLE:
             # Re-examined (and sorted) before the next decision.
@@ -691,7 +694,8 @@ class AdmissionEngine:
                 # heap entry (worse guarantee flag), so check it here.
                 self._examine(best)
                 continue
-            heapq.heappop(heap)
+            # Its entry stays on top: _push_cand replaces it in one step if the
+            # queue has a next candidate (else it is dropped as stale later).
             return self._admit(best)
 
     def admit_all(self) -> list[Unit]:
@@ -849,21 +853,21 @@ class AdmissionEngine:
         q.share = self._share_of(q)
         sheap: list[_ShapeEntry] = []
         seq = self._seq
-        empty: list[Pairs] = []
-        for pairs, shape in q.shapes.items():
+        empty: list[ShapeKey] = []
+        for skey, shape in q.shapes.items():
             if shape.unsorted or (shape.dead > TIDY_MIN and shape.dead * 2 > len(shape.recs)):
                 shape.tidy()
             rec = shape.first()
             if rec is None:
-                empty.append(pairs)
+                empty.append(skey)
                 continue
             shape.rejected = False
             seq += 1
             shape.ver = seq
             sheap.append((rec.okey, seq, shape))
         self._seq = seq
-        for pairs in empty:
-            del q.shapes[pairs]
+        for skey in empty:
+            del q.shapes[skey]
         heapq.heapify(sheap)
         q.sheap = sheap
         if q.blocking:
@@ -879,8 +883,8 @@ class AdmissionEngine:
             shape.tidy()
         rec = shape.first()
         if rec is None:
-            if q.shapes.get(shape.pairs) is shape:
-                del q.shapes[shape.pairs]
+            if q.shapes.get(shape.key) is shape:
+                del q.shapes[shape.key]
             return
         if shape.rejected:
             return
@@ -965,7 +969,11 @@ class AdmissionEngine:
         q.version = version
         heap = self._heap
         flag = self._flag(q, rec) if q.hasguar else (1 if rec.pairs else 0)
-        heapq.heappush(heap, (flag, q.share, q.name, 1, version, q))
+        entry: _Entry = (flag, q.share, q.name, 1, version, q)
+        if heap and heap[0][5] is q:
+            heapq.heapreplace(heap, entry)  # its own, now stale, entry
+        else:
+            heapq.heappush(heap, entry)
         if len(heap) > 2 * len(self._queues) + 64:
             self._heap = heap = [e for e in heap if e[4] == e[5].version]
             heapq.heapify(heap)
@@ -1118,8 +1126,8 @@ class AdmissionEngine:
             head = recs[h] if h < end else None
             if head is None:
                 heapq.heappop(sheap)
-                if q.shapes.get(shape.pairs) is shape:
-                    del q.shapes[shape.pairs]
+                if q.shapes.get(shape.key) is shape:
+                    del q.shapes[shape.key]
             else:
                 heapq.heapreplace(sheap, (head.okey, shape.ver, shape))
         if q.blocking:

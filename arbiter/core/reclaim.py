@@ -54,8 +54,10 @@ would: repeatedly, the queue with the lowest weighted dominant share (then
 name) offers its next waiting unit; a unit that fits in the projected free
 capacity is counted as admitted without victims (capacity already being freed
 goes to the queues that wait for it), otherwise victims are chosen as above
-and the projected state updated. A queue whose unit cannot be served offers
-nothing more in this pass. The pass stops before it would exceed
+and the projected state updated (floors are checked against what the
+victim queue's *admitted* units hold: a unit of it served in this pass never
+turns its running units into surplus). A queue whose unit cannot be served
+offers nothing more in this pass. The pass stops before it would exceed
 `max_victims` victims (a single unit that needs more is still served).
 """
 
@@ -342,12 +344,20 @@ def plan(
     prefix is enough); `due`: queues whose grace has passed; `protected`:
     keys never to pick (a write in flight, an eviction blocked lately).
     """
+    # What the queues' admitted units hold (victims taken off): the floors
+    # are checked against this. `projected` adds the units this pass has
+    # served: shares, capabilities and the reclaimer's deserved share use it
+    # (a unit about to be admitted must not make its queue's running units
+    # look like surplus).
     allocated: dict[str, dict[str, int]] = {}
+    projected: dict[str, dict[str, int]] = {}
     free = dict(capacity)
     for running in admitted:
         held = allocated.setdefault(running.queue, {})
+        ahead = projected.setdefault(running.queue, {})
         for r, v in running.demand.items():
             held[r] = held.get(r, 0) + v
+            ahead[r] = ahead.get(r, 0) + v
             free[r] = free.get(r, 0) - v
     order = victim_order(queues)
     pool = sorted((u for u in admitted if u.key not in protected and u.queue in queues),
@@ -364,7 +374,7 @@ def plan(
     def push(name: str) -> None:
         spec = queues[name]
         version[name] += 1
-        heapq.heappush(heap, (_share(allocated.get(name, {}), capacity, spec.weight), name,
+        heapq.heappush(heap, (_share(projected.get(name, {}), capacity, spec.weight), name,
                               version[name]))
 
     for name in cursor:
@@ -385,7 +395,7 @@ def plan(
             continue
         unit = units[index]
         spec = queues[name]
-        held = allocated.setdefault(name, {})
+        held = projected.setdefault(name, {})
         chosen: list[Admitted] | None
         reason: Reason = "reclaim"
         if unit.demand.fits_in(free) and within_capability(held, unit.demand, spec.capability):
@@ -411,8 +421,10 @@ def plan(
             gone.add(victim.key)
             victims.append(Victim(victim, reason, unit.key, name))
             source = allocated.setdefault(victim.queue, {})
+            ahead = projected.setdefault(victim.queue, {})
             for r, v in victim.demand.items():
                 source[r] = source.get(r, 0) - v
+                ahead[r] = ahead.get(r, 0) - v
                 free[r] = free.get(r, 0) + v
             touched.add(victim.queue)
         for r, v in unit.demand.items():

@@ -91,7 +91,10 @@ class LoopSettings:
     backoff_base: float = 10.0
     backoff_max: float = 600.0
     debounce: float = 0.005
-    max_writes: int = 32
+    # API writes in flight at once. Each admission is three sequential
+    # writes (unit, status, release); under a slow apiserver (~0.3 s a call)
+    # 32 capped the loop at ~30 admissions/s, 128 kept up with creation.
+    max_writes: int = 100
     resync_interval: float = 600.0
     # Consumers + units one cycle looks at before yielding the event loop.
     batch: int = 500
@@ -236,6 +239,7 @@ class AdmissionController:
         self._blocked_names: set[str] = set()
         self._timers: list[tuple[float, str]] = []
         self._timer_at: dict[str, float] = {}
+        self._create_retry: dict[str, ConsumerKey] = {}  # "create:<consumer>" -> consumer
         self._tasks: set[asyncio.Task[None]] = set()
         self._limit = asyncio.Semaphore(self.settings.max_writes)
         self._wake = asyncio.Event()
@@ -363,7 +367,11 @@ class AdmissionController:
             when, key = heapq.heappop(self._timers)
             if self._timer_at.get(key) == when:
                 del self._timer_at[key]
-            self._units.add(key)
+            retry = self._create_retry.pop(key, None)
+            if retry is not None:
+                self._consumers.add(retry)  # a unit creation to try again
+            else:
+                self._units.add(key)
 
         if self._queues_dirty:
             self.mirror.set_queues(store.queues)
@@ -563,8 +571,7 @@ class AdmissionController:
         self._failures[key] = count
         delay = min(self.settings.retry_max, self.settings.retry_base * 2 ** (count - 1))
         self._retry_at[key] = self.clock() + delay
-        if not key.startswith("create:"):
-            self._timer(self._retry_at[key], key)
+        self._timer(self._retry_at[key], key)  # a "create:" key wakes its consumer
         self.stats.writes_failed += 1
         log.warning("write for %s failed (%s); retrying in %.1fs", key, error, delay)
 
@@ -593,6 +600,7 @@ class AdmissionController:
                 self.stats.created += 1
             self._succeeded(busy)
         except ApiError as error:
+            self._create_retry[busy] = desired.consumer
             self._failed(busy, error)
         finally:
             self._busy.discard(busy)

@@ -2,8 +2,10 @@
 
 Events are best effort and must never slow admission down: `emit` only
 queues (a bounded queue: the oldest are dropped when it overflows), a
-background sender posts them at a limited rate, and an event identical to
-one sent in the last ten minutes is not sent again.
+background sender posts them at a limited rate, an event identical to one
+sent in the last ten minutes is not sent again, and one that waited longer
+than `max_age` behind a burst is dropped (news that late misleads more than
+it helps).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 COMPONENT = "kube-arbiter"
 DEDUP_SECONDS = 600.0
 MAX_MESSAGE = 1024
+MAX_AGE = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +89,17 @@ class EventRecorder:
         qps: float = 20.0,
         burst: int = 50,
         max_queue: int = 5000,
+        max_age: float = MAX_AGE,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
         self.instance = instance or os.uname().nodename
         self.clock = clock
         self.bucket = TokenBucket(qps, burst, clock())
-        self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_queue)
+        self.max_age = max_age
+        # (queued at, event)
+        self._queue: collections.deque[tuple[float, dict[str, Any]]] = collections.deque(
+            maxlen=max_queue)
         self._recent: collections.OrderedDict[tuple[str, str, str, str], float] = (
             collections.OrderedDict())
         self._ready = asyncio.Event()
@@ -111,7 +118,7 @@ class EventRecorder:
             self._recent.popitem(last=False)
         if len(self._queue) == self._queue.maxlen:
             self.dropped += 1
-        self._queue.append(event_object(ref, type_, reason, message, now, self.instance))
+        self._queue.append((now, event_object(ref, type_, reason, message, now, self.instance)))
         self._ready.set()
 
     def unit_event(self, unit: UnitRecord, type_: str, reason: str, message: str,
@@ -130,7 +137,17 @@ class EventRecorder:
     async def flush(self) -> None:
         """Send everything queued now, ignoring the rate (tests, shutdown)."""
         while self._queue:
-            await self._send(self._queue.popleft())
+            await self._send(self._queue.popleft()[1])
+
+    def _next(self) -> dict[str, Any] | None:
+        """The oldest event still worth sending (older ones are dropped)."""
+        now = self.clock()
+        while self._queue:
+            queued, event = self._queue.popleft()
+            if now - queued <= self.max_age:
+                return event
+            self.dropped += 1
+        return None
 
     async def _send(self, event: dict[str, Any]) -> None:
         try:
@@ -149,4 +166,6 @@ class EventRecorder:
             if not self.bucket.take(self.clock()):
                 await asyncio.sleep(1.0 / max(self.bucket.rate, 0.001))
                 continue
-            await self._send(self._queue.popleft())
+            event = self._next()
+            if event is not None:
+                await self._send(event)

@@ -283,6 +283,7 @@ async def carry_out(controller: AdmissionController, reclaimer: Reclaimer, victi
 
 def _announce(controller: AdmissionController, victim: Victim, record: UnitRecord,
               message: str) -> None:
+    log.info("took back %s: %s", record.key, message)
     metrics.preempted_units_total.labels(record.queue, victim.reason).inc()
     events = controller.events
     if events is None:

@@ -59,6 +59,7 @@ def settings_from(config: ServeConfig) -> LoopSettings:
         backoff_max=config.backoff_max,
         status_interval=config.status_interval,
         status_qps=config.status_qps,
+        max_writes=config.loop_concurrency,
         reclaim_grace=config.reclaim_grace,
     )
 

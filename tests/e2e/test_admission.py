@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import json
 import ssl
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from arbiter.cache.records import ADMISSION_GATE
-from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
-from arbiter.core.resources import Resources
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
 from arbiter.sandbox.cluster import http_get
 
@@ -175,15 +177,44 @@ def let_go(sandbox: Sandbox, ns: str) -> None:
     sandbox.kubectl("delete", "queueunit", "hold", "-n", ns)
 
 
-def predicted(queues: list[QueueSpec], pending: dict[str, int]) -> dict[str, int]:
-    """What the engine (and `arbiter fairshare`) says for 1-CPU units on 10 CPUs."""
-    engine = AdmissionEngine(Resources({"cpu": CPUS * 1000}), queues)
-    for name, count in pending.items():
-        for index in range(count):
-            engine.add_pending(Unit(f"{name}/{index:03d}", name, Resources({"cpu": 1000}),
-                                    created=float(index)))
-    admitted = engine.admit_all()
-    return {name: sum(1 for u in admitted if u.queue == name) for name in pending}
+def fairshare(sandbox: Sandbox, mine: dict[str, tuple[dict[str, Any], int]]) -> dict[str, Any]:
+    """What `arbiter fairshare` predicts for the cluster's state: the
+    capacity arbiter sees, our queues (spec, n one-CPU units) and every
+    other queue's waiting units (left by other tests, say: they count in
+    `deserved`)."""
+    document = debug_queues(sandbox)
+    scenario: dict[str, Any] = {"capacity": document["capacity"], "queues": []}
+    for name, (spec, count) in mine.items():
+        scenario["queues"].append({"name": name, **_engine_fields(spec),
+                                   "units": [{"count": count, "requests": {"cpu": "1"}}]})
+    for name, view in document["queues"].items():
+        if name in mine or not view["pending"]:
+            continue
+        status, body = arbiter_get(sandbox, f"/debug/queues/{name}/pending?limit=10000")
+        assert status == 200
+        spec = get(sandbox, "queue", name).get("spec") or {}
+        scenario["queues"].append({
+            "name": name, **_engine_fields(spec),
+            "units": [{"requests": unit["demand"], "priority": unit["priority"]}
+                      for unit in json.loads(body)["pending"]]})
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+        json.dump(scenario, file)
+    try:
+        result = subprocess.run([sys.executable, "-m", "arbiter", "fairshare", file.name],
+                                capture_output=True, text=True, check=True, timeout=60)
+    finally:
+        Path(file.name).unlink()
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
+
+
+def _engine_fields(spec: dict[str, Any]) -> dict[str, Any]:
+    return {k: spec[k] for k in ("weight", "guarantee", "capability", "blocking", "queuePolicy")
+            if k in spec}
+
+
+def nonzero(quantities: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in quantities.items() if value != "0"}
 
 
 # -- scenarios ------------------------------------------------------------------------------
@@ -202,7 +233,8 @@ def test_two_queues_of_twenty_pods_share_five_and_five(sandbox: Sandbox) -> None
                  + len(released(sandbox, qb)) == CPUS)
         time.sleep(2)  # nothing more is admitted
         assert len(released(sandbox, qa)) == 5 and len(released(sandbox, qb)) == 5
-        assert predicted([QueueSpec(qa), QueueSpec(qb)], {qa: 20, qb: 20}) == {qa: 5, qb: 5}
+        prediction = fairshare(sandbox, {qa: ({}, 20), qb: ({}, 20)})["queues"][qa]
+        assert prediction["admitted"] == 5
         gated = [p for p in get(sandbox, "pods", "-n", qa)["items"]
                  if p["spec"].get("schedulingGates")]
         assert len(gated) == 15
@@ -213,16 +245,17 @@ def test_two_queues_of_twenty_pods_share_five_and_five(sandbox: Sandbox) -> None
                 else None
 
         status = wait_for("Queue status written", written, timeout=30)
-        assert status["allocated"] == {"cpu": "5"}
-        assert status["deserved"] == {"cpu": "5"}
-        assert status["dominantShare"] == 0.5
+        assert status["allocated"] == {"cpu": "5"} == nonzero(prediction["allocated"])
+        assert status["deserved"] == nonzero(prediction["deserved"])
+        assert status["dominantShare"] == 0.5 == prediction["dominantShare"]
         assert [u["position"] for u in status["pendingUnits"]] == list(range(1, 11))
         view = debug_queues(sandbox)["queues"][qa]
         for field in ("allocated", "deserved", "dominantShare", "pending", "admitted"):
             assert view[field] == status[field], field
         samples = metrics(sandbox)
         assert samples[("arbiter_queue_allocated", (("queue", qa), ("resource", "cpu")))] == 5.0
-        assert samples[("arbiter_queue_deserved", (("queue", qa), ("resource", "cpu")))] == 5.0
+        deserved_cpu = samples[("arbiter_queue_deserved", (("queue", qa), ("resource", "cpu")))]
+        assert f"{deserved_cpu:g}" == status["deserved"]["cpu"]
         assert samples[("arbiter_queue_dominant_share", (("queue", qa),))] == 0.5
         assert samples[("arbiter_queue_pending_units", (("queue", qa),))] == 15.0
         assert samples[("arbiter_admitted_units_total", (("queue", qa),))] == 5.0
@@ -247,8 +280,8 @@ def test_weights_two_to_one_admit_in_that_ratio(sandbox: Sandbox) -> None:
                  + len(released(sandbox, light)) == CPUS)
         got = {heavy: len(released(sandbox, heavy)), light: len(released(sandbox, light))}
         assert abs(got[heavy] - CPUS * 2 / 3) <= 1
-        assert got == predicted([QueueSpec(heavy, weight=2), QueueSpec(light, weight=1)],
-                                {heavy: 15, light: 15})
+        prediction = fairshare(sandbox, {heavy: ({"weight": 2}, 15), light: ({"weight": 1}, 15)})
+        assert got == {name: prediction["queues"][name]["admitted"] for name in got}
 
 
 def test_finished_jobs_make_room_for_the_next_in_order(sandbox: Sandbox) -> None:
@@ -303,8 +336,9 @@ def test_a_guarantee_is_honoured(sandbox: Sandbox) -> None:
         wait_for("10 pods released", lambda: len(released(sandbox, sure))
                  + len(released(sandbox, other)) == CPUS)
         assert len(released(sandbox, sure)) == 7  # without the guarantee: 5
-        assert predicted([QueueSpec(sure, guarantee=Resources({"cpu": 7000})),
-                          QueueSpec(other)], {sure: 10, other: 10})[sure] == 7
+        prediction = fairshare(sandbox, {sure: ({"guarantee": {"cpu": "7"}}, 10),
+                                         other: ({}, 10)})
+        assert prediction["queues"][sure]["admitted"] == 7
 
 
 def test_a_capability_is_never_exceeded(sandbox: Sandbox) -> None:

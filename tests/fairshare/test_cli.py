@@ -273,3 +273,16 @@ def test_bad_input_subprocess_has_no_traceback(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr == "queues[0].weight: must be a positive integer, got 0\n"
+
+
+def test_share_rounding_matches_float_division(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # 2469/20000 = 0.12345 exactly: reported as round(2469 / 20000, 4).
+    document = {
+        "capacity": {"pods": 20000},
+        "queues": [{"name": "a", "units": [{"requests": {"pods": 2469}}]}],
+    }
+    code, out, _ = run_cli(capsys, tmp_path, document)
+    assert code == 0
+    assert json.loads(out)["queues"]["a"]["dominantShare"] == round(2469 / 20000, 4) == 0.1235

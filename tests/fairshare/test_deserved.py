@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 from fractions import Fraction
 
 from hypothesis import HealthCheck, given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from arbiter.core.fairshare import QueueSpec, deserved
 from arbiter.core.resources import EMPTY, Resources
+from tests.fairshare.deserved_oracle import deserved_reference
 from tests.fairshare.gen import QUEUE_NAMES, RESOURCES
 
 GI = 2**30
@@ -180,3 +183,45 @@ def test_weighted_shares_equal_when_unconstrained() -> None:
     assert abs(share_b - 3 * Fraction(60, 186)) < Fraction(1, 60 * GI)
     total_memory = result["a"]["memory"] + result["b"]["memory"]
     assert 60 * GI - 2 <= total_memory <= 60 * GI
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_matches_the_plain_exact_implementation(
+    scenario: tuple[Resources, list[QueueSpec], dict[str, Resources]],
+) -> None:
+    capacity, queues, demand = scenario
+    assert deserved(capacity, queues, demand) == deserved_reference(capacity, queues, demand)
+
+
+def test_many_distinct_queues_stay_fast_and_exact() -> None:
+    """Distinct weights and demands make the exact sums big; it must stay quick."""
+    rng = random.Random(3)
+    capacity = Resources(
+        {"cpu": 10**7 + 7, "memory": 10**14 + 13, "nvidia.com/gpu": 997, "pods": 50021}
+    )
+    queues = [
+        QueueSpec(
+            f"q{i}",
+            weight=rng.randint(1, 97),
+            guarantee=Resources({"cpu": rng.randint(0, 2000)}) if i % 3 == 0 else EMPTY,
+            capability=Resources({"memory": rng.randint(10**9, 10**12)}) if i % 4 == 0 else EMPTY,
+        )
+        for i in range(150)
+    ]
+    demand = {
+        q.name: Resources(
+            {
+                "cpu": rng.randint(1, 10**6),
+                "memory": rng.randint(1, 10**13),
+                "nvidia.com/gpu": rng.randint(0, 50),
+                "pods": rng.randint(1, 500),
+            }
+        )
+        for q in queues
+    }
+    started = time.process_time()
+    result = deserved(capacity, queues, demand)
+    elapsed = time.process_time() - started
+    assert result == deserved_reference(capacity, queues, demand)
+    assert elapsed < 2.0

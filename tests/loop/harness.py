@@ -77,10 +77,11 @@ class Cluster:
         self.settings = settings or LoopSettings(debounce=0.0)
         self.controller = self.new_controller()
 
-    def new_controller(self) -> AdmissionController:
+    def new_controller(self, identity: str = "") -> AdmissionController:
         """A fresh controller (a restart, or a new leader) on the same cluster."""
         controller = AdmissionController(self.store, self.api, self.settings,
-                                         events=self.events, clock=self.clock)
+                                         events=self.events, clock=self.clock,
+                                         identity=identity)
         controller.start_listening()
         return controller
 

@@ -71,17 +71,23 @@ async def test_a_restart_admits_nothing_twice_and_loses_nothing() -> None:
 async def test_two_leaders_at_once_still_admit_each_unit_once() -> None:
     c = Cluster()
     await c.nodes(6)
-    await c.queue("q")
+    await c.queue("q", state="Closed")
     await c.pods("ns", "q", 12)
-    other = c.new_controller()  # a split brain: both decide from the same cache
-    await c.settle()
-    c.controller.cycle()
-    other.cycle()
-    await c.settle()
-    await c.settle(other)
-    counts = [len((u.get("status") or {}).get("admissions") or [])
-              for u in c.api.of_kind("queueunits")]
-    assert sum(counts) == 6 and max(counts) == 1
+    c.controller.stop_listening()
+    one, two = c.new_controller("one"), c.new_controller("two")  # a split brain
+    await c.settle(one)
+    await c.settle(two)
+    assert c.released_pods("ns") == []
+    await c.set_queue("q", state="Open")
+    # Both decide from the same cache before either's writes land.
+    assert len(one.cycle()) == 6
+    assert len(two.cycle()) == 6
+    await c.settle(one)
+    await c.settle(two)
+    entries = [(u.get("status") or {}).get("admissions") or []
+               for u in c.api.of_kind("queueunits")]
+    assert sum(map(len, entries)) == 6 and max(map(len, entries)) == 1
+    assert {e["by"] for unit in entries for e in unit} == {"one"}  # two lost every race
     assert len(c.released_pods("ns")) == 6
 
 
@@ -184,3 +190,17 @@ async def test_a_namesake_reservation_blocks_creation_without_harm() -> None:
     assert c.suspended("ns", "train")  # it has no unit of its own
     assert c.phase("ns", "job-train") == "Dequeued"  # the reservation was admitted
     assert len(c.api.of_kind("queueunits")) == 1
+
+
+async def test_a_failed_unit_creation_is_retried_on_a_timer() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    c.api.hooks.append(fail_on("POST", unit_path("ns"), ApiError(500, "InternalError", "etcd"),
+                               times=1))
+    await c.pod("ns", "p", "q")
+    await c.settle()
+    assert unit_path("ns", "pod-p") not in c.api.objects
+    c.clock.advance(2)  # no event about the pod: only the retry timer brings it back
+    await c.settle()
+    assert c.phase("ns", "pod-p") == "Dequeued" and not c.gated("ns", "p")

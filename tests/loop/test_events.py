@@ -58,3 +58,16 @@ async def test_the_sender_keeps_to_its_rate_and_a_full_queue_drops_the_oldest() 
     await asyncio.sleep(0.2)
     sender.cancel()
     assert [e["message"] for e in api.of_kind("events")] == ["m2", "m3"]  # the burst
+
+
+async def test_events_stuck_behind_a_burst_for_too_long_are_dropped() -> None:
+    api, clock = InMemoryApi(), Clock()
+    recorder = EventRecorder(api, qps=1000.0, burst=1000, max_age=60.0, clock=clock)
+    recorder.unit_event(job_unit(), "Normal", "Waiting", "old news", on_unit=False)
+    clock.advance(61)
+    recorder.unit_event(job_unit(), "Normal", "Admitted", "fresh", on_unit=False)
+    sender = asyncio.ensure_future(recorder.run())
+    await asyncio.sleep(0.05)
+    sender.cancel()
+    assert [e["message"] for e in api.of_kind("events")] == ["fresh"]
+    assert recorder.dropped == 1

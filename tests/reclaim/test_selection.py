@@ -1,0 +1,415 @@
+"""Victim selection (arbiter.core.reclaim): examples, then properties over
+random queues and units (hypothesis), checked against the rules as stated in
+the module doc and, where the greedy walk is exact, against brute force."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Mapping, Sequence
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from arbiter.core.fairshare import QueueSpec, deserved
+from arbiter.core.reclaim import (
+    Admitted,
+    ReclaimQueue,
+    Waiting,
+    plan,
+    select_reclaim,
+    select_within_queue,
+    victim_order,
+)
+from arbiter.core.resources import EMPTY, Resources
+
+# RECLAIM_EXAMPLES=5000 for a longer search.
+SETTINGS = settings(max_examples=int(os.environ.get("RECLAIM_EXAMPLES", "300")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+CPU = 1000
+
+
+def cpu(n: float) -> Resources:
+    return Resources({"cpu": int(n * CPU)})
+
+
+def running(key: str, queue: str, demand: Resources, *, priority: int = 0,
+            admitted: float = 0.0) -> Admitted:
+    return Admitted(key, queue, demand, priority, admitted, admitted)
+
+
+def totals(units: Sequence[Admitted]) -> dict[str, Resources]:
+    out: dict[str, Resources] = {}
+    for unit in units:
+        out[unit.queue] = out.get(unit.queue, EMPTY) + unit.demand
+    return out
+
+
+def total(units: Sequence[Admitted]) -> Resources:
+    return sum((u.demand for u in units), EMPTY)
+
+
+# -- examples ---------------------------------------------------------------------------
+
+
+def two_tenants(*, reclaimable: bool = True) -> dict[str, ReclaimQueue]:
+    return {"a": ReclaimQueue("a", deserved=cpu(5), reclaimable=reclaimable),
+            "b": ReclaimQueue("b", deserved=cpu(5))}
+
+
+def test_takes_the_newest_unit_of_the_queue_above_its_share() -> None:
+    queues = two_tenants()
+    admitted = [running(f"a{i}", "a", cpu(1), admitted=float(i)) for i in range(10)]
+    victims = select_reclaim(Waiting("b0", "b", cpu(1)), {}, queues, totals(admitted), admitted)
+    assert victims is not None and [v.key for v in victims] == ["a9"]
+
+
+def test_converges_to_deserved_and_no_further() -> None:
+    queues = two_tenants()
+    admitted = [running(f"a{i}", "a", cpu(1), admitted=float(i)) for i in range(10)]
+    waiting = {"b": [Waiting(f"b{i}", "b", cpu(1)) for i in range(10)]}
+    result = plan(cpu(10), queues, admitted, waiting, due={"b"})
+    assert [v.unit.key for v in result.victims] == ["a9", "a8", "a7", "a6", "a5"]
+    assert {v.reason for v in result.victims} == {"reclaim"}
+    assert result.served == ("b0", "b1", "b2", "b3", "b4")
+    assert result.starving == {"b"}
+    # The same pass with A's five remaining: nothing more to take.
+    again = plan(cpu(10), queues, [*admitted[:5], *(running(f"b{i}", "b", cpu(1))
+                                                    for i in range(5))],
+                 {"b": waiting["b"][5:]}, due={"b"})
+    assert again.victims == () and again.starving == frozenset()
+
+
+def test_not_before_the_grace_period() -> None:
+    queues = two_tenants()
+    admitted = [running(f"a{i}", "a", cpu(1)) for i in range(10)]
+    result = plan(cpu(10), queues, admitted, {"b": [Waiting("b0", "b", cpu(1))]}, due=set())
+    assert result.victims == ()
+    assert result.starving == {"b"} and result.waiting_for_grace == {"b"}
+
+
+def test_a_non_reclaimable_queue_is_never_a_victim() -> None:
+    queues = two_tenants(reclaimable=False)
+    admitted = [running(f"a{i}", "a", cpu(1)) for i in range(10)]
+    assert select_reclaim(Waiting("b0", "b", cpu(1)), {}, queues, totals(admitted),
+                          admitted) is None
+    result = plan(cpu(10), queues, admitted, {"b": [Waiting("b0", "b", cpu(1))]}, due={"b"})
+    assert result.victims == () and result.starving == {"b"}
+
+
+def test_never_below_the_guarantee_even_above_deserved() -> None:
+    queues = {"a": ReclaimQueue("a", deserved=cpu(5), guarantee=cpu(8)),
+              "b": ReclaimQueue("b", deserved=cpu(5))}
+    admitted = [running(f"a{i}", "a", cpu(1), admitted=float(i)) for i in range(10)]
+    result = plan(cpu(10), queues, admitted, {"b": [Waiting(f"b{i}", "b", cpu(1))
+                                                    for i in range(5)]}, due={"b"})
+    assert [v.unit.key for v in result.victims] == ["a9", "a8"]
+
+
+def test_lowest_queue_priority_then_unit_priority_then_newest() -> None:
+    queues = {"hi": ReclaimQueue("hi", deserved=cpu(1), priority=5),
+              "lo": ReclaimQueue("lo", deserved=cpu(1), priority=1),
+              "w": ReclaimQueue("w", deserved=cpu(6))}
+    admitted = [
+        running("hi-old", "hi", cpu(1), admitted=1.0),
+        running("hi-new", "hi", cpu(1), admitted=9.0),
+        running("lo-p2", "lo", cpu(1), priority=2, admitted=9.0),
+        running("lo-p0-old", "lo", cpu(1), admitted=1.0),
+        running("lo-p0-new", "lo", cpu(1), admitted=5.0),
+    ]
+    order = sorted(admitted, key=victim_order(queues))
+    assert [u.key for u in order] == ["lo-p0-new", "lo-p0-old", "lo-p2", "hi-new", "hi-old"]
+    victims = select_reclaim(Waiting("w0", "w", cpu(3)), {}, queues, totals(admitted),
+                             admitted)
+    # lo may give 2 (3 held, deserved 1), hi 1 (2 held, deserved 1).
+    assert victims is not None
+    assert [v.key for v in victims] == ["lo-p0-new", "lo-p0-old", "hi-new"]
+
+
+def test_nothing_when_even_every_allowed_victim_would_not_do() -> None:
+    queues = two_tenants()
+    admitted = [running(f"a{i}", "a", cpu(1)) for i in range(7)]
+    # a may give 2 (7 held, deserved 5); the unit needs 3 more than free.
+    assert select_reclaim(Waiting("b0", "b", cpu(4)), cpu(1), queues, totals(admitted),
+                          admitted) is None
+
+
+def test_only_what_is_needed_and_no_victim_to_spare() -> None:
+    queues = {"a": ReclaimQueue("a", deserved=EMPTY), "b": ReclaimQueue("b", deserved=cpu(8))}
+    # Newest first: 1 CPU, then 4, then 2. Two are short: the walk takes
+    # 1 and 4 (covered), then the 1 is not needed any more.
+    admitted = [running("big", "a", cpu(4), admitted=2.0),
+                running("small", "a", cpu(1), admitted=3.0),
+                running("mid", "a", cpu(2), admitted=1.0)]
+    victims = select_reclaim(Waiting("b0", "b", cpu(2)), {}, queues, totals(admitted), admitted)
+    assert victims is not None and [v.key for v in victims] == ["big"]
+
+
+def test_useless_victims_are_skipped() -> None:
+    queues = {"a": ReclaimQueue("a"), "b": ReclaimQueue("b", deserved=Resources(
+        {"cpu": 4000, "nvidia.com/gpu": 1}))}
+    admitted = [running("cpu-only", "a", cpu(1), admitted=9.0),
+                running("gpu", "a", Resources({"cpu": 1000, "nvidia.com/gpu": 1}), admitted=1.0)]
+    unit = Waiting("b0", "b", Resources({"nvidia.com/gpu": 1}))
+    victims = select_reclaim(unit, {"cpu": 3000}, queues, totals(admitted), admitted)
+    assert victims is not None and [v.key for v in victims] == ["gpu"]
+
+
+def test_per_resource_floor_only_where_victims_give_back() -> None:
+    # a is under its deserved memory but over its deserved cpu: a cpu-only
+    # unit of a can go, a unit holding memory cannot.
+    queues = {"a": ReclaimQueue("a", deserved=Resources({"cpu": 1000, "memory": 8})),
+              "b": ReclaimQueue("b", deserved=Resources({"cpu": 6000, "memory": 8}))}
+    admitted = [running("mem", "a", Resources({"cpu": 1000, "memory": 4}), admitted=9.0),
+                running("cpu", "a", cpu(2), admitted=1.0)]
+    victims = select_reclaim(Waiting("b0", "b", cpu(1)), {}, queues, totals(admitted), admitted)
+    assert victims is not None and [v.key for v in victims] == ["cpu"]
+
+
+def test_drf_example_from_the_design() -> None:
+    """9 CPU / 18Gi; A <1 CPU, 4Gi> x 4 admitted first, B <3 CPU, 1Gi> arrives."""
+    gi = 1 << 30
+    capacity = Resources({"cpu": 9000, "memory": 18 * gi})
+    a_task, b_task = Resources({"cpu": 1000, "memory": 4 * gi}), Resources(
+        {"cpu": 3000, "memory": gi})
+    admitted = [running(f"a{i}", "a", a_task, admitted=float(i)) for i in range(4)]
+    shares = deserved(capacity, [QueueSpec("a"), QueueSpec("b")],
+                      {"a": a_task.scale(10), "b": b_task.scale(10)})
+    queues = {name: ReclaimQueue(name, deserved=shares[name]) for name in ("a", "b")}
+    waiting = {"b": [Waiting(f"b{i}", "b", b_task) for i in range(5)]}
+    result = plan(capacity, queues, admitted, waiting, due={"b"})
+    # B fits one unit in the free 5 CPU / 2Gi, then reclaims one A task for
+    # its second; A keeps 3, B runs 2: the DRF answer.
+    assert [v.unit.key for v in result.victims] == ["a3"]
+    assert result.served == ("b0", "b1")
+
+
+def test_within_queue_lower_priority_at_capability() -> None:
+    queue = ReclaimQueue("w", capability=cpu(3), deserved=cpu(3), within_queue="LowerPriority")
+    admitted = [running(f"low{i}", "w", cpu(1), priority=0, admitted=float(i)) for i in range(2)]
+    admitted.append(running("mid", "w", cpu(1), priority=5, admitted=9.0))
+    high = Waiting("high", "w", cpu(1), priority=10)
+    victims = select_within_queue(high, cpu(7), queue, total(admitted), admitted)
+    assert victims is not None and [v.key for v in victims] == ["low1"]
+    result = plan(cpu(10), {"w": queue}, admitted, {"w": [high]}, due=set())
+    assert [(v.unit.key, v.reason) for v in result.victims] == [("low1", "withinQueue")]
+    # Equal priority never displaces.
+    assert select_within_queue(Waiting("p0", "w", cpu(1), priority=0), cpu(7), queue,
+                               total(admitted), admitted) is None
+
+
+def test_within_queue_never_does_nothing() -> None:
+    queue = ReclaimQueue("w", capability=cpu(3), deserved=cpu(3))
+    admitted = [running(f"low{i}", "w", cpu(1)) for i in range(3)]
+    high = Waiting("high", "w", cpu(1), priority=10)
+    assert select_within_queue(high, cpu(7), queue, total(admitted), admitted) is None
+    assert plan(cpu(10), {"w": queue}, admitted, {"w": [high]}, due={"w"}).victims == ()
+
+
+def test_within_queue_waits_for_reclaim_when_reclaim_could_serve() -> None:
+    """Below its deserved share, a queue takes from over-users (after the
+    grace), not from its own low-priority work."""
+    queues = {"a": ReclaimQueue("a", deserved=cpu(5)),
+              "w": ReclaimQueue("w", deserved=cpu(5), within_queue="LowerPriority")}
+    admitted = [*(running(f"a{i}", "a", cpu(1)) for i in range(8)),
+                *(running(f"w{i}", "w", cpu(1)) for i in range(2))]
+    high = Waiting("high", "w", cpu(1), priority=10)
+    assert plan(cpu(10), queues, admitted, {"w": [high]}, due=set()).victims == ()
+    later = plan(cpu(10), queues, admitted, {"w": [high]}, due={"w"})
+    assert [(v.unit.queue, v.reason) for v in later.victims] == [("a", "reclaim")]
+
+
+def test_a_unit_served_in_the_pass_does_not_make_its_queue_a_victim() -> None:
+    """b's waiting unit takes the free CPU first (lowest share); a's unit must
+    not then evict b's running unit to make room: b holds only its share."""
+    queues = {"a": ReclaimQueue("a", deserved=cpu(1)), "b": ReclaimQueue("b", deserved=cpu(1))}
+    admitted = [running("a-mem", "a", Resources({"memory": 1})),
+                running("b-run", "b", cpu(1))]
+    capacity = Resources({"cpu": 2000, "memory": 1})
+    result = plan(capacity, queues, admitted, {"a": [Waiting("a0", "a", cpu(1))],
+                                               "b": [Waiting("b0", "b", cpu(1))]},
+                  due={"a", "b"})
+    assert result.victims == () and result.served == ("b0",)
+
+
+def test_protected_units_are_not_picked() -> None:
+    queues = two_tenants()
+    admitted = [running(f"a{i}", "a", cpu(1), admitted=float(i)) for i in range(10)]
+    result = plan(cpu(10), queues, admitted, {"b": [Waiting("b0", "b", cpu(1))]}, due={"b"},
+                  protected={"a9"})
+    assert [v.unit.key for v in result.victims] == ["a8"]
+
+
+def test_a_pass_stops_at_max_victims_without_half_serving() -> None:
+    queues = two_tenants()
+    admitted = [running(f"a{i}", "a", cpu(1), admitted=float(i)) for i in range(10)]
+    waiting = {"b": [Waiting("b0", "b", cpu(1)), Waiting("b1", "b", cpu(2))]}
+    result = plan(cpu(10), queues, admitted, waiting, due={"b"}, max_victims=2)
+    assert [v.unit.key for v in result.victims] == ["a9"]
+    assert result.served == ("b0",)
+
+
+# -- properties ------------------------------------------------------------------------
+
+RES = ("cpu", "memory")
+NAMES = ("a", "b", "c", "d")
+
+
+def vectors(high: int, *, uniform: Resources | None = None) -> st.SearchStrategy[Resources]:
+    if uniform is not None:
+        return st.just(uniform)
+    return st.builds(lambda c, m: Resources({"cpu": c, "memory": m}),
+                     st.integers(0, high), st.integers(0, high))
+
+
+@st.composite
+def situations(draw: st.DrawFn, uniform: bool = False) -> tuple[
+        dict[str, ReclaimQueue], list[Admitted], Waiting, Resources]:
+    shape = draw(vectors(3).filter(lambda r: not r.is_zero())) if uniform else None
+    count = draw(st.integers(2, 4))
+    queues: dict[str, ReclaimQueue] = {}
+    for name in NAMES[:count]:
+        queues[name] = ReclaimQueue(
+            name,
+            weight=draw(st.integers(1, 3)),
+            guarantee=draw(vectors(6)) if draw(st.booleans()) else EMPTY,
+            deserved=draw(vectors(10)),
+            priority=draw(st.integers(0, 2)),
+            reclaimable=draw(st.integers(0, 4)) > 0,
+        )
+    n = draw(st.integers(0, 9 if not uniform else 8))
+    admitted = [
+        Admitted(f"u{i}", draw(st.sampled_from(list(queues))),
+                 draw(vectors(4, uniform=shape)), draw(st.integers(0, 2)),
+                 float(draw(st.integers(0, 5))), float(draw(st.integers(0, 5))))
+        for i in range(n)
+    ]
+    unit = Waiting("w", draw(st.sampled_from(list(queues))), draw(vectors(6)),
+                   draw(st.integers(0, 3)))
+    free = draw(vectors(3))
+    return queues, admitted, unit, free
+
+
+def allowed_set(queues: Mapping[str, ReclaimQueue], allocated: Mapping[str, Resources],
+                unit: Waiting, chosen: Sequence[Admitted]) -> bool:
+    """The stated rule for a victim set, checked directly."""
+    taken: dict[str, Resources] = {}
+    requested: dict[str, set[str]] = {}
+    for victim in chosen:
+        spec = queues[victim.queue]
+        if victim.queue == unit.queue or not spec.reclaimable:
+            return False
+        taken[victim.queue] = taken.get(victim.queue, EMPTY) + victim.demand
+        requested.setdefault(victim.queue, set()).update(
+            r for r, v in victim.demand.items() if v > 0)
+    for name, amount in taken.items():
+        low = queues[name].deserved.maximum(queues[name].guarantee)
+        left = allocated.get(name, EMPTY) - amount
+        if any(left.get_amount(r) < low.get_amount(r) for r in requested[name]):
+            return False
+    return True
+
+
+def covers(unit: Waiting, free: Resources, chosen: Sequence[Admitted]) -> bool:
+    return unit.demand.fits_in(free + total(chosen))
+
+
+@SETTINGS
+@given(situations())
+def test_selection_is_sound_and_minimal(case: tuple[dict[str, ReclaimQueue], list[Admitted],
+                                                     Waiting, Resources]) -> None:
+    queues, admitted, unit, free = case
+    allocated = totals(admitted)
+    chosen = select_reclaim(unit, free, queues, allocated, admitted)
+    if unit.demand.fits_in(free):
+        assert chosen == []
+        return
+    if chosen is None:
+        return
+    keys = [v.key for v in chosen]
+    assert len(set(keys)) == len(keys) and set(keys) <= {u.key for u in admitted}
+    assert chosen, "something was short: a fit needs a victim"
+    # Never leaves a victim queue below its deserved share or its guarantee;
+    # never the unit's own queue, never a non-reclaimable queue.
+    assert allowed_set(queues, allocated, unit, chosen)
+    # Frees at least what is needed ...
+    assert covers(unit, free, chosen)
+    # ... and not one victim more.
+    for index in range(len(chosen)):
+        assert not covers(unit, free, chosen[:index] + chosen[index + 1:])
+
+
+@SETTINGS
+@given(situations(uniform=True))
+def test_uniform_units_match_brute_force(case: tuple[dict[str, ReclaimQueue], list[Admitted],
+                                                      Waiting, Resources]) -> None:
+    """With victims of one shape, walking in order is exact: it finds victims
+    exactly when some allowed set exists, of the smallest size, and they
+    are the first ones in the order."""
+    queues, admitted, unit, free = case
+    allocated = totals(admitted)
+    chosen = select_reclaim(unit, free, queues, allocated, admitted)
+    if unit.demand.fits_in(free):
+        assert chosen == []
+        return
+    best: int | None = None
+    for size in range(1, len(admitted) + 1):
+        if any(allowed_set(queues, allocated, unit, combo) and covers(unit, free, combo)
+               for combo in itertools.combinations(admitted, size)):
+            best = size
+            break
+    if best is None:
+        assert chosen is None
+        return
+    assert chosen is not None and len(chosen) == best
+    order = sorted(admitted, key=victim_order(queues))
+    last = max(order.index(v) for v in chosen)
+    for candidate in order[:last]:
+        if candidate in chosen:
+            continue
+        # Skipped: taking it as well would break the rule.
+        assert not allowed_set(queues, allocated, unit, [*chosen, candidate])
+
+
+@SETTINGS
+@given(situations(), st.sets(st.sampled_from(NAMES)), st.integers(1, 6))
+def test_a_plan_keeps_every_queue_at_its_floor(
+        case: tuple[dict[str, ReclaimQueue], list[Admitted], Waiting, Resources],
+        due: set[str], depth: int) -> None:
+    queues, admitted, _, slack = case
+    capacity = total(admitted) + slack
+    waiting = {name: [Waiting(f"{name}-w{i}", name, Resources({"cpu": 1 + i % 3,
+                                                               "memory": i % 2}),
+                              priority=i % 3) for i in range(depth)]
+               for name in queues}
+    queues = {name: ReclaimQueue(q.name, q.weight, q.guarantee, q.capability, q.deserved,
+                                 q.priority, q.reclaimable,
+                                 "LowerPriority" if name == "a" else "Never")
+              for name, q in queues.items()}
+    result = plan(capacity, queues, admitted, waiting, due=due)
+    allocated = totals(admitted)
+    keys = [v.unit.key for v in result.victims]
+    assert len(set(keys)) == len(keys)
+    across = [v for v in result.victims if v.reason == "reclaim"]
+    for victim in across:
+        assert victim.for_queue in due
+        assert victim.unit.queue != victim.for_queue
+        assert queues[victim.unit.queue].reclaimable
+    for victim in result.victims:
+        if victim.reason == "withinQueue":
+            assert victim.unit.queue == victim.for_queue == "a"
+            wanted = next(w for w in waiting["a"] if w.key == victim.for_unit)
+            assert victim.unit.priority < wanted.priority
+    by_queue: dict[str, list[Admitted]] = {}
+    for victim in across:
+        by_queue.setdefault(victim.unit.queue, []).append(victim.unit)
+    for name, units in by_queue.items():
+        low = queues[name].deserved.maximum(queues[name].guarantee)
+        left = allocated[name] - total(units)
+        requested = {r for u in units for r, v in u.demand.items() if v > 0}
+        assert all(left.get_amount(r) >= low.get_amount(r) for r in requested)
+    # Served units fit, victims included, in the capacity and capabilities.
+    served = {w.key: w for ws in waiting.values() for w in ws if w.key in result.served}
+    final = total(admitted) - total([v.unit for v in result.victims]) + sum(
+        (w.demand for w in served.values()), EMPTY)
+    assert final.fits_in(capacity)

@@ -10,8 +10,9 @@ Offline (default): victim selection at scale, no I/O.
 On a sandbox of its own (`--sandbox`): `--nodes` fake nodes × 1 CPU (500
 by default), `--queues` queues (10), arbiter started with
 `--reclaim-grace`; queue 0 fills the cluster with one long-running pod per
-CPU, then `--arrivals` queues (1) submit as many pods each. Printed: the
-time from their submission until every tenant runs its DRF share
+CPU, then `--arrivals` queues (1) submit as many pods each (held back by
+a capability of 1m while they are created, then let in at once). Printed:
+the time from their arrival until every tenant runs its DRF share
 (nodes / (arrivals + 1) pods each, as the pods' phases say), with the grace
 period included and without it.
 
@@ -120,10 +121,23 @@ def sandbox_run(nodes: int, queues: int, arrivals: int, grace: float, keep: Path
               lambda: _running(sandbox, names[0]) >= nodes, timeout)
         arriving = names[1: 1 + arrivals]
         share = nodes // (arrivals + 1)
-        submitted = time.monotonic()
+        # The newcomers' pods are created behind a capability of 1m (a queue at
+        # its capability does not starve), then the capability is lifted: all
+        # of them arrive at once, however long creating them took.
+        for name in arriving:
+            sandbox.kubectl("patch", "queue", name, "--type=merge", "-p",
+                            json.dumps({"spec": {"capability": {"cpu": "1m"}}}))
+        time.sleep(2.0)
+        begun = time.monotonic()
         for name in arriving:
             _create(sandbox, [_pod(f"p{i:04d}", name) for i in range(nodes)])
-        created = time.monotonic() - submitted
+        created = time.monotonic() - begun
+        _wait("every unit known to arbiter", lambda: _units(sandbox, arriving) >= nodes
+              * arrivals, timeout)
+        submitted = time.monotonic()
+        for name in arriving:
+            sandbox.kubectl("patch", "queue", name, "--type=json", "-p",
+                            json.dumps([{"op": "remove", "path": "/spec/capability"}]))
         last: dict[str, int] = {}
 
         def converged() -> bool:
@@ -133,9 +147,9 @@ def sandbox_run(nodes: int, queues: int, arrivals: int, grace: float, keep: Path
 
         _wait("DRF shares", converged, timeout, progress=last)
         took = time.monotonic() - submitted
-        print(f"{arrivals} tenant(s) arrived with {nodes} pods each "
-              f"(created in {created:.1f}s); DRF shares ({share} pods each) reached "
-              f"{took:.1f}s after submission: {took - grace:.1f}s beyond the "
+        print(f"{arrivals} tenant(s) arrived with {nodes} pods each (created in "
+              f"{created:.1f}s, then let in at once); DRF shares ({share} pods each) "
+              f"reached {took:.1f}s after arrival: {took - grace:.1f}s beyond the "
               f"{grace:g}s grace; running: {json.dumps(last)}")
     finally:
         if keep is None:
@@ -161,6 +175,11 @@ def _running(sandbox: Any, ns: str) -> int:
                           "custom-columns=P:.status.phase,D:.metadata.deletionTimestamp").stdout
     return sum(1 for line in out.splitlines()
                if line.split()[:2] == ["Running", "<none>"])
+
+
+def _units(sandbox: Any, namespaces: list[str]) -> int:
+    return sum(len(sandbox.kubectl("get", "queueunits", "-n", ns, "--no-headers",
+                                   "-o", "name").stdout.split()) for ns in namespaces)
 
 
 def _wait(what: str, check: Any, timeout: float, progress: dict[str, int] | None = None) -> None:

@@ -57,8 +57,12 @@ class CertManager:
         if self.secret is None or self.api is None:
             return
         namespace, name = self.secret
-        self._secret_version = await secret_store.load(self.api, namespace, name, self.directory)
-        self._stored = secret_store.read_files(self.paths)
+        # `_stored` is what the Secret holds (nothing when it is missing), so
+        # files already in the directory -- a restart, a mounted emptyDir, a
+        # deleted Secret -- are stored by `_sync_to_secret` rather than being
+        # mistaken for the Secret's content.
+        self._secret_version, self._stored = await secret_store.load(
+            self.api, namespace, name, self.directory)
 
     async def _sync_to_secret(self) -> None:
         if self.secret is None or self.api is None or self.external:

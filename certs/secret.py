@@ -31,27 +31,32 @@ def read_files(paths: CertificatePaths) -> dict[str, bytes]:
     return {key: path.read_bytes() for key, path in files.items() if path.exists()}
 
 
-def _write_files(directory: Path, data: dict[str, str]) -> None:
+def _write_files(directory: Path, data: dict[str, bytes]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    for key in KEYS:
-        if key in data:
-            target = directory / key
-            tmp = target.with_suffix(".tmp")
-            tmp.write_bytes(base64.b64decode(data[key]))
-            tmp.chmod(0o600)
-            tmp.replace(target)
+    for key, value in data.items():
+        target = directory / key
+        tmp = target.with_suffix(".tmp")
+        tmp.write_bytes(value)
+        tmp.chmod(0o600)
+        tmp.replace(target)
 
 
-async def load(api: Any, namespace: str, name: str, directory: Path) -> str | None:
-    """Write the Secret's files into `directory`; its resourceVersion, or None if absent."""
+async def load(api: Any, namespace: str, name: str,
+               directory: Path) -> tuple[str | None, dict[str, bytes]]:
+    """Write the Secret's files into `directory`.
+
+    Returns its resourceVersion and the files it holds; (None, {}) if it is absent.
+    """
     try:
         secret = await request_json(api, "GET", _path(namespace, name))
     except ApiError as error:
         if error.status == 404:
-            return None
+            return None, {}
         raise
-    _write_files(directory, secret.get("data") or {})
-    return str((secret.get("metadata") or {}).get("resourceVersion", ""))
+    raw = secret.get("data") or {}
+    data = {key: base64.b64decode(raw[key]) for key in KEYS if key in raw}
+    _write_files(directory, data)
+    return str((secret.get("metadata") or {}).get("resourceVersion", "")), data
 
 
 async def store(api: Any, namespace: str, name: str, paths: CertificatePaths,

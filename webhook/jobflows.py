@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from arbiter.cache.jobflow_records import FlowSpec, FlowSpecError, parse_flow_spec
 from arbiter.jobflow.dag import validate_steps
-from arbiter.jobflow.records import FlowSpec, FlowSpecError, parse_flow_spec
 from webhook.queueing import check_open, no_queue_message, not_ready
 from webhook.review import (
     ALLOW,

@@ -14,6 +14,7 @@ from true to false unless arbiter asks or the Job's QueueUnit
 
 from __future__ import annotations
 
+from arbiter.cache.naming import job_unit_name
 from arbiter.cache.records import ADMITTED_PHASES, QUEUE_LABEL
 from webhook.patch import set_label
 from webhook.queueing import QUEUE_KINDS, check_open, check_queue, not_ready
@@ -33,10 +34,6 @@ from webhook.review import (
 )
 
 GROUP, KIND = "batch", "Job"
-
-
-def unit_name(job_name: str) -> str:
-    return f"job-{job_name}"
 
 
 def _parts(job: Obj, where: str) -> tuple[Obj | None, dict[str, str] | None, Obj | None]:
@@ -117,7 +114,7 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     waiting = not_ready(env, ("Queue", "QueueUnit"))
     if waiting is not None:
         return waiting
-    unit = env.store.units.get(f"{namespace}/{unit_name(name)}")
+    unit = env.store.units.get(f"{namespace}/{job_unit_name(name)}")
     old_suspended = _suspended(old_spec, "request.oldObject.spec")
     admitted = (unit is not None and unit.phase in ADMITTED_PHASES) or not old_suspended
     new_queue = (new_labels or {}).get(QUEUE_LABEL)

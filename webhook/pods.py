@@ -4,7 +4,14 @@ Mutating (CREATE): resolve the queue, set `arbiter.dev/queue`, add the
 `arbiter.dev/admission` gate. A pod whose controller is a batch/v1 Job and
 that already carries the queue label is not gated: the Job webhook put the
 label into the Job's pod template, the Job is the unit of admission, and
-its pods exist only once arbiter has unsuspended it.
+its pods exist only once arbiter has unsuspended it. Both facts are on the
+pod and anyone may write them, so the owner is checked against the cache:
+the Job must be there, with the same uid, managed (its queue label set).
+That is safe against the cache lagging: the Job controller creates pods
+only once arbiter unsuspended the Job, which it does from the cache. A pod
+that claims a Job arbiter does not know is gated like a plain pod (and, its
+controller being a Job, no QueueUnit ever admits it). Until the cache has
+listed Jobs, such pods get a retryable denial instead of a guess.
 
 Validating: CREATE is denied when no queue resolves, the queue does not
 exist or is Closed. UPDATE (sent only for pods that held the gate, see
@@ -43,18 +50,41 @@ def _meta_labels(pod: Obj, where: str) -> tuple[Obj | None, dict[str, str] | Non
     return meta, get_labels(meta, f"{where}.metadata")
 
 
-def job_owned(meta: Obj | None, where: str = "request.object.metadata") -> bool:
-    """True when the pod's controller is a batch/v1 Job."""
+def job_owner(meta: Obj | None,
+              where: str = "request.object.metadata") -> tuple[str, str] | None:
+    """(name, uid) of the pod's controller when it is a batch/v1 Job, else None."""
     if meta is None:
-        return False
+        return None
     refs = get_list(meta, "ownerReferences", f"{where}.ownerReferences") or []
     for index, ref in enumerate(refs):
         if not isinstance(ref, dict):
             raise MalformedReview(f"{where}.ownerReferences[{index}] must be an object")
         if (ref.get("controller") is True and ref.get("kind") == "Job"
                 and ref.get("apiVersion") == "batch/v1"):
-            return True
-    return False
+            name, uid = ref.get("name"), ref.get("uid")
+            return (name if isinstance(name, str) else "", uid if isinstance(uid, str) else "")
+    return None
+
+
+def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
+                    labels: dict[str, str] | None) -> bool | Decision:
+    """Whether the pod belongs to a Job arbiter holds (so it is not gated).
+
+    True only when the pod carries the queue label and its controller is a
+    Job that is in the cache with the same uid and a queue; a denial while
+    the cache has not listed Jobs yet and the pod claims one.
+    """
+    if not (labels and labels.get(QUEUE_LABEL)):
+        return False
+    owner = job_owner(meta)
+    if owner is None:
+        return False
+    waiting = not_ready(env, ("Job",))
+    if waiting is not None:
+        return waiting
+    name, uid = owner
+    job = env.store.jobs.get(f"{namespace}/{name}")
+    return job is not None and bool(uid) and job.uid == uid and job.queue is not None
 
 
 def _gates(spec: Obj | None, where: str) -> list[Any] | None:
@@ -94,11 +124,13 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     queue = env.store.resolve_queue(namespace, labels)
     if queue is None:
         return ALLOW  # the validating webhook denies it with the reason
+    job_pod = managed_job_pod(env, namespace, meta, labels)
+    if isinstance(job_pod, Decision):
+        return job_pod
     ops: list[PatchOp] = []
     set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
     warnings: list[str] = []
-    labelled_job_pod = bool(labels and labels.get(QUEUE_LABEL)) and job_owned(meta)
-    if not labelled_job_pod:
+    if not job_pod:
         if spec is not None and spec.get("nodeName"):
             # The apiserver forbids scheduling gates on a pod bound at creation.
             warnings.append(
@@ -131,7 +163,10 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     namespace = _namespace(request, meta)
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
-    if labels and labels.get(QUEUE_LABEL) and job_owned(meta):
+    job_pod = managed_job_pod(env, namespace, meta, labels)
+    if isinstance(job_pod, Decision):
+        return job_pod
+    if job_pod:
         # A pod of a Job arbiter accepted: the Job was checked (and admitted).
         return ALLOW
     waiting = not_ready(env, QUEUE_KINDS)

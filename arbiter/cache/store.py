@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from arbiter.cache import convert
+from arbiter.cache.jobflow_records import (
+    JobFlowRecord,
+    JobTemplateRecord,
+    jobflow_from_api,
+    jobtemplate_from_api,
+)
 from arbiter.cache.records import (
     QUEUE_LABEL,
     JobRecord,
@@ -25,12 +31,6 @@ from arbiter.cache.records import (
     UnitRecord,
 )
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.jobflow.records import (
-    JobFlowRecord,
-    JobTemplateRecord,
-    jobflow_from_api,
-    jobtemplate_from_api,
-)
 
 log = logging.getLogger(__name__)
 

@@ -41,6 +41,7 @@ pairs and floored with integer division.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -220,6 +221,8 @@ def deserved(
             if not members or r in exhausted:
                 continue
             slope = slope_f[r]
+            if slope <= 0:  # float drift: recount it from its members
+                slope = slope_f[r] = math.fsum(float(fills[n].speed[r]) for n in members)
             room = capacity.get_amount(r) - const_f[r]
             if slope > 0:
                 guess = room / slope

@@ -39,7 +39,9 @@ shapes), plus O(1) for each shape it finds no longer fits, once per pass):
   so the queue's next unit is the earliest head among the shapes that fit: a
   small heap of shape heads per queue finds it in O(log shapes), however
   many identical units wait. A shape found not to fit is *rejected*; while
-  nothing grows it stays unfittable, so it is not looked at again.
+  nothing grows it stays unfittable, so it is not looked at again. The
+  engine keeps no record per unit besides the `Unit` itself in its shape's
+  list (cheap to build, and nothing extra for the garbage collector).
 * Free capacity only shrinks while admitting, which can take the candidate of
   another queue out of reach. Per resource, a max-heap of the candidates'
   demands finds exactly those queues after each admission (lazy deletion by
@@ -63,8 +65,8 @@ shapes), plus O(1) for each shape it finds no longer fits, once per pass):
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter
@@ -203,8 +205,8 @@ def admission_order(
 
 _UNLIMITED = 1 << 200  # capability of an uncapped resource
 
-# A shape drops its admitted/removed units once more than half of its list and
-# more than this many are dead (tests lower it to exercise compaction).
+# A shape drops the admitted units before its head once they are more than
+# half of its list and more than this many (tests lower it to exercise that).
 TIDY_MIN = 32
 
 # Queue states. Every change of state bumps the queue's version, which makes
@@ -216,27 +218,27 @@ _DIRTY = 3  # must be re-examined from scratch before the next decision
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount), amounts > 0
 ShapeKey = tuple[tuple[str, int], ...]  # a demand's items, as given
+KeyFunc = Callable[[Unit], OrderKey]
 
 
-class _Rec:
-    """A unit as the engine holds it."""
+def _priority_key(unit: Unit) -> OrderKey:
+    return (-unit.priority, unit.created, unit.key)
 
-    __slots__ = ("alive", "okey", "pairs", "shape", "unit")
 
-    unit: Unit
-    pairs: Pairs
-    okey: OrderKey
-    alive: bool  # still pending
-    shape: _Shape | None
+def _fifo_key(unit: Unit) -> OrderKey:
+    return (unit.created, unit.key)
 
-    def __init__(
-        self, unit: Unit, pairs: Pairs, okey: OrderKey, shape: _Shape | None = None
-    ) -> None:
-        self.unit = unit
-        self.pairs = pairs
-        self.okey = okey
-        self.alive = True
-        self.shape = shape
+
+_KEY_FUNCS: dict[str, KeyFunc] = {"Priority": _priority_key, "FIFO": _fifo_key}
+_BY_CREATED = attrgetter("created", "key")
+_BY_PRIORITY = attrgetter("priority")
+
+
+def _sort_units(units: list[Unit], order: KeyFunc) -> None:
+    """Sort in queue order with C-level keys (stable passes, least significant first)."""
+    units.sort(key=_BY_CREATED)
+    if order is _priority_key:
+        units.sort(key=_BY_PRIORITY, reverse=True)  # stable: keeps (created, key) order
 
 
 class _Shape:
@@ -245,15 +247,18 @@ class _Shape:
     Equal demands fit or fail together, so a queue's next unit is the earliest
     head among its shapes that fit; shapes found not to fit are *rejected*
     until the queue is re-examined (which growth of free capacity triggers).
+    The engine keeps no per-unit record: `units[head:]` are exactly the
+    shape's pending units (admission always takes the head; a removed unit is
+    deleted from the list), sorted unless `unsorted`.
     """
 
-    __slots__ = ("dead", "head", "key", "pairs", "recs", "rejected", "unsorted", "ver")
+    __slots__ = ("head", "key", "pairs", "rejected", "tail", "units", "unsorted", "ver")
 
     key: ShapeKey  # its key in the queue's `shapes`
     pairs: Pairs
-    recs: list[_Rec]
-    head: int  # no live unit before this index
-    dead: int
+    units: list[Unit]
+    head: int
+    tail: OrderKey | None  # order key of the last unit appended (or later)
     unsorted: bool
     rejected: bool
     ver: int  # the valid entry of this shape in its queue's heap
@@ -261,34 +266,40 @@ class _Shape:
     def __init__(self, key: ShapeKey, pairs: Pairs) -> None:
         self.key = key
         self.pairs = pairs
-        self.recs = []
+        self.units = []
         self.head = 0
-        self.dead = 0
+        self.tail = None
         self.unsorted = False
         self.rejected = False
         self.ver = 0
 
-    def first(self) -> _Rec | None:
-        recs = self.recs
-        end = len(recs)
-        h = self.head
-        while h < end and not recs[h].alive:
-            h += 1
-        self.head = h
-        return recs[h] if h < end else None
+    def first(self) -> Unit | None:
+        return self.units[self.head] if self.head < len(self.units) else None
 
-    def tidy(self) -> None:
-        recs = [rec for rec in self.recs if rec.alive]
+    def tidy(self, order: KeyFunc) -> None:
+        """Drop the units before the head; sort the rest if needed."""
+        units = self.units[self.head :]
         if self.unsorted:
-            recs.sort(key=_OKEY)
+            _sort_units(units, order)
             self.unsorted = False
-        self.recs = recs
+        self.units = units
         self.head = 0
-        self.dead = 0
+        self.tail = order(units[-1]) if units else None
+
+    def index(self, unit: Unit, order: KeyFunc) -> int:
+        """Position of the pending `unit` in `units` (-1 if absent)."""
+        units = self.units
+        if not self.unsorted:
+            at = bisect_left(units, order(unit), lo=self.head, key=order)
+            if at < len(units) and units[at] is unit:
+                return at
+        for at in range(self.head, len(units)):
+            if units[at] is unit:
+                return at
+        return -1
 
 
-_OKEY = attrgetter("okey")
-_ShapeEntry = tuple[OrderKey, int, _Shape]  # (okey of the shape's head, ver, shape)
+_ShapeEntry = tuple[OrderKey, int, _Shape]  # (order key of the shape's head, ver, shape)
 
 
 class _Queue:
@@ -297,6 +308,7 @@ class _Queue:
         "blocking",
         "cand",
         "capl",
+        "cshape",
         "divl",
         "divs",
         "guar",
@@ -307,6 +319,7 @@ class _Queue:
         "nadmitted",
         "name",
         "optflag",
+        "order",
         "policy",
         "shapes",
         "share",
@@ -321,6 +334,7 @@ class _Queue:
     name: str
     spec: QueueSpec | None
     policy: QueuePolicy
+    order: KeyFunc  # order key of a unit inside this queue
     blocking: bool
     alloc: list[int]  # per resource index
     capl: list[int]  # capability per resource index, _UNLIMITED when absent
@@ -330,8 +344,9 @@ class _Queue:
     divl: list[int]  # capacity * weight per resource index, 0 where capacity is 0
     shapes: dict[ShapeKey, _Shape]
     sheap: list[_ShapeEntry]  # heads of the shapes not rejected (lazy deletion)
-    cand: _Rec | None  # the unit it offers now (fits)
-    head: _Rec | None  # blocking: its head when that does not fit
+    cand: Unit | None  # the unit it offers now (fits)
+    cshape: _Shape | None  # ... and its shape
+    head: Unit | None  # blocking: its head when that does not fit
     status: int
     version: int
     share: int  # exact weighted dominant share, scaled (see module doc)
@@ -346,6 +361,7 @@ class _Queue:
         self.name = name
         self.spec = None
         self.policy = "Priority"
+        self.order = _priority_key
         self.blocking = False
         self.alloc = [0] * nres
         self.capl = [_UNLIMITED] * nres
@@ -356,6 +372,7 @@ class _Queue:
         self.shapes = {}
         self.sheap = []
         self.cand = None
+        self.cshape = None
         self.head = None
         self.status = _IDLE
         self.version = 0
@@ -367,11 +384,11 @@ class _Queue:
         self.wversion = 0
         self.nadmitted = 0
 
-    def units(self) -> list[_Rec]:
+    def units(self) -> list[Unit]:
         """Pending units in queue order."""
-        recs = [rec for shape in self.shapes.values() for rec in shape.recs if rec.alive]
-        recs.sort(key=_OKEY)
-        return recs
+        units = [u for shape in self.shapes.values() for u in shape.units[shape.head :]]
+        _sort_units(units, self.order)
+        return units
 
 
 # (flag, share, name, 1, version, queue) and (optflag, share, name, 0, wversion,
@@ -397,8 +414,8 @@ class AdmissionEngine:
         self._shift = 0
         self._wbits = 1
         self._queues: dict[str, _Queue] = {}
-        self._pending: dict[str, _Rec] = {}
-        self._admitted: dict[str, _Rec] = {}
+        self._pending: dict[str, Unit] = {}
+        self._admitted: dict[str, Unit] = {}
         self._heap: list[_Entry] = []
         self._wait: list[_Entry] = []
         self._cursor = 0
@@ -498,10 +515,10 @@ class AdmissionEngine:
         q.hasguar = any(amount > 0 for amount in spec.guarantee.values())
         if spec.policy != q.policy:
             q.policy = spec.policy
+            q.order = _KEY_FUNCS[spec.policy]
             for shape in q.shapes.values():
-                for rec in shape.recs:
-                    rec.okey = order_key(rec.unit, spec.policy)
                 shape.unsorted = True
+                shape.tail = None  # keys of the old order do not compare with new ones
         if spec.weight.bit_length() > self._wbits:
             self._wbits = spec.weight.bit_length()
             self._recompute_shift()
@@ -516,8 +533,7 @@ class AdmissionEngine:
             return
         q.spec = None
         self._bump(q)
-        q.cand = None
-        q.head = None
+        q.cand = q.cshape = q.head = None
         q.status = _IDLE
         self._set_divs(q)
 
@@ -546,67 +562,67 @@ class AdmissionEngine:
         shape = q.shapes.get(skey)
         if shape is None:
             shape = q.shapes[skey] = _Shape(skey, self._pairs(unit.demand))
-        okey: OrderKey = (
-            (unit.created, key) if q.policy == "FIFO" else (-unit.priority, unit.created, key)
-        )
-        rec = _Rec(unit, shape.pairs, okey, shape)
-        self._pending[key] = rec
-        recs = shape.recs
+        self._pending[key] = unit
+        okey = q.order(unit)
+        units = shape.units
+        tail = shape.tail
         if q.status == _DIRTY or q.status == _IDLE:
             # Re-examined (and sorted) before the next decision.
-            if recs and okey < recs[-1].okey:
+            if tail is not None and okey < tail:
                 shape.unsorted = True
-            recs.append(rec)
+            else:
+                shape.tail = okey
+            units.append(unit)
             return
-        if recs and okey < recs[-1].okey:
-            at = bisect_right(recs, okey, key=_OKEY)
-            recs.insert(at, rec)
-            if at < shape.head:
-                shape.head = at
+        if tail is not None and okey < tail:
+            at = bisect_right(units, okey, lo=shape.head, key=q.order)
+            units.insert(at, unit)
         else:
-            recs.append(rec)
-        if shape.first() is not rec:
+            at = len(units)
+            units.append(unit)
+            shape.tail = okey
+        if at != shape.head:
             return  # behind an earlier unit of the same demand: changes nothing now
         if q.blocking:
             self._push_shape(q, shape)
             current = q.cand or q.head
-            if current is None or okey < current.okey:
+            if current is None or okey < q.order(current):
                 self._find_blocking(q)
             return
         if shape.rejected:
             return  # known not to fit (until the queue is re-examined)
         self._push_shape(q, shape)
         cand = q.cand
-        if cand is not None and not okey < cand.okey:
+        if cand is not None and not okey < q.order(cand):
             return  # comes after the unit the queue offers now
-        if self._fits(q, rec):
-            q.cand = rec
+        if self._fits(q, shape.pairs):
+            q.cand = unit
+            q.cshape = shape
             q.status = _CAND
             self._push_cand(q)
         else:
             shape.rejected = True
-            if (self._skip(q, rec) or not q.inwait) and q.thr:
+            if (self._skip(q, shape.pairs) or not q.inwait) and q.thr:
                 self._wait_insert(q)
 
     def remove_pending(self, key: str) -> None:
         """Drop a pending unit (deleted, or moved elsewhere). Unknown keys are ignored."""
-        rec = self._pending.pop(key, None)
-        if rec is None:
+        unit = self._pending.pop(key, None)
+        if unit is None:
             return
-        q = self._queues[rec.unit.queue]
-        shape = rec.shape
-        assert shape is not None
-        was_first = shape.first() is rec
-        rec.alive = False
-        shape.dead += 1
+        q = self._queues[unit.queue]
+        shape = q.shapes[tuple(unit.demand.items())]
+        at = shape.index(unit, q.order)
+        assert at >= 0
+        del shape.units[at]
         if q.status != _CAND and q.status != _PARKED:
             return  # re-examined from scratch before the next decision
-        if was_first:
+        if at == shape.head:
             self._push_shape(q, shape)
         if q.blocking:
-            if rec is q.cand or rec is q.head:
+            if unit is q.cand or unit is q.head:
                 self._find_blocking(q)
-        elif rec is q.cand:
+        elif unit is q.cand:
             self._find(q)
 
     def add_admitted(self, unit: Unit) -> None:
@@ -617,29 +633,28 @@ class AdmissionEngine:
         if key in self._pending:
             self.remove_pending(key)
         q = self._queue(unit.queue)
-        rec = _Rec(unit, self._pairs(unit.demand), order_key(unit, q.policy))
-        rec.alive = False
-        self._admitted[key] = rec
+        pairs = self._pairs(unit.demand)
+        self._admitted[key] = unit
         q.nadmitted += 1
         alloc = q.alloc
         free = self._free
-        for i, amount in rec.pairs:
+        for i, amount in pairs:
             alloc[i] += amount
             free[i] -= amount
         if q.spec is not None:
             self._mark_dirty(q)
-        self._invalidate(rec.pairs)
+        self._invalidate(pairs)
 
     def release(self, key: str) -> None:
         """An admitted unit is gone (finished, deleted, preempted). Unknown keys are ignored."""
-        rec = self._admitted.pop(key, None)
-        if rec is None:
+        unit = self._admitted.pop(key, None)
+        if unit is None:
             return
-        q = self._queues[rec.unit.queue]
+        q = self._queues[unit.queue]
         q.nadmitted -= 1
         alloc = q.alloc
         free = self._free
-        for i, amount in rec.pairs:
+        for i, amount in self._pairs(unit.demand):
             alloc[i] -= amount
             free[i] += amount
         self._cursor = 0  # free capacity grew: rejected units may fit again
@@ -731,11 +746,11 @@ class AdmissionEngine:
     def pending(self, queue: str) -> list[Unit]:
         """Pending units of `queue` in queue order (position = index)."""
         q = self._queues.get(queue)
-        return [] if q is None else [rec.unit for rec in q.units()]
+        return [] if q is None else q.units()
 
     def admitted(self, queue: str) -> list[Unit]:
         """Admitted units of `queue` (in the order the engine learnt of them)."""
-        return [rec.unit for rec in self._admitted.values() if rec.unit.queue == queue]
+        return [unit for unit in self._admitted.values() if unit.queue == queue]
 
     def admitted_count(self, queue: str) -> int:
         q = self._queues.get(queue)
@@ -767,36 +782,37 @@ class AdmissionEngine:
         q = self._queues.get(queue)
         if q is None:
             return ""
-        recs = q.units()
-        if not recs:
+        units = q.units()
+        if not units:
             return ""
         if q.spec is None:
             return f"queue {queue} does not exist"
-        return self._reason(q, recs[0])
+        return self._reason(q, units[0])
 
     def explain_unit(self, key: str) -> str:
         """Why the pending unit `key` waits; "" when it is not pending."""
-        rec = self._pending.get(key)
-        if rec is None:
+        unit = self._pending.get(key)
+        if unit is None:
             return ""
-        q = self._queues[rec.unit.queue]
+        q = self._queues[unit.queue]
         if q.spec is None:
             return f"queue {q.name} does not exist"
         if q.blocking:
             head = q.units()[0]
-            if head is not rec and self._reason(q, head) != _FITS:
-                return f"blocked behind head unit {head.unit.key}"
-        return self._reason(q, rec)
+            if head is not unit and self._reason(q, head) != _FITS:
+                return f"blocked behind head unit {head.key}"
+        return self._reason(q, unit)
 
-    def _reason(self, q: _Queue, rec: _Rec) -> str:
+    def _reason(self, q: _Queue, unit: Unit) -> str:
         names = self._names
-        capped = [names[i] for i, a in rec.pairs if q.alloc[i] + a > q.capl[i]]
+        pairs = self._pairs(unit.demand)
+        capped = [names[i] for i, a in pairs if q.alloc[i] + a > q.capl[i]]
         if capped:
             return f"queue at capability ({', '.join(capped)})"
-        absent = [names[i] for i, a in rec.pairs if self._cap[i] <= 0]
+        absent = [names[i] for i, a in pairs if self._cap[i] <= 0]
         if absent:
             return f"cluster has no capacity for ({', '.join(absent)})"
-        full = [names[i] for i, a in rec.pairs if a > self._free[i]]
+        full = [names[i] for i, a in pairs if a > self._free[i]]
         if full:
             return f"cluster full ({', '.join(full)})"
         return _FITS
@@ -815,8 +831,7 @@ class AdmissionEngine:
         if q.status == _DIRTY:
             return
         self._bump(q)
-        q.cand = None
-        q.head = None
+        q.cand = q.cshape = q.head = None
         q.status = _DIRTY
         self._dirtyq.append(q)
 
@@ -842,8 +857,7 @@ class AdmissionEngine:
     def _examine(self, q: _Queue) -> None:
         """Re-derive everything about `q` from scratch (O(shapes), not O(units))."""
         self._bump(q)
-        q.cand = None
-        q.head = None
+        q.cand = q.cshape = q.head = None
         if q.spec is None:
             q.status = _IDLE
             return
@@ -851,20 +865,21 @@ class AdmissionEngine:
         q.mins = None
         q.optflag = 2
         q.share = self._share_of(q)
+        order = q.order
         sheap: list[_ShapeEntry] = []
         seq = self._seq
         empty: list[ShapeKey] = []
         for skey, shape in q.shapes.items():
-            if shape.unsorted or (shape.dead > TIDY_MIN and shape.dead * 2 > len(shape.recs)):
-                shape.tidy()
-            rec = shape.first()
-            if rec is None:
+            if shape.unsorted or (shape.head > TIDY_MIN and shape.head * 2 > len(shape.units)):
+                shape.tidy(order)
+            unit = shape.first()
+            if unit is None:
                 empty.append(skey)
                 continue
             shape.rejected = False
             seq += 1
             shape.ver = seq
-            sheap.append((rec.okey, seq, shape))
+            sheap.append((order(unit), seq, shape))
         self._seq = seq
         for skey in empty:
             del q.shapes[skey]
@@ -879,49 +894,49 @@ class AdmissionEngine:
         """The head of `shape` changed: give it a fresh heap entry."""
         self._seq += 1
         shape.ver = self._seq
-        if shape.dead > TIDY_MIN and shape.dead * 2 > len(shape.recs):
-            shape.tidy()
-        rec = shape.first()
-        if rec is None:
+        if shape.head > TIDY_MIN and shape.head * 2 > len(shape.units):
+            shape.tidy(q.order)
+        unit = shape.first()
+        if unit is None:
             if q.shapes.get(shape.key) is shape:
                 del q.shapes[shape.key]
             return
         if shape.rejected:
             return
         sheap = q.sheap
-        heapq.heappush(sheap, (rec.okey, shape.ver, shape))
+        heapq.heappush(sheap, (q.order(unit), shape.ver, shape))
         if len(sheap) > 2 * len(q.shapes) + 16:
             q.sheap = sheap = [e for e in sheap if e[1] == e[2].ver and not e[2].rejected]
             heapq.heapify(sheap)
 
-    def _fits(self, q: _Queue, rec: _Rec) -> bool:
+    def _fits(self, q: _Queue, pairs: Pairs) -> bool:
         free = self._free
         alloc = q.alloc
         capl = q.capl
-        for i, a in rec.pairs:  # noqa: SIM110 - a plain loop is faster than all() here
+        for i, a in pairs:  # noqa: SIM110 - a plain loop is faster than all() here
             if a > free[i] or alloc[i] + a > capl[i]:
                 return False
         return True
 
-    def _flag(self, q: _Queue, rec: _Rec) -> int:
-        """0 when admitting `rec` keeps `q` within its guarantee, else 1."""
+    def _flag(self, q: _Queue, pairs: Pairs) -> int:
+        """0 when admitting a unit of `pairs` keeps `q` within its guarantee, else 1."""
         if not q.hasguar:
-            return 1 if rec.pairs else 0
+            return 1 if pairs else 0
         alloc = q.alloc
         guar = q.guar
-        for i, a in rec.pairs:
+        for i, a in pairs:
             if alloc[i] + a > guar[i]:
                 return 1
         return 0
 
-    def _skip(self, q: _Queue, rec: _Rec) -> bool:
-        """Record that `rec` does not fit; True when q's optimistic flag improved."""
+    def _skip(self, q: _Queue, pairs: Pairs) -> bool:
+        """Record that a unit of `pairs` does not fit; True when q's optimistic flag improved."""
         free = self._free
         alloc = q.alloc
         capl = q.capl
         first = -1
         need = 0
-        for i, a in rec.pairs:
+        for i, a in pairs:
             if alloc[i] + a > capl[i]:
                 return False  # waits for its own queue to shrink or change
             if first < 0 and a > free[i]:
@@ -931,16 +946,16 @@ class AdmissionEngine:
             q.thr[first] = need
         mins = q.mins
         if mins is None:
-            q.mins = dict(rec.pairs)
+            q.mins = dict(pairs)
         else:
-            demand = dict(rec.pairs)
+            demand = dict(pairs)
             for i in list(mins):
                 a = demand.get(i, 0)
                 if a <= 0:
                     del mins[i]
                 elif a < mins[i]:
                     mins[i] = a
-        flag = self._flag(q, rec)
+        flag = self._flag(q, pairs)
         if flag < q.optflag:
             q.optflag = flag
             return True
@@ -962,13 +977,14 @@ class AdmissionEngine:
         return True
 
     def _push_cand(self, q: _Queue) -> None:
-        rec = q.cand
-        assert rec is not None
+        shape = q.cshape
+        assert shape is not None
+        pairs = shape.pairs
         self._seq += 1
         version = self._seq
         q.version = version
         heap = self._heap
-        flag = self._flag(q, rec) if q.hasguar else (1 if rec.pairs else 0)
+        flag = self._flag(q, pairs) if q.hasguar else (1 if pairs else 0)
         entry: _Entry = (flag, q.share, q.name, 1, version, q)
         if heap and heap[0][5] is q:
             heapq.heapreplace(heap, entry)  # its own, now stale, entry
@@ -978,7 +994,7 @@ class AdmissionEngine:
             self._heap = heap = [e for e in heap if e[4] == e[5].version]
             heapq.heapify(heap)
         on = self._candon
-        for i, a in rec.pairs:
+        for i, a in pairs:
             if on[i]:
                 ch = self._candheaps[i]
                 heapq.heappush(ch, (-a, version, q))
@@ -992,7 +1008,7 @@ class AdmissionEngine:
     def _park(self, q: _Queue) -> None:
         self._seq += 1
         q.version = self._seq
-        q.cand = None
+        q.cand = q.cshape = None
         q.status = _PARKED
 
     def _find(self, q: _Queue, lowered: bool = False) -> None:
@@ -1006,18 +1022,18 @@ class AdmissionEngine:
             if ver != shape.ver or shape.rejected:
                 heapq.heappop(sheap)
                 continue
-            rec = shape.recs[shape.head]
-            for r, a in rec.pairs:
+            for r, a in shape.pairs:
                 if a > free[r] or alloc[r] + a > capl[r]:
                     break
             else:
-                q.cand = rec
+                q.cand = shape.units[shape.head]
+                q.cshape = shape
                 q.status = _CAND
                 self._push_cand(q)
                 break
             heapq.heappop(sheap)
             shape.rejected = True
-            if self._skip(q, rec):
+            if self._skip(q, shape.pairs):
                 lowered = True
         else:
             self._park(q)
@@ -1027,11 +1043,11 @@ class AdmissionEngine:
     def _find_blocking(self, q: _Queue) -> None:
         """Blocking: only the head of the queue is offered."""
         sheap = q.sheap
-        rec: _Rec | None = None
+        found: _Shape | None = None
         while sheap:
             _, ver, shape = sheap[0]
             if ver == shape.ver:
-                rec = shape.recs[shape.head]
+                found = shape
                 break
             heapq.heappop(sheap)
         # The head may have changed: forget what was recorded about the old one.
@@ -1043,15 +1059,16 @@ class AdmissionEngine:
         q.thr = {}
         q.mins = None
         q.optflag = 2
-        q.head = rec
-        if rec is not None and self._fits(q, rec):
-            q.cand = rec
+        q.head = found.units[found.head] if found is not None else None
+        if found is not None and self._fits(q, found.pairs):
+            q.cand = q.head
+            q.cshape = found
             q.status = _CAND
             self._push_cand(q)
             return
         self._park(q)
-        if rec is not None:
-            self._skip(q, rec)
+        if found is not None:
+            self._skip(q, found.pairs)
             if q.thr:
                 self._wait_insert(q)
 
@@ -1078,21 +1095,21 @@ class AdmissionEngine:
             self._wait = kept
 
     def _admit(self, q: _Queue) -> Unit:
-        rec = q.cand
-        assert rec is not None and rec.shape is not None
-        unit = rec.unit
-        rec.alive = False
-        rec.shape.dead += 1
+        unit = q.cand
+        shape = q.cshape
+        assert unit is not None and shape is not None
+        pairs = shape.pairs
         q.nadmitted += 1
-        del self._pending[unit.key]
-        self._admitted[unit.key] = rec
+        key = unit.key
+        del self._pending[key]
+        self._admitted[key] = unit
         free = self._free
         alloc = q.alloc
         # Only the resources it requests grew: they alone can raise the share.
         shift = self._shift
         divl = q.divl
         share = q.share
-        for i, a in rec.pairs:
+        for i, a in pairs:
             held = alloc[i] + a
             alloc[i] = held
             free[i] -= a
@@ -1102,39 +1119,32 @@ class AdmissionEngine:
                 if part > share:
                     share = part
         q.share = share
-        # Its shape's heap entry is the first valid one (anything above it is
-        # stale or rejected): replace it by the shape's next head in one step.
-        shape = rec.shape
+        # The unit was its shape's head. The shape's heap entry is the first
+        # valid one (anything above it is stale or rejected): replace it by
+        # the shape's next head in one step.
+        shape.head += 1
         sheap = q.sheap
         while sheap and (sheap[0][2] is not shape or sheap[0][1] != shape.ver):
             heapq.heappop(sheap)
         if not sheap:
             self._push_shape(q, shape)
         else:
-            if shape.dead > TIDY_MIN and shape.dead * 2 > len(shape.recs):
-                shape.tidy()  # drops the admitted unit too
-                h = 0
-            else:
-                h = shape.head + 1  # the admitted unit was the shape's head
+            if shape.head > TIDY_MIN and shape.head * 2 > len(shape.units):
+                shape.tidy(q.order)
             self._seq += 1
             shape.ver = self._seq
-            recs = shape.recs
-            end = len(recs)
-            while h < end and not recs[h].alive:
-                h += 1
-            shape.head = h
-            head = recs[h] if h < end else None
+            head = shape.first()
             if head is None:
                 heapq.heappop(sheap)
                 if q.shapes.get(shape.key) is shape:
                     del q.shapes[shape.key]
             else:
-                heapq.heapreplace(sheap, (head.okey, shape.ver, shape))
+                heapq.heapreplace(sheap, (q.order(head), shape.ver, shape))
         if q.blocking:
             self._find_blocking(q)
         else:
             self._find(q)
-        self._invalidate(rec.pairs)
+        self._invalidate(pairs)
         return unit
 
     def _activate(self, i: int) -> None:
@@ -1142,9 +1152,9 @@ class AdmissionEngine:
         self._candon[i] = True
         heap: list[_CandEntry] = []
         for q in self._queues.values():
-            cand = q.cand
-            if q.status == _CAND and cand is not None:
-                for j, a in cand.pairs:
+            shape = q.cshape
+            if q.status == _CAND and shape is not None:
+                for j, a in shape.pairs:
                     if j == i:
                         heap.append((-a, q.version, q))
         heapq.heapify(heap)
@@ -1168,13 +1178,13 @@ class AdmissionEngine:
                 _, version, q = heapq.heappop(ch)
                 if version != q.version:
                     continue
-                cand = q.cand
-                assert cand is not None and cand.shape is not None
+                shape = q.cshape
+                assert shape is not None
                 if q.blocking:
                     self._find_blocking(q)
                 else:
-                    cand.shape.rejected = True
-                    self._find(q, self._skip(q, cand))
+                    shape.rejected = True
+                    self._find(q, self._skip(q, shape.pairs))
 
 
 _FITS = "fits now; waiting for the next admission pass"

@@ -334,34 +334,40 @@ def plan(
     *,
     due: Set[str],
     protected: Set[str] = frozenset(),
+    allocated: Mapping[str, Mapping[str, int]] | None = None,
+    ordered: bool = False,
     max_victims: int = 100,
     max_steps: int = 10_000,
 ) -> Plan:
     """Victims for the waiting units (see the module doc).
 
     `admitted`: every unit holding capacity (capacity being freed already
-    left out); `waiting`: each queue's waiting units in queue order (a
-    prefix is enough); `due`: queues whose grace has passed; `protected`:
-    keys never to pick (a write in flight, an eviction blocked lately).
+    left out) — or, when `allocated` gives what each queue holds, only the
+    units that may be taken (in `victim_order` when `ordered`); `waiting`:
+    each queue's waiting units in queue order (a prefix is enough); `due`:
+    queues whose grace has passed; `protected`: keys never to pick (a write
+    in flight, an eviction blocked lately).
     """
     # What the queues' admitted units hold (victims taken off): the floors
     # are checked against this. `projected` adds the units this pass has
     # served: shares, capabilities and the reclaimer's deserved share use it
     # (a unit about to be admitted must not make its queue's running units
     # look like surplus).
-    allocated: dict[str, dict[str, int]] = {}
-    projected: dict[str, dict[str, int]] = {}
+    held_by: dict[str, dict[str, int]] = {}
     free = dict(capacity)
-    for running in admitted:
-        held = allocated.setdefault(running.queue, {})
-        ahead = projected.setdefault(running.queue, {})
-        for r, v in running.demand.items():
-            held[r] = held.get(r, 0) + v
-            ahead[r] = ahead.get(r, 0) + v
+    if allocated is None:
+        for running in admitted:
+            held = held_by.setdefault(running.queue, {})
+            for r, v in running.demand.items():
+                held[r] = held.get(r, 0) + v
+    else:
+        held_by = {name: dict(amounts) for name, amounts in allocated.items()}
+    for amounts in held_by.values():
+        for r, v in amounts.items():
             free[r] = free.get(r, 0) - v
-    order = victim_order(queues)
-    pool = sorted((u for u in admitted if u.key not in protected and u.queue in queues),
-                  key=order)
+    projected = {name: dict(amounts) for name, amounts in held_by.items()}
+    chosen_from = (u for u in admitted if u.key not in protected and u.queue in queues)
+    pool = list(chosen_from) if ordered else sorted(chosen_from, key=victim_order(queues))
     gone: set[str] = set()
 
     def candidates() -> Iterable[Admitted]:
@@ -404,7 +410,7 @@ def plan(
             chosen = None
             if may_reclaim(spec, held, unit, free):
                 starving.add(name)
-                found = select_reclaim(unit, free, queues, allocated, candidates(), ordered=True)
+                found = select_reclaim(unit, free, queues, held_by, candidates(), ordered=True)
                 if found is not None and name not in due:
                     waiting_for_grace.add(name)
                     continue  # wait for the grace period: the queue offers nothing more
@@ -420,7 +426,7 @@ def plan(
         for victim in chosen:
             gone.add(victim.key)
             victims.append(Victim(victim, reason, unit.key, name))
-            source = allocated.setdefault(victim.queue, {})
+            source = held_by.setdefault(victim.queue, {})
             ahead = projected.setdefault(victim.queue, {})
             for r, v in victim.demand.items():
                 source[r] = source.get(r, 0) - v

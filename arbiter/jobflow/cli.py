@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
+from arbiter.cache.jobflow_records import FlowSpecError, parse_flow_spec
 from arbiter.jobflow.patch import job_from_template, template_from_job
-from arbiter.jobflow.records import FlowSpecError, parse_flow_spec
 
 Obj = dict[str, Any]
 ARBITER_PREFIX = "/apis/arbiter.dev/v1alpha1"

@@ -26,11 +26,11 @@ from urllib.parse import quote
 
 from arbiter import metrics
 from arbiter.cache import convert
+from arbiter.cache.jobflow_records import JobFlowRecord
 from arbiter.cache.records import QUEUE_LABEL
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.jobflow.dag import CycleError, Evaluation, Step, evaluate, job_name
 from arbiter.jobflow.patch import FLOW_ANNOTATION, build_job
-from arbiter.jobflow.records import JobFlowRecord
 from arbiter.jobflow.state import (
     AttemptInfo,
     collect_attempts,

@@ -30,8 +30,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-Condition = Literal["Succeeded", "Failed", "Started"]
-CONDITIONS: tuple[Condition, ...] = ("Succeeded", "Failed", "Started")
+# The parsed spec's types live with the JobFlow cache records (re-exported).
+from arbiter.cache.jobflow_records import CONDITIONS as CONDITIONS
+from arbiter.cache.jobflow_records import Condition as Condition
+from arbiter.cache.jobflow_records import Step as Step
+
 StepPhase = Literal["Waiting", "Pending", "Running", "Succeed", "Failed", "Skipped"]
 FlowPhase = Literal["Pending", "Running", "Succeed", "Failed", "Terminating"]
 # One attempt is one Job. `Terminated`: the Job vanished before it finished.
@@ -52,16 +55,6 @@ class CycleError(ValueError):
     def __init__(self, cycle: list[str]) -> None:
         super().__init__("cycle " + " -> ".join(cycle))
         self.cycle = cycle
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    name: str
-    # The JobTemplate instantiated; defaults to the step's name (as in Volcano).
-    template: str
-    targets: tuple[str, ...] = ()
-    condition: Condition = "Succeeded"
-    max_retries: int = 0
 
 
 @dataclass(frozen=True, slots=True)

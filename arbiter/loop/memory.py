@@ -268,6 +268,8 @@ class InMemoryApi:
         target, status = _split(path)
         old = self._get(target)
         new = json_patch(old, ops)
+        # As in the apiserver, a patched resourceVersion is a precondition.
+        self._precondition(old, new)
         return self._store(target, self._scoped(old, new, status, _collection(target)),
                            "MODIFIED")
 

@@ -27,19 +27,22 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import time
 from collections.abc import Callable, Set
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from arbiter import metrics
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.deserved import deserved as fair_deserved
+from arbiter.core.fairshare import Unit
 from arbiter.core.reclaim import (
     Admitted,
     Plan,
     ReclaimQueue,
     Victim,
     Waiting,
+    floor_of,
     plan,
     within_capability,
     within_deserved,
@@ -66,9 +69,11 @@ PREEMPT_REASON = "PreemptedByArbiter"
 @dataclass(frozen=True, slots=True)
 class ReclaimSettings:
     grace: float = 30.0
-    interval: float = 1.0  # seconds between two looks at most
+    interval: float = 1.0  # seconds between two looks at least
+    cost_factor: float = 10.0  # ... and at least this many times what the last one took
     max_victims: int = 100  # per look
     depth: int = 256  # waiting units per queue a look considers
+    candidates: int = 4096  # admitted units a look considers (the first in victim order)
     inflight_ttl: float = 120.0  # forget an eviction whose effect never showed
     blocked_base: float = 5.0
     blocked_max: float = 120.0
@@ -88,6 +93,7 @@ class Look:
     victims: list[Victim] = field(default_factory=list)
     wake_at: float | None = None
     looked: bool = False
+    queues: dict[str, ReclaimQueue] = field(default_factory=dict)
 
 
 def reclaim_queues(mirror: EngineMirror) -> dict[str, ReclaimQueue]:
@@ -119,6 +125,10 @@ def message_for(victim: Victim, queues: dict[str, ReclaimQueue] | None = None) -
             f"{unit.queue} holds more than its deserved share{detail}")
 
 
+def _first(item: tuple[Any, ...]) -> Any:
+    return item[0]
+
+
 def _show(resources: Resources) -> str:
     return ", ".join(f"{k}={v}" for k, v in resources.to_quantities().items()) or "none"
 
@@ -144,15 +154,6 @@ class Reclaimer:
                     if until <= now and mirror.state(k) != "admitted"]:
             del self.blocked[key]
 
-    def admitted_at(self, key: str, record: UnitRecord | None, created: float) -> float:
-        stamp = record.last_allocate_time if record is not None else None
-        cached = self._stamps.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        when = parse_rfc3339(stamp) or created
-        self._stamps[key] = (stamp, when)
-        return when
-
     def look(
         self,
         mirror: EngineMirror,
@@ -170,6 +171,7 @@ class Reclaimer:
             self.last = result
             return result
         self.next_look = now + self.settings.interval
+        started = time.perf_counter()
         result.looked = True
         engine = mirror.engine
         waiting_queues = [name for name, record_ in mirror.queues.items()
@@ -178,7 +180,7 @@ class Reclaimer:
             self.since.clear()
             self.last = result
             return result
-        queues = reclaim_queues(mirror)
+        queues = result.queues = reclaim_queues(mirror)
         free = engine.free()
         # Which queues could need victims at all (cheap: heads only).
         interesting = False
@@ -201,18 +203,43 @@ class Reclaimer:
             self.since.clear()
             self.last = result
             return result
-        admitted: list[Admitted] = []
+        protected = set(busy) | {k for k, (until, _) in self.blocked.items() if until > now}
+        # What each queue holds, evictions in flight taken off (their room
+        # counts as free already).
+        holding: dict[str, Resources] = {name: engine.allocated(name) for name in queues}
+        for flight in self.inflight.values():
+            gone = flight.victim.unit
+            if gone.queue in holding:
+                holding[gone.queue] = holding[gone.queue] - gone.demand
+        # Candidates: units of reclaimable queues above their floor in some
+        # resource, and of queues that preempt inside; the first
+        # `candidates` of them in victim order.
+        sources = {name for name, spec in queues.items()
+                   if (spec.reclaimable and not holding[name].fits_in(floor_of(spec)))
+                   or (spec.within_queue == "LowerPriority" and name in heads)}
+        keyed: list[tuple[tuple[int, int, float, float, str], Unit, float]] = []
+        stamps, fresh = self._stamps, {}
+        inflight = self.inflight
         for key, (state, unit) in mirror.entries.items():
-            if state != "admitted" or key in self.inflight:
+            if state != "admitted" or unit.queue not in sources or key in inflight \
+                    or key in protected:
                 continue
-            admitted.append(Admitted(key, unit.queue, unit.demand, unit.priority,
-                                     self.admitted_at(key, record(key), unit.created),
-                                     unit.created))
-        protected = {key for key in busy} | {k for k, (until, _) in self.blocked.items()
-                                             if until > now}
+            found = record(key)
+            stamp = found.last_allocate_time if found is not None else None
+            cached = stamps.get(key)
+            when = cached[1] if cached is not None and cached[0] == stamp else (
+                parse_rfc3339(stamp) or unit.created)
+            fresh[key] = (stamp, when)
+            keyed.append(((queues[unit.queue].priority, unit.priority, -when, -unit.created,
+                           key), unit, when))
+        self._stamps = fresh
+        keyed.sort(key=_first)
+        admitted = [Admitted(order[4], unit.queue, unit.demand, unit.priority, when,
+                             unit.created)
+                    for order, unit, when in keyed[: self.settings.candidates]]
         due = {q for q, since in self.since.items() if now - since >= self.settings.grace}
         decided = plan(engine.capacity(), queues, admitted, heads, due=due,
-                       protected=protected, max_victims=self.settings.max_victims)
+                       allocated=holding, ordered=True, max_victims=self.settings.max_victims)
         cut = len(decided.victims) >= self.settings.max_victims
         for name in decided.starving:
             self.since.setdefault(name, now)
@@ -223,6 +250,10 @@ class Reclaimer:
             self.inflight[victim.unit.key] = InFlight(victim, now)
         result.plan = decided
         result.victims = list(decided.victims)
+        # A look over very many units is not cheap: space them out so that
+        # they take at most 1/cost_factor of the loop's time.
+        took = time.perf_counter() - started
+        self.next_look = now + max(self.settings.interval, self.settings.cost_factor * took)
         wake = [since + self.settings.grace for q, since in self.since.items() if q not in due]
         if self.inflight or cut:
             wake.append(self.next_look)
@@ -243,12 +274,11 @@ class Reclaimer:
         """The controller's hook: look, start the evictions, set the wake-up."""
         result = self.look(controller.mirror, now, busy=controller._busy,
                            record=controller.unit)
-        queues = reclaim_queues(controller.mirror) if result.victims else None
         for victim in result.victims:
             key = victim.unit.key
             controller._busy.add(key)
             controller._spawn(functools.partial(
-                carry_out, controller, self, victim, message_for(victim, queues)))
+                carry_out, controller, self, victim, message_for(victim, result.queues)))
         if result.wake_at is not None:
             controller._timer(result.wake_at, WAKE_KEY)
         return result.victims

@@ -54,8 +54,12 @@ class QueueView:
     reason: str = ""
 
     def status(self) -> dict[str, Any]:
-        """Queue `.status` without conditions (those carry transition times)."""
-        return {
+        """Queue `.status` without conditions (those carry transition times).
+
+        The summaries are for `kubectl get queues` (printer columns cannot
+        format a map); absent when empty, so kubectl shows `<none>`.
+        """
+        status: dict[str, Any] = {
             "allocated": self.allocated.to_quantities(),
             "deserved": self.deserved.to_quantities(),
             "dominantShare": format_share(self.dominant_share),
@@ -63,11 +67,23 @@ class QueueView:
             "admitted": self.admitted,
             "pendingUnits": [entry.to_json() for entry in self.pending_units],
         }
+        for key, resources in (("allocatedSummary", self.allocated),
+                               ("deservedSummary", self.deserved)):
+            if text := summary(resources):
+                status[key] = text
+        return status
 
     def to_json(self) -> dict[str, Any]:
         """The debug API's view: the status plus what explains it."""
         return {"name": self.name, "state": self.state, "weight": self.weight,
                 **self.status(), "reason": self.reason}
+
+
+def summary(resources: Resources) -> str:
+    """A ResourceList as one line, `cpu=3,memory=12Gi`: names sorted,
+    quantities canonical; "" when empty."""
+    return ",".join(f"{name}={quantity}"
+                    for name, quantity in sorted(resources.to_quantities().items()))
 
 
 def format_share(share: Fraction) -> float:
@@ -269,6 +285,13 @@ class QueueStatusWriter:
                 if not version:  # never a blind write: learn the current version
                     fresh = await self.api.get(queue_path(view.name))
                     version = str((fresh.get("metadata") or {}).get("resourceVersion", ""))
+                # The whole status is replaced (a JSON Patch), not merged: a
+                # merge patch cannot drop a resource that left `allocated` or
+                # `deserved` without naming it, so a queue that emptied kept
+                # its last values. Arbiter is the only writer of Queue status
+                # and writes every field of it. The patched resourceVersion
+                # is a precondition (409 when someone wrote first), as it was
+                # in the merge patch.
                 patch = {"metadata": {"resourceVersion": version}, "status": status}
                 await self.api.merge_patch(queue_path(view.name, status=True), patch)
                 self.throttle.written(view.name, content, now)

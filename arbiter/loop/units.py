@@ -14,20 +14,21 @@ Naming (one unit per consumer):
 - a QueueUnit a user creates without `consumerRef` is a reservation: it is
   admitted like any unit and holds its capacity while `Dequeued`.
 
-A name longer than a QueueUnit may be (253) is cut and suffixed with a hash.
+A name longer than a QueueUnit may be (253) is cut and suffixed with a hash
+(`arbiter.cache.naming`, shared with the webhook and the extender).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
+from arbiter.cache.naming import group_unit_name, job_unit_name, pod_unit_name
 from arbiter.cache.records import (
     API_VERSION,
     QUEUE_LABEL,
@@ -45,7 +46,6 @@ ConsumerKind = Literal["Job", "Pod", "PodGroup"]
 # kind names the label that gathers its pods.
 POD_GROUP_API_VERSION = API_VERSION
 CONSUMER_KIND_LABEL = "arbiter.dev/consumer-kind"
-MAX_NAME = 253
 MAX_POD_SETS = 8
 MAIN_POD_SET = "main"
 
@@ -61,27 +61,6 @@ class ConsumerKey:
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.namespace}/{self.name}"
-
-
-def unit_name(prefix: str, name: str) -> str:
-    full = f"{prefix}-{name}"
-    if len(full) <= MAX_NAME:
-        return full
-    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
-    return f"{full[: MAX_NAME - 11].rstrip('-.')}-{digest}"
-
-
-def job_unit_name(job: str) -> str:
-    # The webhook looks this name up to allow a Job's unsuspend: keep in step.
-    return unit_name("job", job)
-
-
-def pod_unit_name(pod: str) -> str:
-    return unit_name("pod", pod)
-
-
-def group_unit_name(group: str) -> str:
-    return unit_name("group", group)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.sandbox import build
-from arbiter.sandbox.cluster import DEFAULT_DIR, NodeShape, Sandbox, SandboxError
+from arbiter.sandbox.cluster import DEFAULT_DIR, NodeShape, Sandbox, SandboxError, all_healthy
 
 
 def add_parser(subparsers: Any) -> None:
@@ -119,7 +119,7 @@ def _status(args: argparse.Namespace) -> int:
         return 1
     expected = sandbox.node_shape.count
     ready = sandbox.ready_nodes()
-    healthy = all(c.healthy for c in components) and ready >= expected
+    healthy = all_healthy(components) and ready >= expected
     if args.json:
         document = {
             "dir": str(sandbox.dir),
@@ -132,6 +132,7 @@ def _status(args: argparse.Namespace) -> int:
                     "pid": c.pid,
                     "running": c.running,
                     "healthy": c.healthy,
+                    "required": c.required,
                     "detail": c.detail,
                     "ports": c.ports,
                     "log": c.log,
@@ -143,7 +144,7 @@ def _status(args: argparse.Namespace) -> int:
         return 0 if healthy else 1
     print(f"sandbox {sandbox.dir}: {'healthy' if healthy else 'UNHEALTHY'}")
     for c in components:
-        state = "healthy" if c.healthy else "UNHEALTHY"
+        state = "healthy" if c.healthy else "UNHEALTHY" if c.required else "stopped"
         ports = ",".join(f"{k}={v}" for k, v in c.ports.items())
         print(f"  {c.name:<24} pid {c.pid:<8} {state:<9} {ports:<22} {c.detail}")
         print(f"  {'':<24} log {c.log}")

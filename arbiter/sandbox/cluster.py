@@ -110,6 +110,17 @@ class ComponentStatus:
     detail: str
     log: str
     ports: dict[str, int]
+    # False for a further arbiter replica stopped on purpose: it no longer
+    # counts for the sandbox's health. The primary always counts (the
+    # webhooks and the scheduler's extender point at it), and so does any
+    # process that died without being asked to.
+    required: bool = True
+
+
+def all_healthy(components: Sequence[ComponentStatus]) -> bool:
+    """The processes that count are all healthy (and at least one counts)."""
+    counted = [c for c in components if c.required]
+    return bool(counted) and all(c.healthy for c in counted)
 
 
 def repo_root() -> Path:
@@ -655,11 +666,15 @@ class Sandbox:
 
         Returns its exit status when known (negative: killed by that signal).
         Only SIGTERM escalates to SIGKILL after `timeout`. The record stays,
-        so `start_arbiter(name)` restarts it on the same port.
+        marked stopped, so `start_arbiter(name)` restarts it on the same port;
+        a stopped replica no longer counts for `healthy()`, a stopped primary
+        still does.
         """
         record = self.processes().get(name)
         if record is None:
             raise SandboxError(f"no arbiter process named {name!r}")
+        record.stopped = True
+        self._record(record)
         if process.signal_process(record, sig) and not process.wait_exit(record, timeout):
             if sig != signal.SIGTERM:
                 raise SandboxError(
@@ -745,23 +760,30 @@ class Sandbox:
         result = []
         for name, record in self.processes().items():
             healthy, detail = self._probe(record)
+            running = process.is_running(record)
+            if record.stopped and not running:
+                detail = f"stopped on purpose ({detail})"
             result.append(
                 ComponentStatus(
                     name=name,
                     pid=record.pid,
-                    running=process.is_running(record),
+                    running=running,
                     healthy=healthy,
                     detail=detail,
                     log=record.log,
                     ports=record.ports,
+                    required=not (record.stopped and name != ARBITER_PRIMARY),
                 )
             )
         return result
 
     def healthy(self) -> bool:
-        """Every recorded process healthy and all fake nodes Ready."""
-        components = self.status()
-        if not components or not all(c.healthy for c in components):
+        """Every process that counts healthy and all fake nodes Ready.
+
+        Further arbiter replicas stopped with `stop_arbiter`/`kill_arbiter`
+        do not count; the primary and every control-plane process do.
+        """
+        if not all_healthy(self.status()):
             return False
         return self.ready_nodes() >= self.node_shape.count
 
@@ -785,6 +807,8 @@ class Sandbox:
             if check():
                 return
             for name, record in self.processes().items():
+                if record.stopped and watch is None:
+                    continue
                 if (watch is None or name in watch) and not process.is_running(record):
                     raise SandboxError(
                         f"{record.name} exited while waiting for {what}; "

@@ -35,6 +35,9 @@ class ProcessRecord:
     log: str
     ports: dict[str, int] = field(default_factory=dict)
     health_url: str | None = None
+    # Stopped on purpose (`Sandbox.stop_arbiter`/`kill_arbiter`), not crashed;
+    # a new start of the same name records a fresh, not-stopped record.
+    stopped: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +52,7 @@ class ProcessRecord:
             log=str(data["log"]),
             ports={str(k): int(v) for k, v in dict(data.get("ports", {})).items()},
             health_url=data.get("health_url"),
+            stopped=bool(data.get("stopped", False)),
         )
 
 

@@ -154,6 +154,40 @@ async def test_secret_storage_shares_one_ca_between_replicas(tmp_path: Path) -> 
         paths_in(tmp_path / "a").cert_file.read_bytes()
 
 
+async def test_existing_directory_files_create_the_missing_secret(tmp_path: Path) -> None:
+    """A restarted replica (files on disk, Secret absent) stores its files in the Secret."""
+    api = FakeApi()
+    secret_path = "/api/v1/namespaces/arbiter-system/secrets/certs"
+    existing = ensure_serving_certificate(tmp_path / "a", *NAMES)
+    ca = existing.ca_file.read_bytes()
+    first = CertManager(tmp_path / "a", *NAMES, api=api, secret=("arbiter-system", "certs"))
+    await first.prepare()
+    assert first.ca_pem == ca  # the directory's CA is kept...
+    stored = api.objects[secret_path]  # ...and now lives in the Secret
+    assert base64.b64decode(stored["data"]["ca.crt"]) == ca
+    assert set(stored["data"]) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    second = CertManager(tmp_path / "b", *NAMES, api=api, secret=("arbiter-system", "certs"))
+    await second.prepare()
+    assert second.ca_pem == ca
+    # The Secret deleted later: the next check stores the files again.
+    del api.objects[secret_path]
+    assert await first.refresh() is False
+    assert base64.b64decode(api.objects[secret_path]["data"]["ca.crt"]) == ca
+
+
+async def test_secret_overrides_stale_directory_files(tmp_path: Path) -> None:
+    """Once the Secret exists it is the source of truth, even over files on disk."""
+    api = FakeApi()
+    owner = CertManager(tmp_path / "a", *NAMES, api=api, secret=("arbiter-system", "certs"))
+    await owner.prepare()
+    ensure_serving_certificate(tmp_path / "b", *NAMES)  # a different, local CA
+    other = CertManager(tmp_path / "b", *NAMES, api=api, secret=("arbiter-system", "certs"))
+    await other.prepare()
+    assert other.ca_pem == owner.ca_pem
+    assert [call for call in api.calls if call[0] != "GET"] == [
+        ("POST", "/api/v1/namespaces/arbiter-system/secrets")]
+
+
 async def test_install_then_publish_ca_bundle(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)  # every log call's extra fields are valid
     api = FakeApi()

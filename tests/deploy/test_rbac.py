@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from arbiter.cache.convert import job_from_api, pod_from_api
+from arbiter.cache.records import ADMISSION_GATE, QUEUE_LABEL
 from arbiter.cache.watch import RESOURCES
 from arbiter.config import ServeConfig
+from arbiter.jobflow.patch import build_job
+from arbiter.loop.units import job_unit, pod_unit
 from tests.deploy.manifests import MANIFESTS, documents, env, one
 from webhook.configuration import CONFIGURATION_NAME
 
@@ -22,6 +26,7 @@ CLUSTER: set[Grant] = {
     ("", "pods", "get", ""), ("", "pods", "list", ""), ("", "pods", "watch", ""),
     ("", "pods", "patch", ""),
     ("", "pods/eviction", "create", ""), ("", "pods/status", "patch", ""),
+    ("", "pods/finalizers", "update", ""), ("batch", "jobs/finalizers", "update", ""),
     ("", "events", "create", ""),
     *{("batch", "jobs", verb, "") for verb in
       ("get", "list", "watch", "create", "patch", "delete")},
@@ -117,3 +122,28 @@ def test_bindings_give_the_roles_to_the_deployment_service_account() -> None:
     deployment = one("Deployment")
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == \
         account["metadata"]["name"]
+
+
+def test_every_block_owner_deletion_owner_s_finalizers_may_be_updated() -> None:
+    """OwnerReferencesPermissionEnforcement: setting blockOwnerDeletion on a
+    reference needs `update` on the owner's finalizers subresource."""
+    meta = {"namespace": "team-a", "uid": "u1", "labels": {QUEUE_LABEL: "a"}}
+    containers = [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]
+    managed_job = {"metadata": {**meta, "name": "train"}, "spec": {
+        "suspend": True, "template": {"spec": {"containers": containers}}}}
+    managed_pod = {"metadata": {**meta, "name": "web"}, "spec": {
+        "containers": containers, "schedulingGates": [{"name": ADMISSION_GATE}]}}
+    units = (job_unit(job_from_api(managed_job), {}), pod_unit(pod_from_api(managed_pod)))
+    owners: set[tuple[str, str]] = set()
+    for unit in units:
+        assert unit is not None
+        owners |= {(o.api_version, o.kind) for o in unit.owners if o.block_owner_deletion}
+    step_job = build_job(flow="f", flow_uid="u2", namespace="team-a", step="s", attempt=0,
+                         name="f-s", template_spec={}, patch=None, queue=None)
+    owners |= {(ref["apiVersion"], ref["kind"]) for ref in step_job["metadata"]["ownerReferences"]
+               if ref.get("blockOwnerDeletion")}
+    assert owners == {("batch/v1", "Job"), ("v1", "Pod"), ("arbiter.dev/v1alpha1", "JobFlow")}
+    grants = _grants(one("ClusterRole"))
+    for api_version, kind in owners:
+        group = api_version.rpartition("/")[0]
+        assert (group, f"{kind.lower()}s/finalizers", "update", "") in grants, kind

@@ -69,7 +69,9 @@ def test_drf_paper_example_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(capsys.readouterr().out) == DRF_EXPECTED
 
 
-@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+@pytest.mark.parametrize(
+    "example", ["drf-paper.yaml", "drf-paper.json", "weighted-gpu.yaml", "blocking-head.yaml"]
+)
 def test_examples_run(example: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fairshare", str(EXAMPLES / example)]) == 0
     result = json.loads(capsys.readouterr().out)

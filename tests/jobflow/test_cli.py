@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
+from arbiter.cache.jobflow_records import parse_flow_spec
 from arbiter.cli import build_parser, main
 from arbiter.jobflow.cli import render_flow
-from arbiter.jobflow.records import parse_flow_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jobflow"
 

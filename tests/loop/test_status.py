@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from arbiter import metrics
+from arbiter.core.resources import EMPTY, Resources
 from arbiter.debug import pending_document, queues_document
 from arbiter.loop.controller import LoopSettings, mirror_from_store
+from arbiter.loop.status import queue_views, summary
 from tests.loop.harness import Cluster
 
 
@@ -169,3 +175,78 @@ async def test_gauges_of_a_deleted_queue_are_removed() -> None:
     await publish(c)
     assert sample("arbiter_queue_allocated", queue="gone", resource="cpu") is None
     assert sample("arbiter_queue_dominant_share", queue="gone") is None
+
+
+def test_summary_is_sorted_and_canonical() -> None:
+    resources = Resources({"memory": 12 * 2**30, "cpu": 3000, "nvidia.com/gpu": 2})
+    assert summary(resources) == "cpu=3,memory=12Gi,nvidia.com/gpu=2"
+    assert summary(Resources({"cpu": 1500})) == "cpu=1500m"
+    assert summary(EMPTY) == ""
+
+
+async def test_status_carries_one_line_summaries_for_kubectl() -> None:
+    c = Cluster()
+    await c.nodes(2)
+    await c.queue("q")
+    await c.pods("ns", "q", 3)
+    await c.settle()
+    await publish(c)
+    status = c.queue_status("q")
+    assert (status["allocatedSummary"], status["deservedSummary"]) == ("cpu=2", "cpu=2")
+
+
+async def test_a_queue_that_empties_shows_nothing_allocated() -> None:
+    # A merge patch of `allocated: {}` leaves the old keys in place; the
+    # status must say the queue holds nothing once its work is gone.
+    c = Cluster(LoopSettings(debounce=0.0, status_interval=1.0))
+    await c.nodes(2)
+    await c.queue("q")
+    await c.pods("ns", "q", 2)
+    await c.settle()
+    await publish(c)
+    assert c.queue_status("q")["allocated"] == {"cpu": "2"}
+    for name in ("p-000", "p-001"):
+        c.set_pod_phase("ns", name, "Succeeded")
+    await c.settle()
+    c.clock.advance(2)
+    await publish(c)
+    status = c.queue_status("q")
+    assert status["allocated"] == {} and status["deserved"] == {}
+    assert "allocatedSummary" not in status and "deservedSummary" not in status
+    assert (status["admitted"], status["pending"]) == (0, 0)
+
+
+async def test_status_write_conflict_rereads_and_retries() -> None:
+    c = Cluster(LoopSettings(debounce=0.0, status_interval=1.0))
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pods("ns", "q", 1)
+    await c.settle()
+    # Someone else wrote the Queue after the cache saw it: stale resourceVersion.
+    await c.api.merge_patch("/apis/arbiter.dev/v1alpha1/queues/q",
+                            {"metadata": {"annotations": {"x": "y"}}})
+    record = c.store.queues["q"]
+    stale = dataclasses.replace(record, resource_version="1")
+    view = c.controller.queue_writer
+    views = queue_views(c.controller.mirror)
+    assert await view.write(views["q"], stale, c.clock()) is True
+    assert c.queue_status("q")["allocated"] == {"cpu": "1"}
+    assert [m for m, p in c.api.calls if p == "/apis/arbiter.dev/v1alpha1/queues/q"] == [
+        "PATCH", "GET"]
+
+
+def test_queue_printer_columns_name_scalar_status_fields() -> None:
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2]
+                          / "manifests" / "crds" / "queue.yaml").read_text())
+    version = crd["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Allocated"] == ".status.allocatedSummary"
+    assert columns["Deserved"] == ".status.deservedSummary"
+    for name, path in columns.items():
+        if path.startswith(".metadata."):
+            continue  # ObjectMeta: not in the CRD's schema
+        node = schema
+        for part in path.strip(".").split("."):
+            node = node["properties"][part]
+        assert node["type"] != "object", f"{name}: {path} would print as map[...]"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from arbiter.cache.naming import MAX_NAME, job_unit_name, pod_unit_name
 from arbiter.cache.records import (
     JobRecord,
     OwnerRef,
@@ -15,7 +16,6 @@ from arbiter.cache.records import (
 )
 from arbiter.core.resources import Resources
 from arbiter.loop.units import (
-    MAX_NAME,
     Consumer,
     ConsumerKey,
     backoff_delay,
@@ -26,11 +26,9 @@ from arbiter.loop.units import (
     group_unit,
     job_state,
     job_unit,
-    job_unit_name,
     manifest,
     pod_state,
     pod_unit,
-    pod_unit_name,
     spec_drift,
 )
 

@@ -211,11 +211,12 @@ def namespace_obj(name: str, labels: Json | None = None) -> Json:
 
 
 def make_store(*, queues: list[Json] | None = None, namespaces: list[Json] | None = None,
-               units: list[Json] | None = None) -> ClusterStore:
+               units: list[Json] | None = None, jobs: list[Json] | None = None) -> ClusterStore:
     store = ClusterStore()
     store.replace_all("Queue", queues or [])
     store.replace_all("Namespace", namespaces or [])
     store.replace_all("QueueUnit", units or [])
+    store.replace_all("Job", jobs or [])
     store.synced_kinds.update(KINDS)
     return store
 

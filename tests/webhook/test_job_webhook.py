@@ -127,3 +127,23 @@ def test_jobs_arbiter_does_not_manage_are_not_guarded() -> None:
     old = job("legacy", "team-a", suspend=True, validating=True)
     new = job("legacy", "team-a", suspend=False, validating=True)
     assert jobs.validate(parse(review("Job", "UPDATE", new, old=old)), env_for(_store())).allowed
+
+
+def test_unsuspend_finds_the_unit_under_the_loops_name_for_a_long_job_name() -> None:
+    from arbiter.cache.naming import job_unit_name
+
+    long_name = "t" * 250  # job-<name> exceeds 253: the loop hashes the unit's name
+    unit = job_unit_name(long_name)
+    assert unit != f"job-{long_name}"
+    store = make_store(queues=[queue_obj("team-a", namespaces=["team-a"])],
+                       namespaces=[namespace_obj("team-a")],
+                       units=[unit_obj(unit, "team-a", {"queue": "team-a", "podSets": [
+                           {"name": "main", "count": 1, "requests": {"cpu": "1"}}]},
+                           phase="Dequeued")])
+
+    def held(suspend: bool) -> Json:
+        return job(long_name, "team-a", labels={QUEUE_LABEL: "team-a"}, suspend=suspend,
+                   template_labels={QUEUE_LABEL: "team-a"}, validating=True)
+
+    request = parse(review("Job", "UPDATE", held(False), old=held(True)))
+    assert jobs.validate(request, env_for(store)).allowed

@@ -8,8 +8,10 @@ from tests.webhook.admission_samples import (
     ARBITER_USER,
     JOB_CONTROLLER,
     QUEUE_LABEL,
+    Json,
     env_for,
     gates,
+    job,
     job_pod,
     kubectl_run_pod,
     make_store,
@@ -22,7 +24,7 @@ from tests.webhook.admission_samples import (
 from webhook import pods
 
 
-def _store() -> ClusterStore:
+def _store(jobs: list[Json] | None = None) -> ClusterStore:
     return make_store(
         queues=[queue_obj("team-a", namespaces=["team-a"]), queue_obj("gpu"),
                 queue_obj("closed", state="Closed")],
@@ -30,7 +32,19 @@ def _store() -> ClusterStore:
                     namespace_obj("lonely"),
                     namespace_obj("optout", {"arbiter.dev/managed": "false"}),
                     namespace_obj("shut", {QUEUE_LABEL: "closed"})],
+        jobs=jobs,
     )
+
+
+def _managed_job(name: str, namespace: str, queue: str | None = "team-a") -> Json:
+    """A Job as the cache holds it once the Job webhook labelled it (uid set)."""
+    labels = {QUEUE_LABEL: queue} if queue else None
+    return job(name, namespace, labels=labels, template_labels=labels, validating=True)
+
+
+def _pod_of(owner: Json, queue: str = "team-a") -> Json:
+    meta = owner["metadata"]
+    return job_pod(meta["name"], meta["namespace"], queue=queue, job_uid=meta["uid"])
 
 
 def test_mutate_labels_and_gates_pod_in_listed_namespace() -> None:
@@ -75,11 +89,53 @@ def test_pod_group_members_are_gated_like_single_pods() -> None:
 
 
 def test_labelled_pod_of_a_job_is_not_gated() -> None:
-    pod = job_pod("train", "team-a", queue="team-a")
+    train = _managed_job("train", "team-a")
+    pod = _pod_of(train)
     request = parse(review("Pod", "CREATE", pod, user=JOB_CONTROLLER))
     assert request.name == ""  # generateName: no name on a mutating CREATE
-    decision = pods.mutate(request, env_for(_store()))
+    decision = pods.mutate(request, env_for(_store([train])))
     assert decision.allowed and decision.patch == ()
+
+
+def test_pod_claiming_a_job_arbiter_does_not_hold_is_gated() -> None:
+    """The owner reference and the queue label are the pod's own claims: a pod
+    is let through ungated only for a managed Job the cache knows, same uid."""
+    train = _managed_job("train", "team-a")
+    legacy = _managed_job("legacy", "team-a", queue=None)
+    store = _store([train, legacy])
+    no_uid = _pod_of(train)
+    no_uid["metadata"]["ownerReferences"][0]["uid"] = ""
+    spoofed = {
+        "no such Job": job_pod("ghost", "team-a", queue="team-a"),
+        "another Job's uid": job_pod("train", "team-a", queue="team-a"),
+        "no uid": no_uid,
+        "an unmanaged Job": _pod_of(legacy),
+        "a Job of another namespace": _pod_of(train) | {"metadata": {
+            **_pod_of(train)["metadata"], "namespace": "team-b"}},
+    }
+    for what, pod in spoofed.items():
+        result = patched(pod, pods.mutate(parse(review("Pod", "CREATE", pod)), env_for(store)))
+        assert gates(result) == [ADMISSION_GATE], what
+
+
+def test_validate_checks_the_queue_of_a_pod_claiming_an_unknown_job() -> None:
+    pod = job_pod("ghost", "shut", queue="closed")
+    decision = pods.validate(parse(review("Pod", "CREATE", pod)), env_for(_store()))
+    assert not decision.allowed and "is Closed" in decision.message
+
+
+def test_job_pods_wait_for_the_cache_to_list_jobs() -> None:
+    # Gating a real Job's pod by mistake would hold it for good: retry instead.
+    train = _managed_job("train", "team-a")
+    store = _store([train])
+    store.synced_kinds.discard("Job")
+    request = parse(review("Pod", "CREATE", _pod_of(train)))
+    for decide in (pods.mutate, pods.validate):
+        decision = decide(request, env_for(store))
+        assert not decision.allowed and decision.code == 503 and "Job" in decision.message
+    plain = kubectl_run_pod("web", "team-a")  # claims no Job: decided as before
+    assert gates(patched(plain, pods.mutate(parse(review("Pod", "CREATE", plain)),
+                                            env_for(store)))) == [ADMISSION_GATE]
 
 
 def test_unlabelled_pod_of_a_job_is_gated() -> None:
@@ -147,8 +203,9 @@ def test_validate_allows_open_queue() -> None:
 
 def test_validate_allows_job_pods_of_a_closed_queue() -> None:
     # Closing a queue stops new work, not the pods of Jobs it already admitted.
-    pod = job_pod("train", "shut", queue="closed")
-    assert pods.validate(parse(review("Pod", "CREATE", pod)), env_for(_store())).allowed
+    train = _managed_job("train", "shut", queue="closed")
+    pod = _pod_of(train, queue="closed")
+    assert pods.validate(parse(review("Pod", "CREATE", pod)), env_for(_store([train]))).allowed
 
 
 def test_validate_waits_for_cache_sync() -> None:

@@ -97,6 +97,8 @@ def mutated_reviews(draw: st.DrawFn) -> tuple[str, bytes]:
     document = copy.deepcopy(base)
     for _ in range(draw(st.integers(min_value=1, max_value=4))):
         paths = list(_paths(document))[1:]
+        if not paths:  # every key deleted already: sampled_from([]) would raise
+            break
         path = draw(st.sampled_from(paths))
         parent: Any = document
         for token in path[:-1]:

@@ -1,7 +1,11 @@
-"""Slim cache records of JobFlows and JobTemplates, and the spec parser.
+"""Slim cache records of JobFlows and JobTemplates, their converters and the
+JobFlow spec parser.
 
-The parser is shared by the webhook (which denies what it rejects) and the
-controller (which marks a flow that slipped past the webhook Failed).
+They live in the cache (not in `arbiter.jobflow`) because the store holds
+them and the cache imports nothing above it. The parser is shared by the
+webhook (which denies what it rejects) and the JobFlow controller (which
+marks a flow that slipped past the webhook Failed); `arbiter.jobflow.dag`
+decides on the `Step`s it produces.
 """
 
 from __future__ import annotations
@@ -12,10 +16,23 @@ from typing import Any, Literal, cast
 
 from arbiter.cache.convert import ConversionError, parse_time
 from arbiter.cache.records import QUEUE_LABEL
-from arbiter.jobflow.dag import CONDITIONS, Condition, Step
 
 Obj = dict[str, Any]
 RetainPolicy = Literal["retain", "delete"]
+Condition = Literal["Succeeded", "Failed", "Started"]
+CONDITIONS: tuple[Condition, ...] = ("Succeeded", "Failed", "Started")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of a JobFlow's DAG, as its spec states it."""
+
+    name: str
+    # The JobTemplate instantiated; defaults to the step's name (as in Volcano).
+    template: str
+    targets: tuple[str, ...] = ()
+    condition: Condition = "Succeeded"
+    max_retries: int = 0
 
 
 class FlowSpecError(ConversionError):

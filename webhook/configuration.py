@@ -171,7 +171,7 @@ async def _apply(api: Any, collection: str, desired: Json) -> None:
         except ApiError as error:
             if error.status != 409:
                 raise
-    raise ApiError(409, f"could not update {desired['kind']} {name}: conflicts")
+    raise ApiError(409, "Conflict", f"could not update {desired['kind']} {name}: conflicts")
 
 
 async def install(api: Any, mutating: Json, validating: Json) -> None:

@@ -186,8 +186,8 @@ class Watcher:
                 elif event_type == "ERROR":
                     if obj.get("code") == 410:
                         raise Gone(str(obj.get("message", "")))
-                    raise ApiError(int(obj.get("code") or 500), str(obj.get("message", "")),
-                                   obj)
+                    raise ApiError(int(obj.get("code") or 500), str(obj.get("reason", "")),
+                                   str(obj.get("message", "")), obj)
                 elif event_type != "BOOKMARK":
                     continue
                 version = (obj.get("metadata") or {}).get("resourceVersion")

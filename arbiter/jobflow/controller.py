@@ -85,12 +85,9 @@ class KubeFlowApi:
     async def delete(self, path: str) -> None:
         from arbiter import kubeapi
 
-        try:
+        with contextlib.suppress(NotFound):
             await kubeapi.request_json(self._client, "DELETE", path,
                                        body={"propagationPolicy": "Background"})
-        except kubeapi.ApiError as error:
-            if error.status != 404:
-                raise ApiError(error.status, error.reason, error.message) from None
 
 
 def _q(part: str) -> str:

@@ -292,8 +292,10 @@ class QueueStatusWriter:
                 # and writes every field of it. The patched resourceVersion
                 # is a precondition (409 when someone wrote first), as it was
                 # in the merge patch.
-                patch = {"metadata": {"resourceVersion": version}, "status": status}
-                await self.api.merge_patch(queue_path(view.name, status=True), patch)
+                ops: list[dict[str, Any]] = [
+                    {"op": "replace", "path": "/metadata/resourceVersion", "value": version},
+                    {"op": "add", "path": "/status", "value": status}]
+                await self.api.json_patch(queue_path(view.name, status=True), ops)
                 self.throttle.written(view.name, content, now)
                 return True
             except NotFound:

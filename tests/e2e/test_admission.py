@@ -249,6 +249,10 @@ def test_two_queues_of_twenty_pods_share_five_and_five(sandbox: Sandbox) -> None
         assert status["deserved"] == nonzero(prediction["deserved"])
         assert status["dominantShare"] == 0.5 == prediction["dominantShare"]
         assert [u["position"] for u in status["pendingUnits"]] == list(range(1, 11))
+        # kubectl's printer columns show the one-line summaries, not map[...].
+        assert status["allocatedSummary"] == "cpu=5"
+        table = sandbox.kubectl("get", "queue", qa).stdout
+        assert "cpu=5" in table and "map[" not in table, table
         view = debug_queues(sandbox)["queues"][qa]
         for field in ("allocated", "deserved", "dominantShare", "pending", "admitted"):
             assert view[field] == status[field], field

@@ -340,3 +340,25 @@ async def test_reservations_are_requeued() -> None:
     assert phases.count("Enqueued") == 3 and phases.count("Dequeued") == 7
     await c.look()
     assert len(c.released_pods("nb")) == 3
+
+
+async def test_a_pod_group_is_evicted_whole() -> None:
+    c = ReclaimCluster()
+    await tenants(c)
+    for group in range(5):
+        for member in range(2):
+            await c.pod("na", f"g{group}-{member}", "a", group=f"g{group}", size=2)
+    await c.settle()
+    c.running_pods("na")
+    await c.settle()
+    assert len(c.released_pods("na")) == 10
+    await c.pods("nb", "b", 4)
+    await c.settle()
+    await c.look()
+    await c.look(GRACE)
+    evicted = sorted(c.evicting.evicted)
+    groups = {name.split("-")[0] for name in evicted}
+    assert len(evicted) == 4 and len(groups) == 2  # two whole groups, no half group
+    assert all(f"{g}-{m}" in evicted for g in groups for m in range(2))
+    await c.look()
+    assert len(c.released_pods("nb")) == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 
@@ -11,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 import arbiter.server as server
-from arbiter.cache.store import ClusterStore
+from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.cli import build_parser
 from arbiter.config import ServeConfig
 from arbiter.serve_cli import JsonFormatter, config_from_args
@@ -77,3 +78,27 @@ def test_json_log_lines_carry_extra_fields() -> None:
     assert entry["level"] == "warning" and entry["logger"] == "arbiter.test"
     assert entry["msg"] == "watch failed now" and entry["kind"] == "Pod"
     assert entry["ts"].endswith("Z")
+
+
+async def test_heap_is_frozen_once_after_the_first_cache_sync(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(server, "_heap_frozen", False)
+    def collect(*_: object) -> int:
+        calls.append("collect")
+        return 0
+
+    monkeypatch.setattr(gc, "collect", collect)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    assert server.freeze_after_first_sync in server.BACKGROUND_TASKS
+    store = ClusterStore()
+    ctx = ServerContext(config=ServeConfig(), store=store)
+    task = asyncio.create_task(server.freeze_after_first_sync(ctx, poll=0.001))
+    await asyncio.sleep(0.02)
+    assert calls == [] and not task.done()  # nothing listed yet: nothing frozen
+    store.synced_kinds.update(KINDS)
+    await asyncio.wait_for(task, 5)
+    assert calls == ["collect", "freeze"]  # garbage collected first, then frozen
+    # Another server in the same process (or a restarted task): not again.
+    await server.freeze_after_first_sync(ServerContext(config=ServeConfig(), store=store))
+    assert calls == ["collect", "freeze"]

@@ -148,11 +148,11 @@ def _kind(value: object) -> str:
     )
 
 
-def _resources(value: object, field: str) -> Resources:
+def _resources(value: object, field: str, *, keep_zero: bool = False) -> Resources:
     if value is None:
         return EMPTY
     try:
-        return Resources.parse(value, field=field)  # type: ignore[arg-type]
+        return Resources.parse(value, field=field, keep_zero=keep_zero)  # type: ignore[arg-type]
     except QuantityError as exc:
         raise ScenarioError(str(exc)) from None
 
@@ -215,7 +215,7 @@ def load_scenario(document: object) -> Scenario:
                 name=name,
                 weight=weight,
                 guarantee=_resources(entry.get("guarantee"), f"{qf}.guarantee"),
-                capability=_resources(entry.get("capability"), f"{qf}.capability"),
+                capability=_resources(entry.get("capability"), f"{qf}.capability", keep_zero=True),
                 blocking=blocking,
                 policy=queue_policy,
             )

@@ -73,7 +73,9 @@ def queue_from_api(obj: Obj) -> QueueRecord:
     spec = cast(Obj, obj.get("spec") or {})
     try:
         guarantee = Resources.parse(spec.get("guarantee"), field="spec.guarantee")
-        capability = Resources.parse(spec.get("capability"), field="spec.capability")
+        capability = Resources.parse(
+            spec.get("capability"), field="spec.capability", keep_zero=True
+        )
     except QuantityError as error:
         raise ConversionError(str(error)) from error
     weight = spec.get("weight", 1)

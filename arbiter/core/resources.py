@@ -11,6 +11,10 @@ from arbiter.core.quantities import QuantityError, format_quantity, parse_quanti
 class Resources(Mapping[str, int]):
     """Resource name -> integer amount; zero entries are dropped.
 
+    Except in limits built with `keep_zero=True` (a Queue's capability),
+    where "cpu: 0" means "no cpu at all", not "unlimited"; arithmetic on
+    them drops zeros as usual.
+
     Immutable and hashable, so it can be shared between the cache, the
     engine and snapshots without defensive copies.
     """
@@ -20,14 +24,30 @@ class Resources(Mapping[str, int]):
     _amounts: dict[str, int]
     _hash: int | None
 
-    def __init__(self, amounts: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
+    def __init__(
+        self,
+        amounts: Mapping[str, int] | Iterable[tuple[str, int]] = (),
+        *,
+        keep_zero: bool = False,
+    ) -> None:
         items = amounts.items() if isinstance(amounts, Mapping) else amounts
-        self._amounts = {name: value for name, value in items if value != 0}
+        if keep_zero:
+            self._amounts = dict(items)
+        else:
+            self._amounts = {name: value for name, value in items if value != 0}
         self._hash = None
 
     @classmethod
-    def parse(cls, quantities: Mapping[str, Any] | None, *, field: str = "resources") -> Resources:
-        """Parse a Kubernetes ResourceList; errors name `field.<resource>`."""
+    def parse(
+        cls,
+        quantities: Mapping[str, Any] | None,
+        *,
+        field: str = "resources",
+        keep_zero: bool = False,
+    ) -> Resources:
+        """Parse a Kubernetes ResourceList; errors name `field.<resource>`.
+
+        `keep_zero` keeps explicit zero amounts (for limits, see the class)."""
         if quantities is None:
             return EMPTY
         if not isinstance(quantities, Mapping):
@@ -37,7 +57,7 @@ class Resources(Mapping[str, int]):
             if not isinstance(name, str) or not name:
                 raise QuantityError(f"{field}: resource names must be non-empty strings")
             amounts[name] = parse_quantity(name, value, field=f"{field}.{name}")
-        return cls(amounts)
+        return cls(amounts, keep_zero=keep_zero)
 
     # Mapping protocol -------------------------------------------------------
     def __getitem__(self, name: str) -> int:

@@ -84,3 +84,11 @@ def test_fits_in_matches_elementwise_definition(a: Resources, b: Resources) -> N
     expected = all(a.get_amount(r) <= b.get_amount(r) for r in a)
     assert a.fits_in(b) == expected
     assert a.within_caps(b) == all(a[r] <= b[r] for r in a if r in b)
+
+
+def test_keep_zero_keeps_explicit_zero_limits() -> None:
+    limit = Resources.parse({"cpu": "0", "memory": "1Gi"}, keep_zero=True)
+    assert "cpu" in limit and limit["cpu"] == 0
+    assert "cpu" not in Resources.parse({"cpu": "0"})
+    # Arithmetic results are ordinary vectors again.
+    assert "cpu" not in limit + Resources({"memory": 1})

@@ -288,3 +288,20 @@ def test_share_rounding_matches_float_division(
     code, out, _ = run_cli(capsys, tmp_path, document)
     assert code == 0
     assert json.loads(out)["queues"]["a"]["dominantShare"] == round(2469 / 20000, 4) == 0.1235
+
+
+def test_zero_capability_is_a_real_cap(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    scenario = {
+        "capacity": {"cpu": "4"},
+        "queues": [
+            {"name": "a", "capability": {"cpu": "0"},
+             "units": [{"count": 2, "requests": {"cpu": "1"}}]},
+            {"name": "b", "units": [{"count": 2, "requests": {"cpu": "1"}}]},
+        ],
+    }
+    code, out, _ = run_cli(capsys, tmp_path, scenario)
+    result = json.loads(out)
+    assert code == 0
+    assert result["queues"]["a"]["admitted"] == 0
+    assert result["queues"]["b"]["admitted"] == 2
+    assert result["queues"]["a"]["deserved"]["cpu"] == "0"

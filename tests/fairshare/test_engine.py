@@ -300,3 +300,14 @@ def test_long_runs_of_identical_units_keep_their_order(blocking: bool) -> None:
     assert engine.pending("q") == [
         u for u in pending if u.key in {f"q/{i}" for i in range(110, 120)}
     ]
+
+
+def test_zero_capability_admits_nothing_of_that_resource() -> None:
+    """An explicit "cpu: 0" cap means no cpu at all, not "unlimited"."""
+    capped = QueueSpec("a", capability=Resources.parse({"cpu": "0"}, keep_zero=True))
+    engine = AdmissionEngine(res(cpu=4), [capped, QueueSpec("b")])
+    for unit in units("a", 2, res(cpu=1)) + units("b", 2, res(cpu=1), start=10):
+        engine.add_pending(unit)
+    admitted = engine.admit_all()
+    assert {u.queue for u in admitted} == {"b"}
+    assert "capability" in engine.explain("a")

@@ -14,7 +14,13 @@ from typing import Any
 
 from arbiter.cache.jobflow_records import FlowSpec, FlowSpecError, parse_flow_spec
 from arbiter.jobflow.dag import validate_steps
-from webhook.queueing import check_open, no_queue_message, not_ready
+from webhook.queueing import (
+    QUEUE_KINDS,
+    check_open,
+    no_queue_message,
+    not_ready,
+    queue_denial,
+)
 from webhook.review import (
     ALLOW,
     AdmissionEnv,
@@ -90,18 +96,11 @@ def _check_references(spec: FlowSpec, namespace: str, labels: dict[str, str] | N
         return deny(f"{what} is invalid: " + "; ".join(missing), code=422)
     if not store.is_managed_namespace(namespace):
         return ALLOW
-    waiting = not_ready(env, ("Queue", "Namespace"))
+    waiting = not_ready(env, QUEUE_KINDS)
     if waiting is not None:
         return waiting
     if spec.queue:
-        record = store.queues.get(spec.queue)
-        if record is None:
-            return deny(f'{what}: spec.queue: queue "{spec.queue}" does not exist: create it, '
-                        "or use an existing queue (kubectl get queues)")
-        if record.state == "Closed":
-            return deny(f'{what}: spec.queue: queue "{spec.queue}" is Closed and accepts no '
-                        "new work: reopen it (spec.state: Open) or use another queue")
-        return ALLOW
+        return queue_denial(store, spec.queue, f'{what}: spec.queue: queue "{spec.queue}"') or ALLOW
     queue = store.resolve_queue(namespace, labels)
     if queue is None:
         return deny(no_queue_message(namespace, "JobFlow") + ", or set the JobFlow's spec.queue")

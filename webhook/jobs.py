@@ -17,7 +17,7 @@ from __future__ import annotations
 from arbiter.cache.naming import job_unit_name
 from arbiter.cache.records import ADMITTED_PHASES, QUEUE_LABEL
 from webhook.patch import set_label
-from webhook.queueing import QUEUE_KINDS, check_open, check_queue, not_ready
+from webhook.queueing import check_new_work, check_open, not_ready
 from webhook.review import (
     ALLOW,
     AdmissionEnv,
@@ -28,26 +28,13 @@ from webhook.review import (
     PatchOp,
     allow,
     deny,
-    get_labels,
     get_map,
+    get_metadata,
+    namespaced_object,
     require_object,
 )
 
 GROUP, KIND = "batch", "Job"
-
-
-def _parts(job: Obj, where: str) -> tuple[Obj | None, dict[str, str] | None, Obj | None]:
-    meta = get_map(job, "metadata", f"{where}.metadata")
-    return meta, get_labels(meta, f"{where}.metadata"), get_map(job, "spec", f"{where}.spec")
-
-
-def _namespace(request: AdmissionRequest, meta: Obj | None) -> str:
-    namespace = request.namespace
-    if not namespace and meta is not None and isinstance(meta.get("namespace"), str):
-        namespace = meta["namespace"]
-    if not namespace:
-        raise MalformedReview("request.namespace is missing for a namespaced Job")
-    return namespace
 
 
 def _suspended(spec: Obj | None, where: str) -> bool:
@@ -60,9 +47,8 @@ def _suspended(spec: Obj | None, where: str) -> bool:
 def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation != "CREATE":
         return ALLOW
-    job = require_object(request)
-    meta, labels, spec = _parts(job, "request.object")
-    namespace = _namespace(request, meta)
+    job, meta, labels, namespace = namespaced_object(request, KIND)
+    spec = get_map(job, "spec", "request.object.spec")
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     queue = env.store.resolve_queue(namespace, labels)
@@ -75,8 +61,7 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         return allow(ops)
     template = get_map(spec, "template", "request.object.spec.template")
     if template is not None:
-        template_meta = get_map(template, "metadata", "request.object.spec.template.metadata")
-        template_labels = get_labels(template_meta, "request.object.spec.template.metadata")
+        template_meta, template_labels = get_metadata(template, "request.object.spec.template")
         set_label(ops, ("spec", "template"), template_meta, template_labels, QUEUE_LABEL, queue)
     if not _suspended(spec, "request.object.spec"):
         ops.append({"op": "add", "path": "/spec/suspend", "value": True})
@@ -85,26 +70,22 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
 
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation == "CREATE":
-        job = require_object(request)
-        meta, labels, _ = _parts(job, "request.object")
-        namespace = _namespace(request, meta)
+        job, _, labels, namespace = namespaced_object(request, KIND)
+        get_map(job, "spec", "request.object.spec")  # checked everywhere, as in mutate
         if not env.store.is_managed_namespace(namespace):
             return ALLOW
-        waiting = not_ready(env, QUEUE_KINDS)
-        if waiting is not None:
-            return waiting
-        _, denial = check_queue(env, namespace, labels, "Job")
-        return denial or ALLOW
+        return check_new_work(env, namespace, labels, "Job")
     if request.operation == "UPDATE":
         return _validate_update(request, env)
     return ALLOW
 
 
 def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
-    old_meta, old_labels, old_spec = _parts(require_object(request, old=True),
-                                            "request.oldObject")
-    _, new_labels, new_spec = _parts(require_object(request), "request.object")
-    namespace = _namespace(request, old_meta)
+    old, old_meta, old_labels, namespace = namespaced_object(request, KIND, old=True)
+    old_spec = get_map(old, "spec", "request.oldObject.spec")
+    new = require_object(request)
+    _, new_labels = get_metadata(new, "request.object")
+    new_spec = get_map(new, "spec", "request.object.spec")
     old_queue = (old_labels or {}).get(QUEUE_LABEL)
     if not old_queue or not env.store.is_managed_namespace(namespace):
         return ALLOW  # not a Job arbiter holds

@@ -25,7 +25,7 @@ from typing import Any
 
 from arbiter.cache.records import ADMISSION_GATE, QUEUE_LABEL
 from webhook.patch import set_label
-from webhook.queueing import QUEUE_KINDS, check_queue, not_ready
+from webhook.queueing import check_new_work, not_ready
 from webhook.review import (
     ALLOW,
     AdmissionEnv,
@@ -36,18 +36,14 @@ from webhook.review import (
     PatchOp,
     allow,
     deny,
-    get_labels,
     get_list,
     get_map,
+    get_metadata,
+    namespaced_object,
     require_object,
 )
 
 GROUP, KIND = "", "Pod"
-
-
-def _meta_labels(pod: Obj, where: str) -> tuple[Obj | None, dict[str, str] | None]:
-    meta = get_map(pod, "metadata", f"{where}.metadata")
-    return meta, get_labels(meta, f"{where}.metadata")
 
 
 def job_owner(meta: Obj | None,
@@ -102,21 +98,10 @@ def has_gate(spec: Obj | None, where: str) -> bool:
     return any(g.get("name") == ADMISSION_GATE for g in _gates(spec, where) or ())
 
 
-def _namespace(request: AdmissionRequest, meta: Obj | None) -> str:
-    namespace = request.namespace
-    if not namespace and meta is not None and isinstance(meta.get("namespace"), str):
-        namespace = meta["namespace"]
-    if not namespace:
-        raise MalformedReview("request.namespace is missing for a namespaced Pod")
-    return namespace
-
-
 def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation != "CREATE":
         return ALLOW
-    pod = require_object(request)
-    meta, labels = _meta_labels(pod, "request.object")
-    namespace = _namespace(request, meta)
+    pod, meta, labels, namespace = namespaced_object(request, KIND)
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     spec = get_map(pod, "spec", "request.object.spec")
@@ -158,9 +143,7 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
 
 
 def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
-    pod = require_object(request)
-    meta, labels = _meta_labels(pod, "request.object")
-    namespace = _namespace(request, meta)
+    _, meta, labels, namespace = namespaced_object(request, KIND)
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     job_pod = managed_job_pod(env, namespace, meta, labels)
@@ -169,23 +152,17 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if job_pod:
         # A pod of a Job arbiter accepted: the Job was checked (and admitted).
         return ALLOW
-    waiting = not_ready(env, QUEUE_KINDS)
-    if waiting is not None:
-        return waiting
-    _, denial = check_queue(env, namespace, labels, "pod")
-    return denial or ALLOW
+    return check_new_work(env, namespace, labels, "pod")
 
 
 def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     new = require_object(request)
-    old = require_object(request, old=True)
-    old_meta, old_labels = _meta_labels(old, "request.oldObject")
-    namespace = _namespace(request, old_meta)
+    old, old_meta, old_labels, namespace = namespaced_object(request, KIND, old=True)
     if not env.store.is_managed_namespace(namespace) or env.is_arbiter(request):
         return ALLOW
     if not has_gate(get_map(old, "spec", "request.oldObject.spec"), "request.oldObject.spec"):
         return ALLOW
-    _, new_labels = _meta_labels(new, "request.object")
+    _, new_labels = get_metadata(new, "request.object")
     queue = (old_labels or {}).get(QUEUE_LABEL, "")
     name = request.name or (old_meta or {}).get("name", "")
     if not has_gate(get_map(new, "spec", "request.object.spec"), "request.object.spec"):

@@ -1,5 +1,5 @@
-"""Queue resolution and the denials shared by the pod, Job and QueueUnit
-webhooks. The resolver itself is `ClusterStore.resolve_queue` (the one
+"""Queue resolution and the denials shared by the pod, Job, QueueUnit and
+JobFlow webhooks. The resolver itself is `ClusterStore.resolve_queue` (the one
 shared with the admission loop); this module only explains its answer."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Mapping
 
 from arbiter.cache.records import QUEUE_LABEL
 from arbiter.cache.store import ClusterStore, Kind
-from webhook.review import AdmissionEnv, Decision, deny
+from webhook.review import ALLOW, AdmissionEnv, Decision, deny
 
-# What the pod and Job webhooks read: a decision taken before these kinds
-# were listed once could deny work against a Queue that exists.
+# What the pod, Job and JobFlow webhooks read: a decision taken before
+# these kinds were listed once could deny work against a Queue that exists.
 QUEUE_KINDS: tuple[Kind, ...] = ("Queue", "Namespace")
 
 
@@ -43,18 +43,22 @@ def no_queue_message(namespace: str, what: str) -> str:
     )
 
 
-def check_queue(
+def check_new_work(
     env: AdmissionEnv,
     namespace: str,
     labels: Mapping[str, str] | None,
     what: str,
-) -> tuple[str | None, Decision | None]:
-    """Resolve the queue for new work; (queue, None) or (None|queue, denial)."""
-    store = env.store
-    queue = store.resolve_queue(namespace, labels)
+) -> Decision:
+    """Validate new work (a pod, a Job) in a managed namespace: a retryable
+    denial until the cache has listed QUEUE_KINDS, then a denial unless its
+    queue resolves, exists and is Open."""
+    waiting = not_ready(env, QUEUE_KINDS)
+    if waiting is not None:
+        return waiting
+    queue = env.store.resolve_queue(namespace, labels)
     if queue is None:
-        return None, deny(no_queue_message(namespace, what))
-    return queue, check_open(env, queue, namespace, labels, what)
+        return deny(no_queue_message(namespace, what))
+    return check_open(env, queue, namespace, labels, what) or ALLOW
 
 
 def check_open(
@@ -65,17 +69,21 @@ def check_open(
     what: str,
 ) -> Decision | None:
     """Deny new work for a queue that does not exist or is Closed."""
-    store = env.store
+    source = _source(env.store, namespace, labels, queue, what)
+    return queue_denial(env.store, queue, f'queue "{queue}" (from {source})')
+
+
+def queue_denial(store: ClusterStore, queue: str, subject: str) -> Decision | None:
+    """Deny new work for `queue` when it does not exist or is Closed; the
+    message starts with `subject` (which names the queue)."""
     record = store.queues.get(queue)
-    source = _source(store, namespace, labels, queue, what)
     if record is None:
         return deny(
-            f'queue "{queue}" (from {source}) does not exist: create it, or use an existing '
-            "queue (kubectl get queues)"
+            f"{subject} does not exist: create it, or use an existing queue (kubectl get queues)"
         )
     if record.state == "Closed":
         return deny(
-            f'queue "{queue}" (from {source}) is Closed and accepts no new work: reopen it '
-            "(spec.state: Open) or use another queue"
+            f"{subject} is Closed and accepts no new work: reopen it (spec.state: Open) or use "
+            "another queue"
         )
     return None

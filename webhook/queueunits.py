@@ -24,13 +24,12 @@ from webhook.review import (
     AdmissionEnv,
     AdmissionRequest,
     Decision,
-    MalformedReview,
     Obj,
     PatchOp,
     allow,
     deny,
-    get_labels,
     get_map,
+    namespaced_object,
     require_object,
 )
 
@@ -43,22 +42,10 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _namespace(request: AdmissionRequest, meta: Obj | None) -> str:
-    namespace = request.namespace
-    if not namespace and meta is not None and isinstance(meta.get("namespace"), str):
-        namespace = meta["namespace"]
-    if not namespace:
-        raise MalformedReview("request.namespace is missing for a namespaced QueueUnit")
-    return namespace
-
-
 def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         return ALLOW
-    unit = require_object(request)
-    meta = get_map(unit, "metadata", "request.object.metadata")
-    labels = get_labels(meta, "request.object.metadata")
-    namespace = _namespace(request, meta)
+    unit, meta, labels, namespace = namespaced_object(request, KIND)
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     spec = get_map(unit, "spec", "request.object.spec")
@@ -138,10 +125,7 @@ def _check_requests(requests: Any, where: str, errors: list[str]) -> None:
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         return ALLOW
-    unit = require_object(request)
-    meta = get_map(unit, "metadata", "request.object.metadata")
-    labels = get_labels(meta, "request.object.metadata")
-    namespace = _namespace(request, meta)
+    unit, meta, labels, namespace = namespaced_object(request, KIND)
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     name = request.name or str((meta or {}).get("name", ""))

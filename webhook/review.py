@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -285,3 +285,32 @@ def require_object(request: AdmissionRequest, *, old: bool = False) -> Obj:
             f"request.{'oldObject' if old else 'object'} is missing for {request.operation}"
         )
     return value
+
+
+def get_metadata(obj: Mapping[str, Any],
+                 where: str) -> tuple[Obj | None, dict[str, str] | None]:
+    """(metadata, metadata.labels) of the object at `where`; each None when absent."""
+    meta = get_map(obj, "metadata", f"{where}.metadata")
+    return meta, get_labels(meta, f"{where}.metadata")
+
+
+class Namespaced(NamedTuple):
+    """A namespaced object under review, with what every decision reads first."""
+
+    obj: Obj
+    meta: Obj | None
+    labels: dict[str, str] | None
+    namespace: str
+
+
+def namespaced_object(request: AdmissionRequest, kind: str, *, old: bool = False) -> Namespaced:
+    """The reviewed object (or old object) of a namespaced `kind`: its metadata,
+    labels and namespace (the request's, else metadata.namespace)."""
+    obj = require_object(request, old=old)
+    meta, labels = get_metadata(obj, "request.oldObject" if old else "request.object")
+    namespace = request.namespace
+    if not namespace and meta is not None and isinstance(meta.get("namespace"), str):
+        namespace = meta["namespace"]
+    if not namespace:
+        raise MalformedReview(f"request.namespace is missing for a namespaced {kind}")
+    return Namespaced(obj, meta, labels, namespace)

@@ -23,6 +23,9 @@ import pytest
 
 from arbiter.sandbox import NodeShape, Sandbox
 
+# The shared helpers assert too: show their values on failure, as in a test.
+pytest.register_assert_rewrite("tests.e2e.helpers")
+
 E2E_NODES = NodeShape(count=10, cpu="1", memory="8Gi")
 _HERE = Path(__file__).resolve().parent
 # The session's sandbox, for failure reports (a hook cannot request fixtures).

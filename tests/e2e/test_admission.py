@@ -12,101 +12,36 @@ in DRF order.
 from __future__ import annotations
 
 import json
-import ssl
-import subprocess
-import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from arbiter.cache.records import ADMISSION_GATE
-from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
-from arbiter.sandbox.cluster import http_get
-
-T = TypeVar("T")
-CPUS = 10
-
+from arbiter.sandbox import Sandbox
+from tests.e2e.helpers import (
+    CPUS,
+    admissions,
+    arbiter_get,
+    create,
+    debug_queues,
+    get,
+    job,
+    job_complete,
+    lease_holder,
+    metrics,
+    pod,
+    released,
+    run_arbiter,
+    scenario,
+    suffix,
+    units,
+    wait_for,
+)
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60.0,
-             poll: float = 0.25) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(poll)
-
-
-def suffix() -> str:
-    return uuid.uuid4().hex[:6]
-
-
-def get(sandbox: Sandbox, *args: str) -> Any:
-    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
-
-
-def create(sandbox: Sandbox, *objects: dict[str, Any]) -> None:
-    sandbox.kubectl("create", "-f", "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
-
-
-def arbiter_get(sandbox: Sandbox, path: str, name: str = "arbiter") -> tuple[int, bytes]:
-    context = ssl.create_default_context(cafile=str(sandbox.arbiter_cert_dir / "ca.crt"))
-    return http_get(sandbox.arbiter_url(name) + path, context)
-
-
-def debug_queues(sandbox: Sandbox, name: str = "arbiter") -> dict[str, Any]:
-    status, body = arbiter_get(sandbox, "/debug/queues", name)
-    assert status == 200, body[:200]
-    document: dict[str, Any] = json.loads(body)
-    return document
-
-
-def metrics(sandbox: Sandbox, name: str = "arbiter") -> dict[tuple[str, tuple[tuple[str, str],
-                                                                            ...]], float]:
-    status, body = arbiter_get(sandbox, "/metrics", name)
-    assert status == 200
-    out = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
-
-
-def queue(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "arbiter.dev/v1alpha1", "kind": "Queue",
-            "metadata": {"name": name}, "spec": spec}
-
-
-def namespace(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-
-
-def pod(name: str, ns: str, cpu: str = "1") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-            "spec": {"restartPolicy": "Never", "containers": [{
-                "name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}]}}
-
-
-def job(name: str, ns: str, *, cpu: str = "1", runs_for: str = "3s") -> dict[str, Any]:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
-            "spec": {"backoffLimit": 0, "template": {
-                "metadata": {"annotations": {POD_COMPLETE_DELAY_ANNOTATION: runs_for}},
-                "spec": {"restartPolicy": "Never", "containers": [{
-                    "name": "main", "image": "busybox",
-                    "resources": {"requests": {"cpu": cpu}}}]}}}}
 
 
 def reservation(name: str, ns: str, queue_name: str, count: int) -> dict[str, Any]:
@@ -114,56 +49,6 @@ def reservation(name: str, ns: str, queue_name: str, count: int) -> dict[str, An
             "metadata": {"name": name, "namespace": ns},
             "spec": {"queue": queue_name, "podSets": [
                 {"name": "main", "count": count, "requests": {"cpu": "1"}}]}}
-
-
-def units(sandbox: Sandbox, ns: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = get(sandbox, "queueunits", "-n", ns)["items"]
-    return items
-
-
-def released(sandbox: Sandbox, ns: str) -> list[str]:
-    return sorted(p["metadata"]["name"] for p in get(sandbox, "pods", "-n", ns)["items"]
-                  if not any(g.get("name") == ADMISSION_GATE
-                             for g in p["spec"].get("schedulingGates") or []))
-
-
-def admissions(unit: dict[str, Any]) -> list[dict[str, Any]]:
-    return list((unit.get("status") or {}).get("admissions") or [])
-
-
-@contextmanager
-def scenario(sandbox: Sandbox, queues: dict[str, dict[str, Any]],
-             namespaces: list[str]) -> Iterator[None]:
-    """Queues and namespaces for one test, on a quiet cluster; removed after."""
-    wait_for("a quiet cluster (all 10 CPUs free)", lambda: _quiet(sandbox), timeout=120)
-    create(sandbox, *(queue(name, **spec) for name, spec in queues.items()),
-           *(namespace(ns) for ns in namespaces))
-    time.sleep(1.0)  # the webhook resolves queues from its cache
-    try:
-        yield
-    finally:
-        for ns in namespaces:
-            sandbox.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        for ns in namespaces:
-            wait_for(f"namespace {ns} gone", _gone(sandbox, "namespace", ns), timeout=120)
-        for name in queues:
-            # Denied while the cache still sees admitted units: retry.
-            wait_for(f"queue {name} deleted", _deleted(sandbox, "queue", name), timeout=60)
-
-
-def _gone(sandbox: Sandbox, kind: str, name: str) -> Callable[[], bool]:
-    return lambda: sandbox.kubectl("get", kind, name, check=False).returncode != 0
-
-
-def _deleted(sandbox: Sandbox, kind: str, name: str) -> Callable[[], bool]:
-    return lambda: sandbox.kubectl("delete", kind, name, "--ignore-not-found",
-                                   check=False).returncode == 0
-
-
-def _quiet(sandbox: Sandbox) -> bool:
-    document = debug_queues(sandbox)
-    cpu = f"{CPUS}"
-    return bool(document["capacity"].get("cpu") == cpu and document["free"].get("cpu") == cpu)
 
 
 def hold_cluster(sandbox: Sandbox, ns: str, queue_name: str, cpus: int = CPUS) -> None:
@@ -200,8 +85,7 @@ def fairshare(sandbox: Sandbox, mine: dict[str, tuple[dict[str, Any], int]]) -> 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump(scenario, file)
     try:
-        result = subprocess.run([sys.executable, "-m", "arbiter", "fairshare", file.name],
-                                capture_output=True, text=True, check=True, timeout=60)
+        result = run_arbiter("fairshare", file.name, check=True)
     finally:
         Path(file.name).unlink()
     answer: dict[str, Any] = json.loads(result.stdout)
@@ -310,9 +194,7 @@ def test_finished_jobs_make_room_for_the_next_in_order(sandbox: Sandbox) -> None
 
         def all_done() -> list[dict[str, Any]] | None:
             jobs = get(sandbox, "jobs", "-n", qj)["items"]
-            done = [j for j in jobs if any(
-                c["type"] == "Complete" and c["status"] == "True"
-                for c in (j.get("status") or {}).get("conditions") or [])]
+            done = [j for j in jobs if job_complete(j)]
             return jobs if len(done) == 6 else None
 
         jobs = wait_for("all six Jobs complete, no poke needed", all_done, timeout=120)
@@ -387,11 +269,6 @@ def test_sigkill_mid_run_admits_every_unit_exactly_once(sandbox: Sandbox) -> Non
         assert counts == [1] * jobs  # none twice, none lost
         leaders = {a.get("by") for u in items for a in admissions(u)}
         assert len(leaders) == 2  # before and after the crash
-
-
-def lease_holder(sandbox: Sandbox) -> str:
-    lease = get(sandbox, "lease", "kube-arbiter", "-n", "arbiter-system")
-    return str(lease["spec"].get("holderIdentity") or "")
 
 
 def test_only_the_lease_holder_admits_and_a_standby_takes_over(sandbox: Sandbox) -> None:

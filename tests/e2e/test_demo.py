@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from arbiter.demo import TENANTS
 from arbiter.sandbox import Sandbox
-from arbiter.sandbox.cluster import repo_root
+from tests.e2e.helpers import delete_tenants, run_arbiter
 
 NAMES = [tenant.name for tenant in TENANTS]
 
@@ -20,20 +18,13 @@ NAMES = [tenant.name for tenant in TENANTS]
 def demo_cleanup(sandbox: Sandbox) -> Iterator[None]:
     yield
     # Waits, so that no demo pod holds capacity when the next test starts.
-    sandbox.kubectl("delete", "namespace", *NAMES, "--ignore-not-found", "--timeout=90s",
-                    check=False)
-    sandbox.kubectl("delete", "queue", *NAMES, "--ignore-not-found", check=False)
-
-
-def _arbiter(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "arbiter", *args], capture_output=True,
-                          text=True, cwd=repo_root(), timeout=timeout)
+    delete_tenants(sandbox, NAMES, NAMES, wait=90)
 
 
 def test_demo_runs_on_a_cluster_and_reports(sandbox: Sandbox, demo_cleanup: None) -> None:
-    result = _arbiter("demo", "--no-sandbox", "--kubeconfig", str(sandbox.kubeconfig),
-                      "--duration", "24", "--load", "0.3", "--plain",
-                      "--snapshot-every", "6", timeout=180)
+    result = run_arbiter("demo", "--no-sandbox", "--kubeconfig", str(sandbox.kubeconfig),
+                         "--duration", "24", "--load", "0.3", "--plain",
+                         "--snapshot-every", "6", timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     # Snapshots, not redraws: no terminal control sequences, several tables.
@@ -58,7 +49,7 @@ def test_demo_runs_on_a_cluster_and_reports(sandbox: Sandbox, demo_cleanup: None
     assert "[demo] tenant ci: weight 1, guarantee cpu" in result.stderr
 
     # `arbiter queues` shows the same queues, once.
-    table = _arbiter("queues", "--kubeconfig", str(sandbox.kubeconfig), timeout=60)
+    table = run_arbiter("queues", "--kubeconfig", str(sandbox.kubeconfig), timeout=60)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split()[:5] == ["QUEUE", "WEIGHT", "GUARANTEE", "ALLOCATED", "DESERVED"]

@@ -5,17 +5,14 @@ kube-scheduler calls arbiter's /scheduler/{filter,prioritize,preempt}
 from __future__ import annotations
 
 import contextlib
-import json
-import re
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from arbiter.sandbox import Sandbox
-from arbiter.sandbox.cluster import _verified_context, http_get
+from tests.e2e.helpers import create, get, metrics, priority_class, tenant, unique_name, wait_for
 
 WEBHOOK_CONFIGURATIONS = (
     "mutatingwebhookconfiguration/kube-arbiter",
@@ -23,40 +20,21 @@ WEBHOOK_CONFIGURATIONS = (
 )
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def _wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
-
-
-def _get(sandbox: Sandbox, *args: str) -> Any:
-    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
-
-
-def _create(sandbox: Sandbox, obj: dict[str, Any]) -> None:
-    sandbox.kubectl("create", "-f", "-", input=json.dumps(obj))
-
-
 def _extender_calls(sandbox: Sandbox) -> dict[tuple[str, str], float]:
     """arbiter_extender_requests_total by (verb, result), from arbiter's /metrics."""
-    context = _verified_context(sandbox.arbiter_cert_dir / "ca.crt")
-    status, body = http_get(sandbox.arbiter_url() + "/metrics", context)
-    assert status == 200, body[:200]
     counts: dict[tuple[str, str], float] = {}
-    for line in body.decode().splitlines():
-        if line.startswith("arbiter_extender_requests_total{"):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-            counts[labels["verb"], labels["result"]] = float(line.rsplit(" ", 1)[1])
+    for (name, labels), value in metrics(sandbox).items():
+        if name == "arbiter_extender_requests_total":
+            by_name = dict(labels)
+            counts[by_name["verb"], by_name["result"]] = value
     return counts
+
+
+def _tenant(sandbox: Sandbox,
+            **queue_spec: Any) -> contextlib.AbstractContextManager[tuple[str, str]]:
+    """A namespace and a Queue that lists it; both deleted afterwards, waiting
+    until the namespace's pods are gone (they hold node capacity)."""
+    return tenant(sandbox, "ext", wait=60.0, **queue_spec)
 
 
 def _calls(counts: dict[tuple[str, str], float], verb: str, result: str | None = None) -> float:
@@ -82,47 +60,29 @@ def _pod(name: str, namespace: str, cpu: str, *, labels: dict[str, str] | None =
 
 
 def _node_of(sandbox: Sandbox, namespace: str, name: str) -> str | None:
-    pod = _get(sandbox, "pod", "-n", namespace, name)
+    pod = get(sandbox, "pod", "-n", namespace, name)
     node = pod["spec"].get("nodeName")
     return str(node) if node else None
 
 
 def _all_bound(sandbox: Sandbox, namespace: str, count: int) -> dict[str, str] | None:
-    items = _get(sandbox, "pods", "-n", namespace)["items"]
+    items = get(sandbox, "pods", "-n", namespace)["items"]
     placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in items}
     if len(placed) == count and all(placed.values()):
         return placed
     return None
 
 
-@contextlib.contextmanager
-def _tenant(sandbox: Sandbox, **queue_spec: Any) -> Iterator[tuple[str, str]]:
-    """A namespace and a Queue that lists it; both deleted afterwards."""
-    namespace, queue = _name("ext"), _name("q")
-    sandbox.kubectl("create", "namespace", namespace)
-    sandbox.apply_yaml(json.dumps({
-        "apiVersion": "arbiter.dev/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
-        "spec": {"namespaces": [namespace], **queue_spec},
-    }))
-    time.sleep(0.5)  # the webhook resolves queues from its cache
-    try:
-        yield namespace, queue
-    finally:
-        sandbox.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=60s",
-                        check=False)
-        sandbox.kubectl("delete", "queue", queue, "--ignore-not-found", check=False)
-
-
 def _node_names(sandbox: Sandbox) -> list[str]:
-    return sorted(n["metadata"]["name"] for n in _get(sandbox, "nodes")["items"])
+    return sorted(n["metadata"]["name"] for n in get(sandbox, "nodes")["items"])
 
 
 def test_managed_pods_are_placed_through_the_extender(sandbox: Sandbox) -> None:
     before = _extender_calls(sandbox)
     with _tenant(sandbox) as (namespace, _):
         for i in range(4):
-            _create(sandbox, _pod(f"w-{i}", namespace, "100m"))
-        placed = _wait_for("4 admitted pods bound", lambda: _all_bound(sandbox, namespace, 4))
+            create(sandbox, _pod(f"w-{i}", namespace, "100m"))
+        placed = wait_for("4 admitted pods bound", lambda: _all_bound(sandbox, namespace, 4))
         assert set(placed.values()) <= set(_node_names(sandbox))
         after = _extender_calls(sandbox)
     # Every managed pod passed filter; with 10 candidate nodes prioritize ran too.
@@ -135,7 +95,7 @@ def _webhooks_down(sandbox: Sandbox) -> Iterator[None]:
     """As if arbiter's webhooks were not there: remove their configurations,
     then put them back exactly as they were (arbiter keeps running, so the
     extender still answers)."""
-    saved = [_get(sandbox, name) for name in WEBHOOK_CONFIGURATIONS]
+    saved = [get(sandbox, name) for name in WEBHOOK_CONFIGURATIONS]
     for name in WEBHOOK_CONFIGURATIONS:
         sandbox.kubectl("delete", name)
     try:
@@ -146,27 +106,27 @@ def _webhooks_down(sandbox: Sandbox) -> Iterator[None]:
             for key in ("resourceVersion", "uid", "creationTimestamp", "generation",
                         "managedFields"):
                 obj["metadata"].pop(key, None)
-            _create(sandbox, obj)
+        create(sandbox, *saved)
         time.sleep(1.0)
 
 
 def _scheduling_failures(sandbox: Sandbox, namespace: str, pod: str) -> list[str]:
-    events = _get(sandbox, "events", "-n", namespace,
-                  "--field-selector", f"involvedObject.name={pod},reason=FailedScheduling")
+    events = get(sandbox, "events", "-n", namespace,
+                 "--field-selector", f"involvedObject.name={pod},reason=FailedScheduling")
     return [str(e.get("message") or e.get("note") or "") for e in events["items"]]
 
 
 def test_pod_that_bypassed_admission_stays_pending_with_the_reason(sandbox: Sandbox) -> None:
     with _tenant(sandbox, capability={"cpu": "1"}) as (namespace, queue):
         # Fill the queue to its capability the normal way.
-        _create(sandbox, _pod("first", namespace, "1"))
-        _wait_for("the admitted pod bound", lambda: _node_of(sandbox, namespace, "first"))
+        create(sandbox, _pod("first", namespace, "1"))
+        wait_for("the admitted pod bound", lambda: _node_of(sandbox, namespace, "first"))
         # A pod that reaches the scheduler without the webhook: no gate, no unit.
         with _webhooks_down(sandbox):
-            _create(sandbox, _pod("sneaky", namespace, "1", labels={"arbiter.dev/queue": queue}))
-        pod = _get(sandbox, "pod", "-n", namespace, "sneaky")
+            create(sandbox, _pod("sneaky", namespace, "1", labels={"arbiter.dev/queue": queue}))
+        pod = get(sandbox, "pod", "-n", namespace, "sneaky")
         assert not pod["spec"].get("schedulingGates")  # the webhook really was bypassed
-        messages = _wait_for(
+        messages = wait_for(
             "a FailedScheduling event with arbiter's reason",
             lambda: [m for m in _scheduling_failures(sandbox, namespace, "sneaky")
                      if f'queue "{queue}"' in m],
@@ -182,15 +142,15 @@ def test_pod_that_bypassed_admission_stays_pending_with_the_reason(sandbox: Sand
 
 def test_queue_node_selector_confines_placement(sandbox: Sandbox) -> None:
     key = "arbiter-e2e/pool"
-    value = _name("pool")
+    value = unique_name("pool")
     chosen = _node_names(sandbox)[:3]
     for node in chosen:
         sandbox.kubectl("label", "node", node, f"{key}={value}", "--overwrite")
     try:
         with _tenant(sandbox, nodeSelector={key: value}) as (namespace, _):
             for i in range(6):
-                _create(sandbox, _pod(f"c-{i}", namespace, "100m"))
-            placed = _wait_for("6 pods bound", lambda: _all_bound(sandbox, namespace, 6))
+                create(sandbox, _pod(f"c-{i}", namespace, "100m"))
+            placed = wait_for("6 pods bound", lambda: _all_bound(sandbox, namespace, 6))
             assert set(placed.values()) <= set(chosen), placed
     finally:
         for node in chosen:
@@ -199,29 +159,27 @@ def test_queue_node_selector_confines_placement(sandbox: Sandbox) -> None:
 
 @contextlib.contextmanager
 def _priority_classes(sandbox: Sandbox) -> Iterator[tuple[str, str]]:
-    low, high = _name("low"), _name("high")
-    for name, value in ((low, 10), (high, 100_000)):
-        _create(sandbox, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                          "metadata": {"name": name}, "value": value})
+    low, high = unique_name("low"), unique_name("high")
+    create(sandbox, priority_class(low, 10), priority_class(high, 100_000))
     try:
         yield low, high
     finally:
         sandbox.kubectl("delete", "priorityclass", low, high, "--ignore-not-found", check=False)
 
 
-def _fill_every_node(sandbox: Sandbox, namespace: str, priority_class: str) -> list[str]:
+def _fill_every_node(sandbox: Sandbox, namespace: str, klass: str) -> list[str]:
     """One 600m pod pinned to each node: no node has 1 CPU free afterwards."""
     nodes = _node_names(sandbox)
     for i, node in enumerate(nodes):
-        _create(sandbox, _pod(f"b-{i}", namespace, "600m", priority_class=priority_class,
-                              node_selector={"kubernetes.io/hostname": node}))
-    _wait_for("the low-priority tenant on every node",
-              lambda: _all_bound(sandbox, namespace, len(nodes)))
+        create(sandbox, _pod(f"b-{i}", namespace, "600m", priority_class=klass,
+                             node_selector={"kubernetes.io/hostname": node}))
+    wait_for("the low-priority tenant on every node",
+             lambda: _all_bound(sandbox, namespace, len(nodes)))
     return nodes
 
 
 def _uids(sandbox: Sandbox, namespace: str) -> set[str]:
-    return {p["metadata"]["uid"] for p in _get(sandbox, "pods", "-n", namespace)["items"]
+    return {p["metadata"]["uid"] for p in get(sandbox, "pods", "-n", namespace)["items"]
             if not p["metadata"].get("deletionTimestamp")}
 
 
@@ -232,15 +190,15 @@ def test_priority_cannot_preempt_a_queue_within_its_deserved_share(sandbox: Sand
         victims = _uids(sandbox, ns_b)
         before = _extender_calls(sandbox)
         # Queue A's one pod is admitted (4 CPU are free in total) but fits no node.
-        _create(sandbox, _pod("urgent", ns_a, "1", priority_class=high))
-        _wait_for(
+        create(sandbox, _pod("urgent", ns_a, "1", priority_class=high))
+        wait_for(
             "kube-scheduler to ask arbiter about preemption",
             lambda: _calls(_extender_calls(sandbox), "preempt", "blocked")
             > _calls(before, "preempt", "blocked"),
         )
         time.sleep(3)
         assert _node_of(sandbox, ns_a, "urgent") is None
-        pod = _get(sandbox, "pod", "-n", ns_a, "urgent")
+        pod = get(sandbox, "pod", "-n", ns_a, "urgent")
         assert not pod["status"].get("nominatedNodeName")
         assert _uids(sandbox, ns_b) == victims  # nobody was evicted
 
@@ -252,12 +210,12 @@ def test_priority_may_preempt_a_queue_above_its_deserved_share(sandbox: Sandbox)
             _tenant(sandbox) as (ns_b, _), _tenant(sandbox) as (ns_a, _):
         _fill_every_node(sandbox, ns_b, low)
         victims = _uids(sandbox, ns_b)
-        _create(sandbox, _pod("waiting", ns_a, "5"))  # stays gated: only 4 CPU are free
+        create(sandbox, _pod("waiting", ns_a, "5"))  # stays gated: only 4 CPU are free
         time.sleep(1.0)
         before = _extender_calls(sandbox)
-        _create(sandbox, _pod("urgent", ns_a, "1", priority_class=high))
-        node = _wait_for("the urgent pod placed by preemption",
-                         lambda: _node_of(sandbox, ns_a, "urgent"), timeout=90)
+        create(sandbox, _pod("urgent", ns_a, "1", priority_class=high))
+        node = wait_for("the urgent pod placed by preemption",
+                        lambda: _node_of(sandbox, ns_a, "urgent"), timeout=90)
         assert node in _node_names(sandbox)
         assert _calls(_extender_calls(sandbox), "preempt", "allowed") > _calls(
             before, "preempt", "allowed")

@@ -3,12 +3,9 @@ queue, a step that fails for good, a cycle the webhook denies."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,29 +13,11 @@ import pytest
 import yaml
 
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
-from arbiter.sandbox.cluster import repo_root
+from tests.e2e.helpers import get, run_arbiter, tenant, timestamp, wait_for
 
 FLOW_LABEL = "arbiter.dev/jobflow"
 QUEUE_LABEL = "arbiter.dev/queue"
-
-
-def _wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.5)
-
-
-def _get(sandbox: Sandbox, *args: str) -> Any:
-    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
-
-
-def _time(value: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+FLOW_TIMEOUT = 120.0
 
 
 def _template(name: str, *, delay: str = "1s", **spec: Any) -> dict[str, Any]:
@@ -73,25 +52,16 @@ def _apply(sandbox: Sandbox, namespace: str, *objects: dict[str, Any],
 def space(sandbox: Sandbox) -> Iterator[tuple[str, str]]:
     """A namespace listed by its own Queue, with JobTemplates `short` and
     `doomed` (fails: a 1 s deadline, pods that would run 10 minutes)."""
-    suffix = uuid.uuid4().hex[:6]
-    namespace, queue = f"flow-{suffix}", f"flowq-{suffix}"
-    sandbox.kubectl("create", "namespace", namespace)
-    sandbox.apply_yaml(json.dumps({"apiVersion": "arbiter.dev/v1alpha1", "kind": "Queue",
-                                   "metadata": {"name": queue},
-                                   "spec": {"namespaces": [namespace]}}))
-    _apply(sandbox, namespace, _template("short"),
-           _template("doomed", delay="10m", activeDeadlineSeconds=1))
-    # The webhook reads Queues and JobTemplates from its cache.
-    time.sleep(1.0)
-    try:
+    with tenant(sandbox, "flow", settle=0) as (namespace, queue):
+        _apply(sandbox, namespace, _template("short"),
+               _template("doomed", delay="10m", activeDeadlineSeconds=1))
+        # The webhook reads Queues and JobTemplates from its cache.
+        time.sleep(1.0)
         yield namespace, queue
-    finally:
-        sandbox.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-        sandbox.kubectl("delete", "queue", queue, "--wait=false", check=False)
 
 
 def _flow_status(sandbox: Sandbox, namespace: str, name: str) -> dict[str, Any]:
-    status: dict[str, Any] = _get(sandbox, "jobflow", name, "-n", namespace).get("status") or {}
+    status: dict[str, Any] = get(sandbox, "jobflow", name, "-n", namespace).get("status") or {}
     return status
 
 
@@ -101,7 +71,7 @@ def _phase_is(sandbox: Sandbox, namespace: str, name: str, *phases: str) -> dict
 
 
 def _jobs(sandbox: Sandbox, namespace: str, flow: str) -> dict[str, dict[str, Any]]:
-    items = _get(sandbox, "jobs", "-n", namespace, "-l", f"{FLOW_LABEL}={flow}")["items"]
+    items = get(sandbox, "jobs", "-n", namespace, "-l", f"{FLOW_LABEL}={flow}")["items"]
     return {job["metadata"]["name"]: job for job in items}
 
 
@@ -118,8 +88,9 @@ def test_dag_runs_in_dependency_order_through_the_queue(
     ]
     edges = {"b": ["a"], "c": ["b"], "d": ["b"], "e": ["c", "d"]}
     _apply(sandbox, namespace, _flow("dag", steps))
-    status = _wait_for("the flow to succeed",
-                       lambda: _phase_is(sandbox, namespace, "dag", "Succeed", "Failed"))
+    status = wait_for("the flow to succeed",
+                      lambda: _phase_is(sandbox, namespace, "dag", "Succeed", "Failed"),
+                      timeout=FLOW_TIMEOUT, poll=0.5)
     assert status["state"] == {"phase": "Succeed"}, status
 
     names = {s: f"dag-{s}" for s in "abcde"}
@@ -127,15 +98,15 @@ def test_dag_runs_in_dependency_order_through_the_queue(
     assert sorted(jobs) == sorted(names.values())  # one Job per step, no retries
     for step, targets in edges.items():
         job = jobs[names[step]]
-        created = _time(job["metadata"]["creationTimestamp"])
+        created = timestamp(job["metadata"]["creationTimestamp"])
         for target in targets:
             # Created only once its targets had completed.
-            finished = _time(jobs[names[target]]["status"]["completionTime"])
+            finished = timestamp(jobs[names[target]]["status"]["completionTime"])
             assert created >= finished, (step, target)
     assert jobs["dag-d"]["status"]["succeeded"] == 2  # the patch took effect
 
     units = {u["metadata"]["name"]: u
-             for u in _get(sandbox, "queueunits", "-n", namespace)["items"]}
+             for u in get(sandbox, "queueunits", "-n", namespace)["items"]}
     for job_name, job in jobs.items():
         # Each went through its queue: labelled, created suspended, admitted.
         assert job["metadata"]["labels"][QUEUE_LABEL] == queue
@@ -172,10 +143,8 @@ def test_dag_runs_in_dependency_order_through_the_queue(
 
     # arbiter flow status / from-job / to-job against the live cluster.
     def arbiter(*args: str) -> str:
-        result = subprocess.run(
-            [sys.executable, "-m", "arbiter", "flow", *args, "-n", namespace,
-             "--kubeconfig", str(sandbox.kubeconfig)],
-            capture_output=True, text=True, cwd=repo_root(), timeout=60)
+        result = run_arbiter("flow", *args, "-n", namespace,
+                             "--kubeconfig", str(sandbox.kubeconfig))
         assert result.returncode == 0, result.stderr
         return result.stdout
 
@@ -203,8 +172,9 @@ def test_step_failing_twice_fails_the_flow(sandbox: Sandbox, space: tuple[str, s
         {"name": "e", "template": "short", "dependsOn": {"targets": ["b"]}},
     ]
     _apply(sandbox, namespace, _flow("fails", steps))
-    status = _wait_for("the flow to fail",
-                       lambda: _phase_is(sandbox, namespace, "fails", "Failed", "Succeed"))
+    status = wait_for("the flow to fail",
+                      lambda: _phase_is(sandbox, namespace, "fails", "Failed", "Succeed"),
+                      timeout=FLOW_TIMEOUT, poll=0.5)
     assert status["state"]["phase"] == "Failed", status
     assert status["state"]["message"] == "step b failed after 2 attempts"
     # Give a wrong controller time to (wrongly) create e.
@@ -237,5 +207,5 @@ def test_cyclic_flow_is_denied_with_the_cycle_named(
     assert 'admission webhook "jobflows.validate.arbiter.dev" denied the request' \
         in result.stderr
     assert "spec.flows: cycle a -> b -> a" in result.stderr
-    found = _get(sandbox, "jobflows", "-n", namespace)["items"]
+    found = get(sandbox, "jobflows", "-n", namespace)["items"]
     assert found == []

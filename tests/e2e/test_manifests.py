@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,16 @@ import yaml
 from arbiter.sandbox import Sandbox, process
 from arbiter.sandbox.cluster import repo_root
 from arbiter.sandbox.config import POD_COMPLETE_DELAY_ANNOTATION
+from tests.e2e.helpers import (
+    create,
+    create_tenant,
+    delete_tenants,
+    get,
+    job_complete,
+    lease_holder,
+    unique_name,
+    wait_for,
+)
 
 MANIFESTS = repo_root() / "manifests"
 NAMESPACE = "arbiter-system"
@@ -53,25 +61,6 @@ REMOVED_AFTERWARDS = (
 )
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def _wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
-
-
-def _get(sandbox: Sandbox, *args: str) -> Any:
-    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
-
-
 def _base_objects(sandbox: Sandbox) -> list[dict[str, Any]]:
     rendered = sandbox.kubectl("kustomize", str(MANIFESTS)).stdout
     return [doc for doc in yaml.safe_load_all(rendered) if doc]
@@ -79,11 +68,6 @@ def _base_objects(sandbox: Sandbox) -> list[dict[str, Any]]:
 
 def _ids(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return {(obj["kind"], obj["metadata"]["name"]) for obj in objects}
-
-
-def _lease_holder(sandbox: Sandbox) -> str:
-    lease = _get(sandbox, "lease", "kube-arbiter", "-n", NAMESPACE)
-    return str(lease["spec"].get("holderIdentity") or "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,13 +129,13 @@ def test_dry_run_then_apply_accept_every_object(sandbox: Sandbox, applied: Appli
     for obj in applied.objects:
         namespace = obj["metadata"].get("namespace")
         where = ["-n", namespace] if namespace else []
-        stored = _get(sandbox, obj["kind"].lower(), obj["metadata"]["name"], *where)
+        stored = get(sandbox, obj["kind"].lower(), obj["metadata"]["name"], *where)
         assert stored["metadata"]["uid"]
-    deployment = _get(sandbox, "deployment", "kube-arbiter", "-n", NAMESPACE)
+    deployment = get(sandbox, "deployment", "kube-arbiter", "-n", NAMESPACE)
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    service = _get(sandbox, "service", "kube-arbiter", "-n", NAMESPACE)
+    service = get(sandbox, "service", "kube-arbiter", "-n", NAMESPACE)
     assert service["spec"]["ports"][0]["port"] == 443
     # The namespace enforces Pod Security "restricted", and the Deployment's
     # pod template passes it: a server-side dry run of such a pod is admitted.
@@ -270,12 +254,6 @@ def _pod(name: str, namespace: str) -> dict[str, Any]:
                                      "resources": {"requests": {"cpu": "100m"}}}]}}
 
 
-def _complete(sandbox: Sandbox, namespace: str, name: str) -> bool:
-    job = _get(sandbox, "job", name, "-n", namespace)
-    return any(c["type"] == "Complete" and c["status"] == "True"
-               for c in job.get("status", {}).get("conditions", []))
-
-
 def test_arbiter_admits_work_under_the_service_account(
         sandbox: Sandbox, sa_kubeconfig: Path, tmp_path: Path) -> None:
     primary_port = sandbox.arbiter_port
@@ -288,7 +266,7 @@ def test_arbiter_admits_work_under_the_service_account(
     cert_dir.mkdir()
     for name in ("ca.crt", "ca.key"):
         shutil.copy2(sandbox.arbiter_cert_dir / name, cert_dir / name)
-    namespace, queue = _name("rbac"), _name("q")
+    namespace, queue = unique_name("rbac"), unique_name("q")
     log = sandbox.logs_dir / f"{RBAC_ARBITER}.log"
     log_start = log.stat().st_size if log.exists() else 0
     pid = sandbox.start_arbiter(
@@ -300,49 +278,46 @@ def test_arbiter_admits_work_under_the_service_account(
     try:
         assert pid > 0
         # Leader election on the Lease (Role: get/update/create leases).
-        _wait_for("the Lease", lambda: _lease_holder(sandbox).startswith(IDENTITY), 30)
+        wait_for("the Lease", lambda: lease_holder(sandbox).startswith(IDENTITY), 30)
         # The certificates went into the shared Secret (Role: create secrets).
-        secret = _get(sandbox, "secret", CERT_SECRET, "-n", NAMESPACE)
+        secret = get(sandbox, "secret", CERT_SECRET, "-n", NAMESPACE)
         assert set(secret["data"]) >= {"ca.crt", "tls.crt", "tls.key"}
         # The webhook configurations were replaced with URL-based ones
         # (ClusterRole: get/update on the two named kube-arbiter).
-        hooks = _get(sandbox, "validatingwebhookconfiguration", "kube-arbiter")
+        hooks = get(sandbox, "validatingwebhookconfiguration", "kube-arbiter")
         assert hooks["webhooks"][0]["clientConfig"]["url"].startswith(
             f"https://127.0.0.1:{primary_port}/")
 
-        sandbox.kubectl("create", "namespace", namespace)
-        sandbox.apply_yaml(json.dumps({"apiVersion": "arbiter.dev/v1alpha1", "kind": "Queue",
-                                       "metadata": {"name": queue},
-                                       "spec": {"namespaces": [namespace]}}))
-        time.sleep(0.5)  # the webhook resolves queues from its cache
+        create_tenant(sandbox, namespace, queue)
 
         created = json.loads(sandbox.kubectl(
             "create", "-f", "-", "-o", "json", input=json.dumps(_job("train", namespace))).stdout)
         assert created["spec"]["suspend"] is True  # held by the webhook
-        sandbox.kubectl("create", "-f", "-", input=json.dumps(_pod("web", namespace)))
+        create(sandbox, _pod("web", namespace))
 
         # Admitted: the Job unsuspended (patch jobs), ran and completed.
-        _wait_for("the Job to complete", lambda: _complete(sandbox, namespace, "train"), 90)
+        wait_for("the Job to complete",
+                 lambda: job_complete(get(sandbox, "job", "train", "-n", namespace)), 90)
 
         # Admitted: the pod's gate removed (patch pods) and the pod bound.
         def ungated_and_bound() -> bool:
-            pod = _get(sandbox, "pod", "web", "-n", namespace)
+            pod = get(sandbox, "pod", "web", "-n", namespace)
             return not pod["spec"].get("schedulingGates") and bool(pod["spec"].get("nodeName"))
 
-        _wait_for("the pod to be ungated and bound", ungated_and_bound, 60)
+        wait_for("the pod to be ungated and bound", ungated_and_bound, 60)
         # QueueUnits created and their status written (queueunits, /status).
-        units = _get(sandbox, "queueunits", "-n", namespace)["items"]
+        units = get(sandbox, "queueunits", "-n", namespace)["items"]
         assert len(units) == 2
         assert all(u.get("status", {}).get("phase") in ("Dequeued", "Running", "Succeed")
                    for u in units), [u.get("status") for u in units]
         # Queue status written (queues/status).
-        _wait_for("the Queue's status",
-                  lambda: _get(sandbox, "queue", queue).get("status", {}).get("admitted", 0)
-                  >= 1 or bool(_get(sandbox, "queue", queue).get("status", {}).get("allocated")),
+        wait_for("the Queue's status",
+                  lambda: get(sandbox, "queue", queue).get("status", {}).get("admitted", 0)
+                  >= 1 or bool(get(sandbox, "queue", queue).get("status", {}).get("allocated")),
                   30)
         # Events recorded in the tenant's namespace (events create).
-        events = _wait_for("an Admitted event", lambda: [
-            e for e in _get(sandbox, "events", "-n", namespace)["items"]
+        events = wait_for("an Admitted event", lambda: [
+            e for e in get(sandbox, "events", "-n", namespace)["items"]
             if e.get("reason") == "Admitted"
             and e.get("source", {}).get("component") == "kube-arbiter"], 30)
         assert events
@@ -351,7 +326,7 @@ def test_arbiter_admits_work_under_the_service_account(
         code = sandbox.stop_arbiter(RBAC_ARBITER)
         stopped = True
         assert code == 0
-        assert _lease_holder(sandbox) == ""
+        assert lease_holder(sandbox) == ""
 
         # Nothing arbiter tried was refused.
         text = log.read_text(errors="replace")[log_start:]
@@ -362,9 +337,7 @@ def test_arbiter_admits_work_under_the_service_account(
     finally:
         if not stopped:
             sandbox.stop_arbiter(RBAC_ARBITER)
-        sandbox.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false",
-                        check=False)
-        sandbox.kubectl("delete", "queue", queue, "--ignore-not-found", check=False)
+        delete_tenants(sandbox, [namespace], [queue])
 
 
 SERVICE_MONITOR_CRD = {

@@ -4,7 +4,7 @@ nodes × 1 CPU).
 The module restarts the primary arbiter with a short `--reclaim-grace` and
 restores the default afterwards. Every test uses its own queues and
 namespaces (random suffix) on a quiet cluster and removes them afterwards
-(`scenario` from the admission tests).
+(`scenario` from tests/e2e/helpers.py).
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ from typing import Any
 import pytest
 
 from arbiter.sandbox import Sandbox
-from tests.e2e.test_admission import (
+from tests.e2e.helpers import (
     CPUS,
     admissions,
     create,
     get,
     job,
+    job_complete,
     metrics,
     pod,
+    priority_class,
     released,
     scenario,
     suffix,
@@ -75,15 +77,8 @@ def unsuspended(sandbox: Sandbox, ns: str) -> list[str]:
 
 
 def complete(sandbox: Sandbox, ns: str) -> list[str]:
-    return sorted(
-        j["metadata"]["name"] for j in get(sandbox, "jobs", "-n", ns)["items"]
-        if any(c["type"] == "Complete" and c["status"] == "True"
-               for c in (j.get("status") or {}).get("conditions") or []))
-
-
-def priority_class(name: str, value: int) -> dict[str, Any]:
-    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": name}, "value": value}
+    return sorted(j["metadata"]["name"] for j in get(sandbox, "jobs", "-n", ns)["items"]
+                  if job_complete(j))
 
 
 def prioritised(name: str, ns: str, klass: str) -> dict[str, Any]:

@@ -5,39 +5,25 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-import sys
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, NodeShape, Sandbox
 from arbiter.sandbox import process as sandbox_process
-from arbiter.sandbox.cluster import repo_root
-
-
-def _wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
-
-
-def _get(sandbox: Sandbox, *args: str) -> Any:
-    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
-
-
-def _timestamp(value: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+from tests.e2e.helpers import (
+    get,
+    job_complete,
+    namespace,
+    run_arbiter,
+    timestamp,
+    unique_name,
+    wait_for,
+)
 
 
 def test_all_fake_nodes_become_ready(sandbox: Sandbox) -> None:
     expected = sandbox.node_shape.count
-    nodes = _get(sandbox, "nodes", "-l", "type=kwok")["items"]
+    nodes = get(sandbox, "nodes", "-l", "type=kwok")["items"]
     assert len(nodes) == expected
     assert sandbox.ready_nodes() == expected
     for node in nodes:
@@ -55,20 +41,12 @@ def test_all_fake_nodes_become_ready(sandbox: Sandbox) -> None:
 
 
 def test_job_in_unmanaged_namespace_is_scheduled_and_completes(sandbox: Sandbox) -> None:
-    namespace = f"sandbox-e2e-{uuid.uuid4().hex[:6]}"
-    sandbox.apply_yaml(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": namespace, "labels": {"arbiter.dev/managed": "false"}},
-            }
-        )
-    )
+    ns = unique_name("sandbox-e2e")
+    sandbox.apply_yaml(json.dumps(namespace(ns, labels={"arbiter.dev/managed": "false"})))
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "two-pods", "namespace": namespace},
+        "metadata": {"name": "two-pods", "namespace": ns},
         "spec": {
             "parallelism": 2,
             "completions": 2,
@@ -92,26 +70,24 @@ def test_job_in_unmanaged_namespace_is_scheduled_and_completes(sandbox: Sandbox)
         sandbox.apply_yaml(json.dumps(job))
 
         def complete() -> dict[str, Any] | None:
-            found: dict[str, Any] = _get(sandbox, "job", "two-pods", "-n", namespace)
-            conditions = found.get("status", {}).get("conditions", [])
-            done = any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
-            return found if done else None
+            found: dict[str, Any] = get(sandbox, "job", "two-pods", "-n", ns)
+            return found if job_complete(found) else None
 
-        finished = _wait_for("the Job to complete", complete, timeout=60)
+        finished = wait_for("the Job to complete", complete, timeout=60)
         assert finished["status"]["succeeded"] == 2
         # kwok held each pod Running for the annotated 2 s before completing it.
-        started = _timestamp(finished["status"]["startTime"])
-        completed = _timestamp(finished["status"]["completionTime"])
+        started = timestamp(finished["status"]["startTime"])
+        completed = timestamp(finished["status"]["completionTime"])
         assert completed - started >= dt.timedelta(seconds=2)
 
-        pods = _get(sandbox, "pods", "-n", namespace, "-l", "job-name=two-pods")["items"]
+        pods = get(sandbox, "pods", "-n", ns, "-l", "job-name=two-pods")["items"]
         assert len(pods) == 2
         for pod in pods:
             assert pod["spec"]["nodeName"].startswith("kwok-node-")
             assert pod["spec"].get("schedulerName", "default-scheduler") == "default-scheduler"
             assert pod["status"]["phase"] == "Succeeded"
     finally:
-        sandbox.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        sandbox.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def test_up_again_is_harmless(sandbox: Sandbox) -> None:
@@ -122,13 +98,7 @@ def test_up_again_is_harmless(sandbox: Sandbox) -> None:
 
 
 def test_status_command_reports_healthy(sandbox: Sandbox) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "arbiter", "sandbox", "status", "--dir", str(sandbox.dir), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=repo_root(),
-        timeout=60,
-    )
+    result = run_arbiter("sandbox", "status", "--dir", str(sandbox.dir), "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["healthy"] is True
@@ -150,11 +120,5 @@ def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
         assert not sandbox_process.is_running(record)
         assert not Path(f"/proc/{record.pid}").exists(), f"{record.name} pid {record.pid} remains"
     assert not (tmp_path / "small" / "state.json").exists()
-    status = subprocess.run(
-        [sys.executable, "-m", "arbiter", "sandbox", "status", "--dir", str(tmp_path / "small")],
-        capture_output=True,
-        text=True,
-        cwd=repo_root(),
-        timeout=60,
-    )
+    status = run_arbiter("sandbox", "status", "--dir", str(tmp_path / "small"))
     assert status.returncode == 1

@@ -5,44 +5,22 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from typing import Any
 
 from arbiter.sandbox import Sandbox
+from tests.e2e.helpers import (
+    apply_queue,
+    create_namespace,
+    create_tenant,
+    get,
+    unique_name,
+    wait_for,
+)
+from tests.e2e.helpers import queue as queue_object
 
 # More than the sandbox's 10 × 1 CPU: the admission loop can never admit it,
 # so what we observe is what the webhook stored.
 TOO_BIG = "100"
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def _wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
-
-
-def _queue(sandbox: Sandbox, name: str, **spec: Any) -> None:
-    sandbox.apply_yaml(json.dumps({"apiVersion": "arbiter.dev/v1alpha1", "kind": "Queue",
-                                   "metadata": {"name": name}, "spec": spec}))
-    # The webhook reads Queues from its cache: wait until a pod would see it.
-    time.sleep(0.5)
-
-
-def _namespace(sandbox: Sandbox, name: str) -> None:
-    sandbox.kubectl("create", "namespace", name)
-
-
-def _get(sandbox: Sandbox, *args: str) -> Any:
-    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
 
 
 def _run(sandbox: Sandbox, namespace: str, name: str, *extra: str,
@@ -52,21 +30,20 @@ def _run(sandbox: Sandbox, namespace: str, name: str, *extra: str,
 
 
 def test_pod_without_queue_is_denied_with_the_fix(sandbox: Sandbox) -> None:
-    namespace = _name("noqueue")
-    _namespace(sandbox, namespace)
+    namespace = unique_name("noqueue")
+    create_namespace(sandbox, namespace)
     result = _run(sandbox, namespace, "web", check=False)
     assert result.returncode != 0
     assert 'admission webhook "pods.validate.arbiter.dev" denied the request' in result.stderr
     assert (f'namespace "{namespace}" has no queue: label the pod or namespace with '
             f'arbiter.dev/queue=<queue>, or list "{namespace}" in a Queue\'s '
             "spec.namespaces") in result.stderr
-    assert _get(sandbox, "pods", "-n", namespace)["items"] == []
+    assert get(sandbox, "pods", "-n", namespace)["items"] == []
 
 
 def test_job_in_queued_namespace_is_stored_suspended(sandbox: Sandbox) -> None:
-    namespace, queue = _name("jobs"), _name("q")
-    _namespace(sandbox, namespace)
-    _queue(sandbox, queue, namespaces=[namespace])
+    namespace, queue = unique_name("jobs"), unique_name("q")
+    create_tenant(sandbox, namespace, queue)
     job = {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train",
                                                               "namespace": namespace},
@@ -79,7 +56,7 @@ def test_job_in_queued_namespace_is_stored_suspended(sandbox: Sandbox) -> None:
     assert created["spec"]["suspend"] is True
     assert created["metadata"]["labels"]["arbiter.dev/queue"] == queue
     assert created["spec"]["template"]["metadata"]["labels"]["arbiter.dev/queue"] == queue
-    stored = _get(sandbox, "job", "train", "-n", namespace)
+    stored = get(sandbox, "job", "train", "-n", namespace)
     assert stored["spec"]["suspend"] is True
     # A user cannot start it before arbiter admits it.
     patch = sandbox.kubectl("patch", "job", "train", "-n", namespace, "--type=merge",
@@ -87,24 +64,24 @@ def test_job_in_queued_namespace_is_stored_suspended(sandbox: Sandbox) -> None:
     assert patch.returncode != 0
     assert "only kube-arbiter may set spec.suspend to false" in patch.stderr
     time.sleep(1.0)
-    assert _get(sandbox, "pods", "-n", namespace)["items"] == []
+    assert get(sandbox, "pods", "-n", namespace)["items"] == []
 
 
 def test_pod_is_stored_gated(sandbox: Sandbox) -> None:
-    namespace, queue = _name("pods"), _name("q")
-    _namespace(sandbox, namespace)
+    namespace, queue = unique_name("pods"), unique_name("q")
+    create_namespace(sandbox, namespace)
     sandbox.kubectl("label", "namespace", namespace, f"arbiter.dev/queue={queue}")
-    _queue(sandbox, queue)
+    apply_queue(sandbox, queue)
     _run(sandbox, namespace, "web", f"--overrides={json.dumps({'spec': {'containers': [{'name': 'web', 'image': 'busybox', 'resources': {'requests': {'cpu': TOO_BIG}}}]}})}")  # noqa: E501
-    pod = _get(sandbox, "pod", "web", "-n", namespace)
+    pod = get(sandbox, "pod", "web", "-n", namespace)
     assert pod["metadata"]["labels"]["arbiter.dev/queue"] == queue
     assert {"name": "arbiter.dev/admission"} in pod["spec"]["schedulingGates"]
 
     def gated_condition() -> Any:
-        conditions = _get(sandbox, "pod", "web", "-n", namespace)["status"].get("conditions", [])
+        conditions = get(sandbox, "pod", "web", "-n", namespace)["status"].get("conditions", [])
         return next((c for c in conditions if c["type"] == "PodScheduled"), None)
 
-    condition = _wait_for("PodScheduled condition", gated_condition)
+    condition = wait_for("PodScheduled condition", gated_condition)
     assert condition["status"] == "False" and condition["reason"] == "SchedulingGated"
     # Only arbiter lifts the gate.
     lift = sandbox.kubectl("patch", "pod", "web", "-n", namespace, "--type=json", "-p",
@@ -113,33 +90,30 @@ def test_pod_is_stored_gated(sandbox: Sandbox) -> None:
 
 
 def test_closed_queue_denies(sandbox: Sandbox) -> None:
-    namespace, queue = _name("closed"), _name("q")
-    _namespace(sandbox, namespace)
-    _queue(sandbox, queue, namespaces=[namespace], state="Closed")
+    namespace, queue = unique_name("closed"), unique_name("q")
+    create_tenant(sandbox, namespace, queue, state="Closed")
     result = _run(sandbox, namespace, "web", check=False)
     assert result.returncode != 0
     assert f'queue "{queue}"' in result.stderr and "is Closed" in result.stderr
 
 
 def test_invalid_queue_is_denied_naming_the_field(sandbox: Sandbox) -> None:
-    queue = _name("bad")
-    document = json.dumps({"apiVersion": "arbiter.dev/v1alpha1", "kind": "Queue",
-                           "metadata": {"name": queue},
-                           "spec": {"guarantee": {"cpu": "4"}, "capability": {"cpu": "2"}}})
+    queue = unique_name("bad")
+    document = json.dumps(queue_object(queue, guarantee={"cpu": "4"}, capability={"cpu": "2"}))
     result = sandbox.kubectl("create", "-f", "-", input=document, check=False)
     assert result.returncode != 0
     assert "spec.guarantee.cpu (4) exceeds spec.capability.cpu (2)" in result.stderr
 
 
 def test_kube_system_works_while_arbiter_is_down(sandbox: Sandbox) -> None:
-    name = _name("sys")
-    managed = _name("managed")
-    _namespace(sandbox, managed)
+    name = unique_name("sys")
+    managed = unique_name("managed")
+    create_namespace(sandbox, managed)
     sandbox.stop_arbiter()
     try:
         created = _run(sandbox, "kube-system", name, check=False)
         assert created.returncode == 0, created.stderr
-        pod = _get(sandbox, "pod", name, "-n", "kube-system")
+        pod = get(sandbox, "pod", name, "-n", "kube-system")
         assert "schedulingGates" not in pod["spec"]
         # A managed namespace fails closed meanwhile.
         refused = _run(sandbox, managed, "web", check=False)

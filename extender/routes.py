@@ -22,6 +22,7 @@ from prometheus_client import Counter
 from arbiter import metrics
 from arbiter.cache.store import ClusterStore
 from arbiter.config import ServeConfig
+from arbiter.httpbody import read_limited
 from extender.filter import filter_nodes
 from extender.preempt import preempt
 from extender.prioritize import prioritize_nodes
@@ -88,22 +89,6 @@ def one_line(text: str) -> str:
     return line if len(line) <= 500 else line[:497] + "..."
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The request body, refusing more than `limit` bytes (the app-wide
-    client_max_size is sized for AdmissionReviews, not Node lists)."""
-    length = request.content_length
-    if length is not None and length > limit:
-        raise BadRequest(f"body of {length} bytes exceeds the {limit}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(f"body exceeds the {limit}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def decode(body: bytes) -> Any:
     if not body:
         raise BadRequest("empty body: expected a JSON object")
@@ -159,7 +144,7 @@ def make_handler(verb: str, state: ExtenderState, max_body: int) -> Handler:
     async def handle(request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            reply = respond(verb, state, await read_body(request, max_body))
+            reply = respond(verb, state, await read_limited(request, max_body, BadRequest))
         except BadRequest as error:
             reply = _bad_request(error, verb)
         _COUNTERS.inc(verb, reply.result)

@@ -15,6 +15,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from arbiter import metrics
+from arbiter.httpbody import read_limited
 from webhook.endpoints import ENDPOINTS, Endpoint
 from webhook.review import AdmissionEnv, MalformedReview, one_line, parse_review, render
 
@@ -51,13 +52,7 @@ def make_handler(endpoint: Endpoint, env: AdmissionEnv, max_body: int) -> Handle
     async def handle(request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            length = request.content_length
-            if length is not None and length > max_body:
-                raise MalformedReview(f"body of {length} bytes exceeds the {max_body}-byte limit")
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                raise MalformedReview(f"body exceeds the {max_body}-byte limit") from None
+            body = await read_limited(request, max_body, MalformedReview)
             review = parse_review(body, endpoint.group, endpoint.kind)
             decision = endpoint.decide(review, env)
         except MalformedReview as error:

@@ -122,6 +122,22 @@ async def test_oversized_body_gets_400(client: Client) -> None:
     assert "exceeds the 65536-byte limit" in await answer.text()
 
 
+async def test_oversized_chunked_body_gets_400(client: Client) -> None:
+    # No Content-Length: the limit must hold while reading, not only up front
+    # (the app-wide client_max_size is the extender's, far larger).
+    pod = kubectl_run_pod("web", "team-a")
+    pod["metadata"]["annotations"] = {"big": "x" * MAX_BODY}
+    body = orjson.dumps(review("Pod", "CREATE", pod))
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), 8192):
+            yield body[start:start + 8192]
+
+    answer = await client.post("/webhook/mutate/pods", data=chunks())
+    assert answer.status == 400
+    assert "body exceeds the 65536-byte limit" in await answer.text()
+
+
 async def test_metrics_count_requests_by_outcome(client: Client) -> None:
     async def scrape() -> str:
         return await (await client.get("/metrics")).text()

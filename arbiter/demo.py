@@ -151,8 +151,7 @@ class DemoError(RuntimeError):
 def queue_object(plan: Plan) -> dict[str, Any]:
     spec: dict[str, Any] = {"weight": plan.tenant.weight, "namespaces": [plan.tenant.name]}
     if plan.guarantee:
-        spec["guarantee"] = {name: format_quantity(name, amount)
-                             for name, amount in plan.guarantee.items()}
+        spec["guarantee"] = plan.guarantee.to_quantities()
     return {"apiVersion": "arbiter.dev/v1alpha1", "kind": "Queue",
             "metadata": {"name": plan.tenant.name, "labels": dict([PART_OF])},
             "spec": spec}
@@ -165,7 +164,7 @@ def namespace_object(plan: Plan) -> dict[str, Any]:
 
 def job_object(plan: Plan, run_id: str) -> dict[str, Any]:
     labels = {PART_OF[0]: PART_OF[1], RUN_LABEL: run_id}
-    requests = {name: format_quantity(name, amount) for name, amount in plan.requests.items()}
+    requests = plan.requests.to_quantities()
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"generateName": f"{plan.tenant.name}-", "namespace": plan.tenant.name,

@@ -35,7 +35,6 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from arbiter.core.fairshare import (
     QueueSpec,
     Unit,
     deserved,
+    format_share,
 )
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
@@ -270,10 +270,6 @@ def _quantities(amounts: Resources, names: tuple[str, ...]) -> dict[str, str]:
     return {r: format_quantity(r, amounts.get_amount(r)) for r in keys}
 
 
-def _share(value: Fraction) -> float:
-    # Round the correctly rounded float, as round(allocated / capacity, 4) would.
-    return round(float(value), 4)
-
 
 def evaluate(scenario: Scenario, *, order: bool = False) -> dict[str, Any]:
     """Run the engine over the scenario; the JSON-ready result."""
@@ -291,7 +287,7 @@ def evaluate(scenario: Scenario, *, order: bool = False) -> dict[str, Any]:
             spec.name: {
                 "admitted": engine.admitted_count(spec.name),
                 "allocated": _quantities(engine.allocated(spec.name), names),
-                "dominantShare": _share(engine.dominant_share(spec.name)),
+                "dominantShare": format_share(engine.dominant_share(spec.name)),
                 "deserved": _quantities(fair[spec.name], names),
             }
             for spec in scenario.queues

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arbiter.cache.convert import ConversionError, node_from_api
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
 
@@ -113,18 +114,16 @@ def dominant_share(amounts: Mapping[str, int], capacity: Mapping[str, int]) -> f
 
 
 def capacity_of(nodes: Iterable[Mapping[str, Any]]) -> Resources:
-    """Allocatable of the Ready, schedulable nodes, summed."""
-    total: dict[str, int] = {}
-    for node in nodes:
-        spec, status = node.get("spec") or {}, node.get("status") or {}
-        if spec.get("unschedulable"):
+    """Allocatable of the Ready, schedulable nodes, summed (as the cache reads a Node)."""
+    total = EMPTY
+    for obj in nodes:
+        try:
+            node = node_from_api(obj)
+        except ConversionError:  # an allocatable that does not parse counts as none
             continue
-        conditions = status.get("conditions") or []
-        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-            continue
-        for name, amount in _resources(status.get("allocatable")).items():
-            total[name] = total.get(name, 0) + amount
-    return Resources(total)
+        if node.ready and node.schedulable:
+            total = total + node.allocatable
+    return total
 
 
 def queue_row(obj: Mapping[str, Any], capacity: Resources | None) -> QueueRow:

@@ -259,7 +259,7 @@ async def _supervise(ctx: ServerContext, task: BackgroundTask, name: str) -> Non
 def build_app(ctx: ServerContext, *, background: bool = True) -> web.Application:
     """The aiohttp application: every route provider, and (unless
     `background` is False) every background task tied to its life."""
-    limit = max(ctx.config.max_body_bytes, getattr(ctx.config, "extender_max_body_bytes", 0))
+    limit = max(ctx.config.max_body_bytes, ctx.config.extender_max_body_bytes)
     app = web.Application(client_max_size=limit)
     app[CONTEXT] = ctx
     for entry in ROUTE_PROVIDERS:

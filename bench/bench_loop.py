@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arbiter.cache.records import ADMISSION_GATE, QUEUE_LABEL
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.loop.controller import AdmissionController, LoopSettings
+from arbiter.loop.kube import pod_path, queue_path, unit_path
 from arbiter.loop.memory import InMemoryApi
 from arbiter.loop.units import format_rfc3339
 
@@ -94,13 +95,12 @@ def seed_api(api: InMemoryApi, store: ClusterStore, raw_pods: list[dict[str, Any
     """Make the in-memory API hold what the store holds."""
     for obj in raw_pods:
         meta = obj["metadata"]
-        api.objects[f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"] = obj
+        api.objects[pod_path(meta["namespace"], meta["name"])] = obj
     for obj in raw_units:
         meta = obj["metadata"]
-        api.objects[(f"/apis/arbiter.dev/v1alpha1/namespaces/{meta['namespace']}"
-                     f"/queueunits/{meta['name']}")] = obj
+        api.objects[unit_path(meta["namespace"], meta["name"])] = obj
     for name in store.queues:
-        api.objects[f"/apis/arbiter.dev/v1alpha1/queues/{name}"] = {
+        api.objects[queue_path(name)] = {
             "metadata": {"name": name, "resourceVersion": "1"}, "spec": {}}
 
 

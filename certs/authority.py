@@ -46,7 +46,7 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     """Write atomically with 0600 permissions, so a reader never sees half a key."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -169,8 +169,8 @@ def ensure_serving_certificate(
         ca_key = loaded
     else:
         ca_cert, ca_key = _new_ca("kube-arbiter-ca")
-        _write_private(paths.ca_key_file, _key_pem(ca_key))
-        _write_private(paths.ca_file, ca_cert.public_bytes(serialization.Encoding.PEM))
+        write_private(paths.ca_key_file, _key_pem(ca_key))
+        write_private(paths.ca_file, ca_cert.public_bytes(serialization.Encoding.PEM))
     fresh = (
         paths.cert_file.exists()
         and paths.key_file.exists()
@@ -181,6 +181,6 @@ def ensure_serving_certificate(
         cert, key = _new_serving(ca_cert, ca_key, dns_names, ip_addresses)
         # Key first, then certificate: a reloader keyed on the cert file's
         # change then always finds a matching key.
-        _write_private(paths.key_file, _key_pem(key))
-        _write_private(paths.cert_file, cert.public_bytes(serialization.Encoding.PEM))
+        write_private(paths.key_file, _key_pem(key))
+        write_private(paths.cert_file, cert.public_bytes(serialization.Encoding.PEM))
     return paths

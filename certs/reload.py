@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import ssl
 import tempfile
 from pathlib import Path
+
+from certs.authority import write_private
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,7 @@ class ReloadingTLS:
             cert_copy = Path(scratch, "tls.crt")
             key_copy = Path(scratch, "tls.key")
             cert_copy.write_bytes(cert)
-            fd = os.open(key_copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(key)
+            write_private(key_copy, key)
             try:
                 _server_context().load_cert_chain(cert_copy, key_copy)
             except (ssl.SSLError, OSError, ValueError) as error:

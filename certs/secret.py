@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.kubeapi import ApiError, request_json
-from certs.authority import CertificatePaths
+from certs.authority import CertificatePaths, write_private
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,7 @@ def read_files(paths: CertificatePaths) -> dict[str, bytes]:
 def _write_files(directory: Path, data: dict[str, bytes]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for key, value in data.items():
-        target = directory / key
-        tmp = target.with_suffix(".tmp")
-        tmp.write_bytes(value)
-        tmp.chmod(0o600)
-        tmp.replace(target)
+        write_private(directory / key, value)
 
 
 async def load(api: Any, namespace: str, name: str,

@@ -9,7 +9,7 @@ parent of another Queue, cannot be deleted. Every error names its field.
 from __future__ import annotations
 
 import re
-from typing import Any, TypeGuard
+from typing import Any
 
 from arbiter.cache.records import ADMITTED_PHASES
 from arbiter.core.quantities import QuantityError, format_quantity
@@ -23,6 +23,7 @@ from webhook.review import (
     Obj,
     allow,
     deny,
+    is_int,
     require_object,
 )
 
@@ -34,10 +35,6 @@ _ENUMS: dict[str, tuple[str, ...]] = {
     "queuePolicy": ("Priority", "FIFO"),
     "state": ("Open", "Closed"),
 }
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _resources(spec: Obj, key: str, errors: list[str]) -> Resources:
@@ -62,7 +59,7 @@ def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list
     if not isinstance(spec, dict):
         return [*errors, "spec: must be an object"], warnings
     weight = spec.get("weight", 1)
-    if not _is_int(weight) or weight <= 0:
+    if not is_int(weight) or weight <= 0:
         errors.append(f"spec.weight: {weight!r:.40} must be an integer > 0")
     guarantee = _resources(spec, "guarantee", errors)
     capability = _resources(spec, "capability", errors)
@@ -85,7 +82,7 @@ def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list
         if value is not None and not isinstance(value, bool):
             errors.append(f"spec.{key}: must be a boolean")
     priority = spec.get("priority")
-    if priority is not None and not _is_int(priority):
+    if priority is not None and not is_int(priority):
         errors.append("spec.priority: must be an integer")
     selector = spec.get("nodeSelector")
     if selector is not None and (

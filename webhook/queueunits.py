@@ -12,9 +12,9 @@ admitted unit.
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+from typing import Any
 
-from arbiter.cache.records import ADMITTED_PHASES, QUEUE_LABEL
+from arbiter.cache.records import ADMITTED_PHASES, MAX_POD_SETS, QUEUE_LABEL
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import Resources
 from webhook.patch import set_label
@@ -29,17 +29,13 @@ from webhook.review import (
     allow,
     deny,
     get_map,
+    is_int,
     namespaced_object,
     require_object,
 )
 
 GROUP, KIND = "arbiter.dev", "QueueUnit"
-MAX_POD_SETS = 8
 SHORTHAND_POD_SET = "main"
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
@@ -55,7 +51,7 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     pod_sets = spec.get("podSets")
     resource_no = spec.get("resourceNo", 1)
     if (spec.get("resourceUnit") is not None and not pod_sets
-            and _is_int(resource_no) and resource_no >= 1):
+            and is_int(resource_no) and resource_no >= 1):
         pod_set = {"name": SHORTHAND_POD_SET, "count": resource_no,
                    "requests": spec["resourceUnit"]}
         ops.append({"op": "add", "path": "/spec/podSets", "value": [pod_set]})
@@ -80,7 +76,7 @@ def check_pod_sets(spec: Obj) -> list[str]:
         return ["spec: set either podSets or resourceUnit × resourceNo, not both"]
     if shorthand and not pod_sets:
         resource_no = spec.get("resourceNo", 1)
-        if not _is_int(resource_no) or resource_no < 1:
+        if not is_int(resource_no) or resource_no < 1:
             errors.append(f"spec.resourceNo: {resource_no!r:.40} must be an integer ≥ 1")
         _check_requests(spec.get("resourceUnit"), "spec.resourceUnit", errors)
         return errors
@@ -102,12 +98,12 @@ def check_pod_sets(spec: Obj) -> list[str]:
         else:
             names.add(name)
         raw_count = pod_set.get("count")
-        count: int | None = raw_count if _is_int(raw_count) and raw_count >= 1 else None
+        count: int | None = raw_count if is_int(raw_count) and raw_count >= 1 else None
         if count is None:
             errors.append(f"{where}.count: {raw_count!r:.40} must be an integer ≥ 1")
         min_count = pod_set.get("minCount")
         if min_count is not None:
-            if not _is_int(min_count) or min_count < 1:
+            if not is_int(min_count) or min_count < 1:
                 errors.append(f"{where}.minCount: {min_count!r:.40} must be an integer ≥ 1")
             elif count is not None and min_count > count:
                 errors.append(f"{where}.minCount: {min_count} exceeds count {count}")
@@ -138,7 +134,7 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if not isinstance(queue, str) or not queue:
         errors.append("spec.queue: " + no_queue_message(namespace, "QueueUnit"))
     for key in ("priority",):
-        if spec.get(key) is not None and not _is_int(spec.get(key)):
+        if spec.get(key) is not None and not is_int(spec.get(key)):
             errors.append(f"spec.{key}: must be an integer")
     consumer = spec.get("consumerRef")
     if consumer is not None and not (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, cast
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, TypeGuard, cast
 
 import orjson
 
@@ -276,6 +276,11 @@ def get_labels(meta: Mapping[str, Any] | None, where: str) -> dict[str, str] | N
         if not isinstance(value, str):
             raise MalformedReview(f"{where}.labels[{key!r:.60}] must be a string")
     return cast(dict[str, str], labels)
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """A JSON integer (a bool is not one, though Python says so)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def require_object(request: AdmissionRequest, *, old: bool = False) -> Obj:

@@ -25,6 +25,8 @@ WithinQueuePreemption = Literal["Never", "LowerPriority"]
 UnitPhase = Literal[
     "Enqueued", "Reserved", "Dequeued", "Running", "Succeed", "Failed", "TimeoutBackoff"
 ]
+# A QueueUnit holds 1..MAX_POD_SETS pod sets (the CRD enforces the same bound).
+MAX_POD_SETS = 8
 ADMITTED_PHASES: frozenset[str] = frozenset({"Dequeued", "Running"})
 FINISHED_PHASES: frozenset[str] = frozenset({"Succeed", "Failed"})
 JobOutcome = Literal["Complete", "Failed"]

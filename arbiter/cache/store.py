@@ -36,10 +36,22 @@ log = logging.getLogger(__name__)
 
 Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
                "JobFlow", "JobTemplate"]
+# The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
+# JobFlow controller and webhook) are not among them.
 KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass")
-# Kinds only the JobFlow controller and webhook read; `synced` does not wait for them.
-JOBFLOW_KINDS: tuple[Kind, ...] = ("JobFlow", "JobTemplate")
+# Kinds filed under namespace/name; Pods are filed by uid, the rest by name.
+NAMESPACED_KINDS: frozenset[Kind] = frozenset({"Job", "QueueUnit", "JobFlow", "JobTemplate"})
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+def store_key(kind: Kind, obj: Mapping[str, Any]) -> str:
+    """The key the store files a raw object under (see ClusterStore tables)."""
+    meta = obj.get("metadata") or {}
+    if kind == "Pod":
+        return str(meta.get("uid", ""))
+    if kind in NAMESPACED_KINDS:
+        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    return str(meta.get("name", ""))
 
 DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
     "kube-system", "kube-public", "kube-node-lease", "arbiter-system",
@@ -217,31 +229,28 @@ class ClusterStore:
         else:
             table[key] = record
 
-    def replace_all(self, kind: Kind, objects: Iterable[Mapping[str, Any]]) -> None:
-        """A fresh LIST: drop what is gone, apply what is there."""
+    def table(self, kind: Kind) -> dict[str, Any]:
+        """The table holding `kind`'s records, keyed by `store_key`."""
         tables: dict[Kind, dict[str, Any]] = {
             "Queue": self.queues, "Namespace": self.namespaces, "Node": self.nodes,
             "Pod": self.pods, "Job": self.jobs, "QueueUnit": self.units,
             "PriorityClass": self.priority_classes,
             "JobFlow": self.jobflows, "JobTemplate": self.jobtemplates,
         }
+        return tables[kind]
+
+    def replace_all(self, kind: Kind, objects: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh LIST: drop what is gone, apply what is there."""
         objects = list(objects)
-        if kind == "Pod":
-            present = {(o.get("metadata") or {}).get("uid", "") for o in objects}
-            for uid in [u for u in self.pods if u not in present]:
-                self.delete_pod(uid)
-        else:
-            def key_of(o: Mapping[str, Any]) -> str:
-                m = o.get("metadata") or {}
-                if kind in ("Job", "QueueUnit", "JobFlow", "JobTemplate"):
-                    return f"{m.get('namespace', '')}/{m.get('name', '')}"
-                return str(m.get("name", ""))
-            present = {key_of(o) for o in objects}
-            for key in [k for k in tables[kind] if k not in present]:
-                if kind == "Queue":
-                    self.delete_queue(key)
-                else:
-                    del tables[kind][key]
+        present = {store_key(kind, o) for o in objects}
+        table = self.table(kind)
+        for key in [k for k in table if k not in present]:
+            if kind == "Pod":
+                self.delete_pod(key)
+            elif kind == "Queue":
+                self.delete_queue(key)
+            else:
+                del table[key]
         for obj in objects:
             self.apply(kind, "ADDED", obj)
         self.synced_kinds.add(kind)

@@ -18,15 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import orjson
 
 from arbiter import metrics
-from arbiter.cache.store import ClusterStore, EventType, Kind
+from arbiter.cache.store import NAMESPACED_KINDS, ClusterStore, EventType, Kind, store_key
 from arbiter.kubeapi import ApiError, open_stream
 
 log = logging.getLogger(__name__)
@@ -57,31 +57,11 @@ class Gone(Exception):
     """410: the resourceVersion is too old; list again."""
 
 
-def _table(store: ClusterStore, kind: Kind) -> Mapping[str, Any]:
-    tables: dict[Kind, Mapping[str, Any]] = {
-        "Queue": store.queues, "Namespace": store.namespaces, "Node": store.nodes,
-        "Pod": store.pods, "Job": store.jobs, "QueueUnit": store.units,
-        "PriorityClass": store.priority_classes,
-        "JobFlow": store.jobflows, "JobTemplate": store.jobtemplates,
-    }
-    return tables[kind]
-
-
-def store_key(kind: Kind, obj: Mapping[str, Any]) -> str:
-    """The key the store files a raw object under (see ClusterStore tables)."""
-    meta = obj.get("metadata") or {}
-    if kind == "Pod":
-        return str(meta.get("uid", ""))
-    if kind in ("Job", "QueueUnit", "JobFlow", "JobTemplate"):
-        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-    return str(meta.get("name", ""))
-
-
 def _stub(kind: Kind, key: str) -> dict[str, Any]:
     """A minimal object that deletes `key` from the store when applied as DELETED."""
     if kind == "Pod":
         return {"metadata": {"uid": key}}
-    if kind in ("Job", "QueueUnit", "JobFlow", "JobTemplate"):
+    if kind in NAMESPACED_KINDS:
         namespace, _, name = key.partition("/")
         return {"metadata": {"namespace": namespace, "name": name}}
     return {"metadata": {"name": key}}
@@ -125,7 +105,7 @@ class Watcher:
         return self.resource.kind
 
     def _count(self) -> None:
-        self._gauge.set(len(_table(self.store, self.kind)))
+        self._gauge.set(len(self.store.table(self.kind)))
 
     async def relist(self) -> str:
         """LIST page by page into the store; the snapshot's resourceVersion."""
@@ -151,7 +131,7 @@ class Watcher:
             continue_token = str(meta.get("continue") or "")
             if not continue_token:
                 break
-        table = _table(self.store, self.kind)
+        table = self.store.table(self.kind)
         for key in [k for k in table if k not in present]:
             self.store.apply(self.kind, "DELETED", _stub(self.kind, key))
         self.store.synced_kinds.add(self.kind)
@@ -181,7 +161,7 @@ class Watcher:
                 event_type = event.get("type")
                 obj = event.get("object") or {}
                 if event_type in _EVENT_TYPES:
-                    self.store.apply(self.kind, event_type_of(event_type), obj)
+                    self.store.apply(self.kind, cast(EventType, event_type), obj)
                     self._count()
                 elif event_type == "ERROR":
                     if obj.get("code") == 410:
@@ -220,14 +200,6 @@ class Watcher:
                                "retry_in": round(backoff, 2)})
                 await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, self.backoff_max)
-
-
-def event_type_of(value: str) -> EventType:
-    if value == "ADDED":
-        return "ADDED"
-    if value == "MODIFIED":
-        return "MODIFIED"
-    return "DELETED"
 
 
 async def run_watchers(api: Any, store: ClusterStore,

@@ -83,6 +83,7 @@ __all__ = [
     "Unit",
     "admission_order",
     "deserved",
+    "dominant_share_of",
     "order_key",
 ]
 
@@ -138,9 +139,17 @@ def order_key(unit: Unit, policy: QueuePolicy) -> OrderKey:
 # ---------------------------------------------------------------------------
 
 
-def _dominant(allocated: Mapping[str, int], capacity: Mapping[str, int]) -> Fraction:
-    shares = [Fraction(v, capacity[r]) for r, v in allocated.items() if capacity.get(r, 0) > 0]
+def dominant_share_of(allocated: Mapping[str, int], capacity: Mapping[str, int]) -> Fraction:
+    """max over r of allocated_r / capacity_r (resources with capacity 0 ignored)."""
+    shares = [Fraction(v, capacity[r]) for r, v in allocated.items()
+              if v > 0 and capacity.get(r, 0) > 0]
     return max(shares, default=Fraction(0))
+
+
+def format_share(share: Fraction) -> float:
+    """A dominant share as arbiter shows it (`arbiter fairshare`, Queue status):
+    the correctly rounded float, rounded to 4 places."""
+    return round(float(share), 4)
 
 
 def admission_order(
@@ -187,7 +196,7 @@ def admission_order(
                 held.get_amount(r) + v <= spec.guarantee.get_amount(r)
                 for r, v in chosen.demand.items()
             )
-            key = (not under, _dominant(held, capacity) / spec.weight, name)
+            key = (not under, dominant_share_of(held, capacity) / spec.weight, name)
             if best is None or key < best[0]:
                 best = (key, chosen)
         if best is None:
@@ -734,10 +743,6 @@ class AdmissionEngine:
     def allocated(self, queue: str) -> Resources:
         q = self._queues.get(queue)
         return EMPTY if q is None else self._vector(q.alloc)
-
-    def queue_names(self) -> list[str]:
-        """Names of the queues with a spec, sorted."""
-        return sorted(name for name, q in self._queues.items() if q.spec is not None)
 
     def spec(self, queue: str) -> QueueSpec | None:
         q = self._queues.get(queue)

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from arbiter.core.fairshare import dominant_share_of
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
@@ -315,17 +316,6 @@ def select_within_queue(
 # -- the pass --------------------------------------------------------------------------
 
 
-def _share(allocated: Mapping[str, int], capacity: Mapping[str, int], weight: int) -> Fraction:
-    best = Fraction(0)
-    for r, v in allocated.items():
-        cap = capacity.get(r, 0)
-        if v > 0 and cap > 0:
-            share = Fraction(v, cap)
-            if share > best:
-                best = share
-    return best / weight
-
-
 def plan(
     capacity: Resources,
     queues: Mapping[str, ReclaimQueue],
@@ -380,8 +370,8 @@ def plan(
     def push(name: str) -> None:
         spec = queues[name]
         version[name] += 1
-        heapq.heappush(heap, (_share(projected.get(name, {}), capacity, spec.weight), name,
-                              version[name]))
+        share = dominant_share_of(projected.get(name, {}), capacity) / spec.weight
+        heapq.heappush(heap, (share, name, version[name]))
 
     for name in cursor:
         push(name)

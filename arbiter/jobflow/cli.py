@@ -22,9 +22,9 @@ import yaml
 
 from arbiter.cache.jobflow_records import FlowSpecError, parse_flow_spec
 from arbiter.jobflow.patch import job_from_template, template_from_job
+from arbiter.loop.kube import ARBITER_PREFIX
 
 Obj = dict[str, Any]
-ARBITER_PREFIX = "/apis/arbiter.dev/v1alpha1"
 
 
 def add_parser(subparsers: Any) -> None:

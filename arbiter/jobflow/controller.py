@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import quote
 
 from arbiter import metrics
 from arbiter.cache import convert
@@ -38,7 +37,17 @@ from arbiter.jobflow.state import (
     render_status,
     running_seconds,
 )
-from arbiter.loop.kube import AlreadyExists, ApiError, Denied, Invalid, KubeApi, NotFound
+from arbiter.kubeapi import request_json
+from arbiter.loop.kube import (
+    AlreadyExists,
+    ApiError,
+    Denied,
+    Invalid,
+    KubeApi,
+    NotFound,
+    job_path,
+    jobflow_path,
+)
 
 if TYPE_CHECKING:
     from arbiter.server import ServerContext
@@ -46,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-ARBITER_PREFIX = "/apis/arbiter.dev/v1alpha1"
 # Kinds the controller must have listed before it may trust "missing".
 NEEDED_KINDS: frozenset[Kind] = frozenset({"Job", "JobFlow", "JobTemplate"})
 RESYNC_SECONDS = 60.0
@@ -66,42 +74,13 @@ class FlowApi(Protocol):
     async def delete(self, path: str) -> None: ...
 
 
-class KubeFlowApi:
-    """`FlowApi` over a kubernetes_asyncio ApiClient (the loop's KubeApi + DELETE)."""
-
-    def __init__(self, api_client: Any) -> None:
-        self._kube = KubeApi(api_client)
-        self._client = api_client
-
-    async def get(self, path: str) -> Obj:
-        return await self._kube.get(path)
-
-    async def create(self, path: str, body: Mapping[str, Any]) -> Obj:
-        return await self._kube.create(path, body)
-
-    async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> Obj:
-        return await self._kube.json_patch(path, ops)
+class KubeFlowApi(KubeApi):
+    """`FlowApi` over a kubernetes_asyncio ApiClient: the loop's KubeApi + DELETE."""
 
     async def delete(self, path: str) -> None:
-        from arbiter import kubeapi
-
         with contextlib.suppress(NotFound):
-            await kubeapi.request_json(self._client, "DELETE", path,
-                                       body={"propagationPolicy": "Background"})
-
-
-def _q(part: str) -> str:
-    return quote(part, safe="")
-
-
-def jobflow_path(namespace: str, name: str, *, status: bool = False) -> str:
-    base = f"{ARBITER_PREFIX}/namespaces/{_q(namespace)}/jobflows/{_q(name)}"
-    return base + "/status" if status else base
-
-
-def jobs_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
-    return f"{base}/{_q(name)}" if name else base
+            await request_json(self._client, "DELETE", path,
+                               body={"propagationPolicy": "Background"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +331,7 @@ class JobFlowController:
                          queue=queue)
         job_key = f"{namespace}/{name}"
         try:
-            created = await self._api.create(jobs_path(namespace), body)
+            created = await self._api.create(job_path(namespace), body)
         except AlreadyExists:
             return await self._adopt(flow, step, index, name)
         except Invalid as error:
@@ -381,7 +360,7 @@ class JobFlowController:
                      name: str) -> AttemptInfo | _Blocked:
         """AlreadyExists: ours (a restart, or the cache lags) or a stranger's."""
         try:
-            existing = await self._api.get(jobs_path(flow.namespace, name))
+            existing = await self._api.get(job_path(flow.namespace, name))
         except ApiError as error:
             return _Blocked(f"reading Job {name} failed: {error}")
         info = self._observe_raw(existing, flow.uid)
@@ -426,7 +405,7 @@ class JobFlowController:
                 continue
             namespace, _, name = key.partition("/")
             with contextlib.suppress(NotFound):
-                await self._api.delete(jobs_path(namespace, name))
+                await self._api.delete(job_path(namespace, name))
             self._deleted.add(key)
 
     def close(self) -> None:

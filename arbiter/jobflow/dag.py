@@ -40,7 +40,6 @@ FlowPhase = Literal["Pending", "Running", "Succeed", "Failed", "Terminating"]
 # One attempt is one Job. `Terminated`: the Job vanished before it finished.
 AttemptPhase = Literal["Pending", "Running", "Succeed", "Failed", "Terminated"]
 
-FINISHED_STEP_PHASES: frozenset[str] = frozenset({"Succeed", "Failed", "Skipped"})
 FAILED_ATTEMPT_PHASES: frozenset[str] = frozenset({"Failed", "Terminated"})
 
 # Job names are DNS-1123 labels (the Job controller copies them into a pod

@@ -29,7 +29,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from arbiter import metrics
@@ -137,7 +137,6 @@ class CycleStats:
     last_duration: float = 0.0
     created: int = 0
     writes_failed: int = 0
-    history: list[float] = field(default_factory=list)
 
 
 def consumer_state(
@@ -244,7 +243,6 @@ class AdmissionController:
         self._limit = asyncio.Semaphore(self.settings.max_writes)
         self._wake = asyncio.Event()
         self._next_resync = 0.0
-        self.version = 0  # bumped by every cycle that changed something
         self._listening = False
         self._indexed = False
         self.warming = True
@@ -257,7 +255,6 @@ class AdmissionController:
         self.position_throttle = Throttle(self.settings.status_interval)
         self.status_bucket = TokenBucket(self.settings.status_qps,
                                          max(1.0, self.settings.status_qps * 2), clock())
-        self._published_version = -1
         self._waiting_said: dict[str, str] = {}
         self.reclaimer = Reclaimer(ReclaimSettings(grace=self.settings.reclaim_grace))
 
@@ -388,7 +385,6 @@ class AdmissionController:
         while units and left != 0:
             self._reconcile_unit(units.pop(), now)
             left -= 1
-        worked = left != (budget if budget is not None else -1)
         if self.warming and not consumers and not units:
             self.warming = False
 
@@ -403,8 +399,6 @@ class AdmissionController:
             self._spawn(functools.partial(self._admit, record, unit))
         if not self.warming:
             self.reclaimer.after_cycle(self, now)  # take back what others need
-        if worked or chosen:
-            self.version += 1
         duration = time.perf_counter() - started
         self.stats.cycles += 1
         self.stats.admitted += len(chosen)

@@ -26,7 +26,6 @@ preemption (the decisions are `arbiter.core.reclaim`'s, the timing
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -34,6 +33,7 @@ from typing import Any, Literal
 from arbiter.cache.records import UnitPhase, UnitRecord
 from arbiter.loop.actions import Actions, Written, in_phase
 from arbiter.loop.kube import ApiError, ClusterApi, Conflict, Invalid, NotFound, pod_path
+from arbiter.loop.units import format_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +54,6 @@ def eviction_body(namespace: str, name: str, uid: str) -> dict[str, Any]:
     if uid:
         body["deleteOptions"] = {"preconditions": {"uid": uid}}
     return body
-
-
-def _stamp(now: float) -> str:
-    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def with_condition(conditions: list[Any], condition: Mapping[str, Any]) -> list[Any]:
@@ -131,7 +127,7 @@ class Evictor:
             return False
         conditions = list((pod.get("status") or {}).get("conditions") or [])
         condition = {"type": DISRUPTION_TARGET, "status": "True", "reason": reason,
-                     "message": message, "lastTransitionTime": _stamp(now)}
+                     "message": message, "lastTransitionTime": format_rfc3339(now)}
         ops: list[dict[str, Any]] = [
             {"op": "test", "path": "/metadata/resourceVersion",
              "value": meta.get("resourceVersion", "")},

@@ -26,7 +26,7 @@ from arbiter.kubeapi import (
 
 __all__ = [
     "ARBITER_PREFIX", "FIELD_MANAGER", "AlreadyExists", "ApiError", "ClusterApi", "Conflict",
-    "Denied", "Invalid", "KubeApi", "NotFound", "Obj", "events_path", "job_path",
+    "Denied", "Invalid", "KubeApi", "NotFound", "Obj", "events_path", "job_path", "jobflow_path",
     "lease_path", "pod_path", "queue_path", "unit_path",
 ]
 
@@ -66,8 +66,14 @@ def queue_path(name: str, *, status: bool = False) -> str:
     return f"{ARBITER_PREFIX}/queues/{_q(name)}" + ("/status" if status else "")
 
 
-def job_path(namespace: str, name: str) -> str:
-    return f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}"
+def job_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
+    return f"{base}/{_q(name)}" if name else base
+
+
+def jobflow_path(namespace: str, name: str, *, status: bool = False) -> str:
+    base = f"{ARBITER_PREFIX}/namespaces/{_q(namespace)}/jobflows/{_q(name)}"
+    return base + "/status" if status else base
 
 
 def pod_path(namespace: str, name: str) -> str:

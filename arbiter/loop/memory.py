@@ -11,7 +11,6 @@ It is not a Kubernetes: no validation, no defaulting, no controllers.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import itertools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from arbiter.cache.store import ClusterStore, EventType, Kind
 from arbiter.loop.kube import AlreadyExists, ApiError, Conflict, Invalid, NotFound, Obj
+from arbiter.loop.units import format_rfc3339
 
 # Collection (last path segment) -> store kind.
 _KINDS: dict[str, Kind] = {
@@ -156,7 +156,7 @@ class InMemoryApi:
     def _now(self) -> str:
         when = self._clock() if self._clock is not None else (
             1_700_000_000.0 + next(self._tick))
-        return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return format_rfc3339(when)
 
     def _check(self, method: str, path: str, body: Any) -> None:
         self.calls.append((method, path))

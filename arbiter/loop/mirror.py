@@ -11,11 +11,11 @@ engine, so their demand is taken off its capacity instead.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Literal
 
 from arbiter.cache.records import QueueRecord
-from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
+from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit, deserved
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.units import Disposition
 
@@ -98,10 +98,6 @@ class EngineMirror:
         entry = self.entries.get(key)
         return entry[0] if entry is not None else None
 
-    def unit(self, key: str) -> Unit | None:
-        entry = self.entries.get(key)
-        return entry[1] if entry is not None else None
-
     def set(self, key: str, disposition: Disposition, unit: Unit | None) -> None:
         """Make the engine agree that `key` is pending / admitted / gone."""
         new: tuple[State, Unit] | None = None
@@ -181,5 +177,8 @@ class EngineMirror:
             for name in self.queues
         }
 
-    def keys(self) -> Iterable[str]:
-        return self.entries.keys()
+    def deserved(self) -> dict[str, Resources]:
+        """Each known queue's deserved share of the engine's capacity, given
+        its demand (one computation for Queue status and reclaim alike)."""
+        specs = [queue_spec(q) for q in self.queues.values()]
+        return deserved(self.engine_capacity(), specs, self.demand())

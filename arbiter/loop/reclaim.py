@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 from arbiter import metrics
 from arbiter.cache.records import PodRecord, UnitRecord
-from arbiter.core.deserved import deserved as fair_deserved
 from arbiter.core.fairshare import Unit
 from arbiter.core.reclaim import (
     Admitted,
@@ -55,7 +54,7 @@ from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.actions import ConsumerGone
 from arbiter.loop.evict import Evictor
 from arbiter.loop.kube import ApiError
-from arbiter.loop.mirror import EngineMirror, queue_spec
+from arbiter.loop.mirror import EngineMirror
 from arbiter.loop.units import Consumer, consumer_key, parse_rfc3339
 
 if TYPE_CHECKING:
@@ -102,8 +101,7 @@ class Look:
 
 def reclaim_queues(mirror: EngineMirror) -> dict[str, ReclaimQueue]:
     """Every known queue with its deserved share, as status computes it."""
-    specs = [queue_spec(q) for q in mirror.queues.values()]
-    shares = fair_deserved(mirror.engine_capacity(), specs, mirror.demand())
+    shares = mirror.deserved()
     return {
         name: ReclaimQueue(
             name=name, weight=record.weight, guarantee=record.guarantee,

@@ -10,7 +10,6 @@ and all status writes together stay under `status_qps`.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -18,12 +17,12 @@ from typing import Any
 
 from arbiter import metrics
 from arbiter.cache.records import QueueRecord
-from arbiter.core.fairshare import Unit
-from arbiter.core.fairshare import deserved as fair_deserved
+from arbiter.core.fairshare import Unit, format_share
 from arbiter.core.quantities import MILLI_RESOURCES
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.kube import ClusterApi, Conflict, NotFound, queue_path
-from arbiter.loop.mirror import EngineMirror, queue_spec
+from arbiter.loop.mirror import EngineMirror
+from arbiter.loop.units import format_rfc3339
 
 TOP_PENDING = 10
 
@@ -86,11 +85,6 @@ def summary(resources: Resources) -> str:
                     for name, quantity in sorted(resources.to_quantities().items()))
 
 
-def format_share(share: Fraction) -> float:
-    """A dominant share as Queue status shows it (the CRD says `number`):
-    rounded to 4 places, like `arbiter fairshare`."""
-    return round(float(share), 4)
-
 
 def split_key(key: str) -> tuple[str, str]:
     namespace, _, name = key.partition("/")
@@ -106,8 +100,7 @@ def queue_views(
     """The state of every known queue, from the engine (`waiting`: each
     queue's waiting units in order, when the caller has them already)."""
     engine = mirror.engine
-    specs = [queue_spec(q) for q in mirror.queues.values()]
-    deserved = fair_deserved(mirror.engine_capacity(), specs, mirror.demand())
+    deserved = mirror.deserved()
     views: dict[str, QueueView] = {}
     for name, queue in sorted(mirror.queues.items()):
         ordered = (waiting.get(name, []) if waiting is not None
@@ -226,10 +219,6 @@ class Throttle:
             return True
         return last[0] != content and now - last[1] >= self.interval
 
-    def changed(self, key: str, content: Any) -> bool:
-        last = self._last.get(key)
-        return last is None or last[0] != content
-
     def written(self, key: str, content: Any, now: float) -> None:
         self._last[key] = (content, now)
 
@@ -240,10 +229,6 @@ class Throttle:
 
 
 # -- Queue status ------------------------------------------------------------------------
-
-
-def _stamp(now: float) -> str:
-    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class QueueStatusWriter:
@@ -265,7 +250,7 @@ class QueueStatusWriter:
         message = view.reason
         ident = (status, reason, message)
         known = self._conditions.get(view.name)
-        since = known[1] if known is not None and known[0][:2] == ident[:2] else _stamp(now)
+        since = known[1] if known is not None and known[0][:2] == ident[:2] else format_rfc3339(now)
         self._conditions[view.name] = (ident, since)
         return [{"type": "Admitting", "status": status, "reason": reason,
                  "message": message, "lastTransitionTime": since}]

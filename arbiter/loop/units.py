@@ -31,6 +31,7 @@ from typing import Any, Literal
 from arbiter.cache.naming import group_unit_name, job_unit_name, pod_unit_name
 from arbiter.cache.records import (
     API_VERSION,
+    MAX_POD_SETS,
     QUEUE_LABEL,
     JobRecord,
     PodRecord,
@@ -46,7 +47,6 @@ ConsumerKind = Literal["Job", "Pod", "PodGroup"]
 # kind names the label that gathers its pods.
 POD_GROUP_API_VERSION = API_VERSION
 CONSUMER_KIND_LABEL = "arbiter.dev/consumer-kind"
-MAX_POD_SETS = 8
 MAIN_POD_SET = "main"
 
 

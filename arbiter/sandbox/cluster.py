@@ -416,6 +416,26 @@ class Sandbox:
         self._record(record)
         return record
 
+    def _spawn_https(
+        self,
+        name: str,
+        args: list[str],
+        port: int,
+        health_path: str,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> ProcessRecord:
+        """`_spawn` for a component serving HTTPS on 127.0.0.1:`port`, healthy at `health_path`."""
+        return self._spawn(
+            name,
+            args,
+            ports={"https": port},
+            health_url=f"https://127.0.0.1:{port}{health_path}",
+            env=env,
+            cwd=cwd,
+        )
+
     def _start_etcd(self, toolchain: build.Toolchain) -> None:
         client, peer = self._state["ports"]["etcd"], self._state["ports"]["etcd-peer"]
         client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
@@ -466,12 +486,7 @@ class Sandbox:
             "--allow-privileged=true",
             "--profiling=false",
         ]
-        self._spawn(
-            "kube-apiserver",
-            args,
-            ports={"https": port},
-            health_url=f"https://127.0.0.1:{port}/readyz",
-        )
+        self._spawn_https("kube-apiserver", args, port, "/readyz")
 
     def _start_controller_manager(self, toolchain: build.Toolchain) -> None:
         keys = self.pki
@@ -495,12 +510,7 @@ class Sandbox:
             "--concurrent-job-syncs=10",
             "--profiling=false",
         ]
-        self._spawn(
-            "kube-controller-manager",
-            args,
-            ports={"https": port},
-            health_url=f"https://127.0.0.1:{port}/healthz",
-        )
+        self._spawn_https("kube-controller-manager", args, port, "/healthz")
 
     def _write_scheduler_config(self, arbiter_port: int | None, ca_file: Path | None) -> None:
         extender = None if arbiter_port is None else f"https://127.0.0.1:{arbiter_port}/scheduler"
@@ -531,12 +541,7 @@ class Sandbox:
             f"--secure-port={port}",
             "--profiling=false",
         ]
-        self._spawn(
-            "kube-scheduler",
-            args,
-            ports={"https": port},
-            health_url=f"https://127.0.0.1:{port}/healthz",
-        )
+        self._spawn_https("kube-scheduler", args, port, "/healthz")
 
     def _start_kwok(self, toolchain: build.Toolchain) -> None:
         port = self._state["ports"]["kwok"]
@@ -647,14 +652,7 @@ class Sandbox:
         )
         child_env["PYTHONUNBUFFERED"] = "1"
         child_env.update(env or {})
-        record = self._spawn(
-            name,
-            args,
-            ports={"https": port},
-            health_url=f"https://127.0.0.1:{port}/readyz",
-            env=child_env,
-            cwd=repo_root(),
-        )
+        record = self._spawn_https(name, args, port, "/readyz", env=child_env, cwd=repo_root())
         if wait_ready:
             self._wait_healthy(name, time.monotonic() + timeout, watch=[name])
         return record.pid
@@ -690,14 +688,16 @@ class Sandbox:
 
     # ---- health ------------------------------------------------------------
 
+    def _admin_context(self) -> ssl.SSLContext:
+        """TLS to the apiserver as the sandbox's admin (system:masters)."""
+        keys = self.pki
+        return _verified_context(keys.ca_cert, keys.client_cert("admin"), keys.client_key("admin"))
+
     def _context_for(self, record: ProcessRecord) -> ssl.SSLContext | None:
         if record.health_url is None or not record.health_url.startswith("https"):
             return None
         if record.name == "kube-apiserver":
-            keys = self.pki
-            return _verified_context(
-                keys.ca_cert, keys.client_cert("admin"), keys.client_key("admin")
-            )
+            return self._admin_context()
         if record.name in CONTROL_PLANE:
             return _unverified_context()
         return _verified_context(self.arbiter_cert_dir / "ca.crt")
@@ -732,11 +732,7 @@ class Sandbox:
 
     def api_get(self, path: str) -> Any:
         """GET an apiserver path as the admin; the decoded JSON body."""
-        keys = self.pki
-        context = _verified_context(
-            keys.ca_cert, keys.client_cert("admin"), keys.client_key("admin")
-        )
-        status, body = http_get(self.apiserver_url + path, context, timeout=10.0)
+        status, body = http_get(self.apiserver_url + path, self._admin_context(), timeout=10.0)
         if status != 200:
             raise SandboxError(
                 f"GET {path}: status {status}: {body[:300].decode(errors='replace')}"

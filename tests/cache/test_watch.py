@@ -18,6 +18,7 @@ from kubernetes_asyncio import client
 from arbiter import metrics
 from arbiter.cache.store import ClusterStore
 from arbiter.cache.watch import Resource, Watcher, run_watchers
+from tests.loop.harness import eventually
 
 PODS = "/api/v1/pods"
 QUEUES = "/apis/arbiter.dev/v1alpha1/queues"
@@ -87,13 +88,6 @@ async def fake() -> AsyncIterator[tuple[FakeApiServer, Any]]:
         await test_server.close()
 
 
-async def _until(predicate: Any, within: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
 async def test_paginated_relist_replaces_the_table(fake: tuple[FakeApiServer, Any]) -> None:
     server, api = fake
     server.objects[PODS] = [pod(f"p{i}", i) for i in range(5)]
@@ -117,7 +111,7 @@ async def test_events_bookmarks_and_resume(fake: tuple[FakeApiServer, Any]) -> N
     task = asyncio.create_task(watcher.run())
     try:
         events = server.queue(PODS)
-        await _until(lambda: "Pod" in store.synced_kinds)
+        await eventually(lambda: "Pod" in store.synced_kinds)
         await events.put({"type": "ADDED", "object": pod("b", 101)})
         await events.put({"type": "MODIFIED", "object": pod("a", 102, labels={
             "arbiter.dev/queue": "q"})})
@@ -127,7 +121,7 @@ async def test_events_bookmarks_and_resume(fake: tuple[FakeApiServer, Any]) -> N
         await events.put({"type": "ADDED", "object": big})
         await events.put({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "150"}}})
         await events.put(None)  # the server ends the watch (timeout)
-        await _until(lambda: sum(1 for p, q in server.requests
+        await eventually(lambda: sum(1 for p, q in server.requests
                                  if p == PODS and q.get("watch")) >= 2)
         assert store.pods["uid-a"].queue == "q"
         assert "uid-b" not in store.pods and "uid-c" in store.pods
@@ -148,13 +142,13 @@ async def test_410_gone_relists(fake: tuple[FakeApiServer, Any]) -> None:
     watcher = Watcher(api, store, Resource("Pod", PODS), backoff_initial=0.01)
     task = asyncio.create_task(watcher.run())
     try:
-        await _until(lambda: watcher.relists == 1)
+        await eventually(lambda: watcher.relists == 1)
         server.objects[PODS] = [pod("z", 300)]
         server.list_version = "300"
         await server.queue(PODS).put({"type": "ERROR", "object": {
             "kind": "Status", "code": 410, "reason": "Expired",
             "message": "too old resource version: 100 (250)"}})
-        await _until(lambda: watcher.relists == 2)
+        await eventually(lambda: watcher.relists == 2)
         assert [p.name for p in store.pods.values()] == ["z"]
     finally:
         task.cancel()
@@ -171,10 +165,10 @@ async def test_missing_crd_is_retried_until_installed(fake: tuple[FakeApiServer,
                       backoff_max=0.05)
     task = asyncio.create_task(watcher.run())
     try:
-        await _until(lambda: sum(1 for p, _ in server.requests if p == QUEUES) >= 3)
+        await eventually(lambda: sum(1 for p, _ in server.requests if p == QUEUES) >= 3)
         assert not store.synced_kinds
         server.missing.discard(QUEUES)
-        await _until(lambda: "Queue" in store.synced_kinds)
+        await eventually(lambda: "Queue" in store.synced_kinds)
         assert store.queues["team-a"].weight == 2
     finally:
         task.cancel()
@@ -186,7 +180,7 @@ async def test_store_is_synced_once_every_kind_listed(fake: tuple[FakeApiServer,
     store = ClusterStore()
     task = asyncio.create_task(run_watchers(api, store))
     try:
-        await _until(lambda: store.synced)
+        await eventually(lambda: store.synced)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -153,8 +153,6 @@ def test_entrypoint_serve_help_documents_the_configuration(built: Built) -> None
 
 
 def test_fairshare_runs_offline(built: Built) -> None:
-    if not (ROOT / "arbiter" / "fairshare_cli.py").exists():
-        pytest.skip("`arbiter fairshare` is not in this checkout yet")
     scenario = built.root / "drf-paper.yaml"
     scenario.write_text(DRF_PAPER)
     result = built.run("arbiter", "fairshare", str(scenario))

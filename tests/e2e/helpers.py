@@ -157,8 +157,12 @@ def delete_tenants(sandbox: Sandbox, namespaces: Iterable[str], queues: Iterable
     """Delete namespaces, then queues, whatever is left of them. With `wait`,
     wait up to that many seconds for the namespaces (and their pods) to go."""
     how = f"--timeout={wait:g}s" if wait else "--wait=false"
-    sandbox.kubectl("delete", "namespace", *namespaces, "--ignore-not-found", how, check=False)
-    sandbox.kubectl("delete", "queue", *queues, "--ignore-not-found", check=False)
+    namespaces, queues = list(namespaces), list(queues)
+    if namespaces:
+        sandbox.kubectl("delete", "namespace", *namespaces, "--ignore-not-found", how,
+                        check=False)
+    if queues:
+        sandbox.kubectl("delete", "queue", *queues, "--ignore-not-found", check=False)
 
 
 @contextmanager

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
     apply_queue,
     create_namespace,
     create_tenant,
+    delete_tenants,
     get,
     unique_name,
     wait_for,
@@ -23,14 +27,27 @@ from tests.e2e.helpers import queue as queue_object
 TOO_BIG = "100"
 
 
+@pytest.fixture
+def cleanup(sandbox: Sandbox) -> Iterator[tuple[list[str], list[str]]]:
+    """Namespaces and queues a test appends here are deleted after it, so the
+    never-admittable work it leaves does not linger in the session sandbox."""
+    namespaces: list[str] = []
+    queues: list[str] = []
+    yield namespaces, queues
+    delete_tenants(sandbox, namespaces, queues)
+
+
 def _run(sandbox: Sandbox, namespace: str, name: str, *extra: str,
          check: bool = True) -> Any:
     return sandbox.kubectl("run", name, "-n", namespace, "--image=busybox",
                            "--restart=Never", *extra, check=check)
 
 
-def test_pod_without_queue_is_denied_with_the_fix(sandbox: Sandbox) -> None:
+def test_pod_without_queue_is_denied_with_the_fix(
+    sandbox: Sandbox, cleanup: tuple[list[str], list[str]]
+) -> None:
     namespace = unique_name("noqueue")
+    cleanup[0].append(namespace)
     create_namespace(sandbox, namespace)
     result = _run(sandbox, namespace, "web", check=False)
     assert result.returncode != 0
@@ -41,8 +58,12 @@ def test_pod_without_queue_is_denied_with_the_fix(sandbox: Sandbox) -> None:
     assert get(sandbox, "pods", "-n", namespace)["items"] == []
 
 
-def test_job_in_queued_namespace_is_stored_suspended(sandbox: Sandbox) -> None:
+def test_job_in_queued_namespace_is_stored_suspended(
+    sandbox: Sandbox, cleanup: tuple[list[str], list[str]]
+) -> None:
     namespace, queue = unique_name("jobs"), unique_name("q")
+    cleanup[0].append(namespace)
+    cleanup[1].append(queue)
     create_tenant(sandbox, namespace, queue)
     job = {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train",
@@ -67,8 +88,10 @@ def test_job_in_queued_namespace_is_stored_suspended(sandbox: Sandbox) -> None:
     assert get(sandbox, "pods", "-n", namespace)["items"] == []
 
 
-def test_pod_is_stored_gated(sandbox: Sandbox) -> None:
+def test_pod_is_stored_gated(sandbox: Sandbox, cleanup: tuple[list[str], list[str]]) -> None:
     namespace, queue = unique_name("pods"), unique_name("q")
+    cleanup[0].append(namespace)
+    cleanup[1].append(queue)
     create_namespace(sandbox, namespace)
     sandbox.kubectl("label", "namespace", namespace, f"arbiter.dev/queue={queue}")
     apply_queue(sandbox, queue)
@@ -89,8 +112,10 @@ def test_pod_is_stored_gated(sandbox: Sandbox) -> None:
     assert lift.returncode != 0 and "only kube-arbiter may remove" in lift.stderr
 
 
-def test_closed_queue_denies(sandbox: Sandbox) -> None:
+def test_closed_queue_denies(sandbox: Sandbox, cleanup: tuple[list[str], list[str]]) -> None:
     namespace, queue = unique_name("closed"), unique_name("q")
+    cleanup[0].append(namespace)
+    cleanup[1].append(queue)
     create_tenant(sandbox, namespace, queue, state="Closed")
     result = _run(sandbox, namespace, "web", check=False)
     assert result.returncode != 0
@@ -105,9 +130,12 @@ def test_invalid_queue_is_denied_naming_the_field(sandbox: Sandbox) -> None:
     assert "spec.guarantee.cpu (4) exceeds spec.capability.cpu (2)" in result.stderr
 
 
-def test_kube_system_works_while_arbiter_is_down(sandbox: Sandbox) -> None:
+def test_kube_system_works_while_arbiter_is_down(
+    sandbox: Sandbox, cleanup: tuple[list[str], list[str]]
+) -> None:
     name = unique_name("sys")
     managed = unique_name("managed")
+    cleanup[0].append(managed)
     create_namespace(sandbox, managed)
     sandbox.stop_arbiter()
     try:

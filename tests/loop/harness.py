@@ -20,6 +20,7 @@ from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.loop.controller import AdmissionController, LoopSettings
 from arbiter.loop.kube import job_path, pod_path, unit_path
 from arbiter.loop.memory import InMemoryApi
+from arbiter.loop.units import format_rfc3339
 
 T0 = 1_700_000_000.0
 
@@ -128,7 +129,7 @@ class Cluster:
         meta: dict[str, Any] = {"name": name, "namespace": namespace,
                                 "labels": {QUEUE_LABEL: queue}}
         if created is not None:
-            meta["creationTimestamp"] = _stamp(created)
+            meta["creationTimestamp"] = format_rfc3339(created)
         return await self.api.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", {
             "metadata": meta,
             "spec": {"suspend": suspend, "parallelism": parallelism,
@@ -184,7 +185,8 @@ class Cluster:
         job = self.api.objects[job_path(namespace, name)]
         count = job["spec"].get("parallelism", 1)
         self.api.set_status(job_path(namespace, name),
-                            {"active": count, "ready": count, "startTime": _stamp(self.clock())})
+                            {"active": count, "ready": count,
+                             "startTime": format_rfc3339(self.clock())})
 
     def finish_job(self, namespace: str, name: str, outcome: str = "Complete") -> None:
         self.api.set_status(job_path(namespace, name), {
@@ -225,9 +227,3 @@ class Cluster:
 
     def queue_status(self, name: str) -> Mapping[str, Any]:
         return self.api.objects[f"/apis/arbiter.dev/v1alpha1/queues/{name}"].get("status") or {}
-
-
-def _stamp(when: float) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

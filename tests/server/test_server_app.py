@@ -18,8 +18,6 @@ from arbiter.config import ServeConfig
 from arbiter.serve_cli import JsonFormatter, config_from_args
 from arbiter.server import CONTEXT, ServerContext, build_app
 
-seen: list[str] = []
-
 
 def extra_routes(app: web.Application, ctx: ServerContext) -> None:
     async def hello(request: web.Request) -> web.Response:

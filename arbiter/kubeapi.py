@@ -1,23 +1,30 @@
-"""Raw JSON calls to the API server through a kubernetes_asyncio ApiClient.
+"""The one way to the API server: raw JSON calls through a kubernetes_asyncio
+ApiClient, and `ClusterApi`, the few verbs the controllers write with.
 
 Responses are decoded with orjson into plain dicts; kubernetes model
 objects (slow to build, large to keep) are never made. The ApiClient still
 provides what it is good at: kubeconfig / in-cluster auth, TLS, token
-refresh, the connection pool. This is the one raw client: the cache's
-watchers, certificates, webhook configurations and the CLIs call it
-directly, and the admission loop through `arbiter.loop.kube.KubeApi`.
-Failures are `ApiError`s, a subclass for each answer callers treat apart.
+refresh, the connection pool. The cache's watchers, certificates, webhook
+configurations and the CLIs call `request_json` / `open_stream` directly;
+the admission loop and JobFlow talk to a `ClusterApi`: `KubeApi` here, or
+`arbiter.testing.memory.InMemoryApi` in tests and benchmarks. Failures are
+`ApiError`s, a subclass for each answer callers treat apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import quote
 
 import aiohttp
 import orjson
 
+from arbiter.api import API_PATH, JOB_FLOW, QUEUE, QUEUE_UNIT
+
 JSON = dict[str, Any]
+Obj = JSON
+FIELD_MANAGER = "kube-arbiter"
 # A JSON object, or a JSON Patch (a list of operations).
 Body = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
@@ -154,3 +161,97 @@ async def self_usernames(api: Any) -> set[str]:
     user = (answer.get("status") or {}).get("userInfo") or {}
     name = user.get("username")
     return {name} if isinstance(name, str) and name else set()
+
+
+# -- ClusterApi: the verbs the controllers write with ---------------------------------
+
+
+class ClusterApi(Protocol):
+    async def get(self, path: str) -> Obj: ...
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> Obj: ...
+
+    async def replace(self, path: str, body: Mapping[str, Any]) -> Obj: ...
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Obj: ...
+
+    async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> Obj: ...
+
+
+# -- paths ---------------------------------------------------------------------------
+
+
+def _q(part: str) -> str:
+    return quote(part, safe="")
+
+
+def unit_path(namespace: str, name: str = "", *, status: bool = False) -> str:
+    base = f"{API_PATH}/namespaces/{_q(namespace)}/{QUEUE_UNIT.plural}"
+    if not name:
+        return base
+    return f"{base}/{_q(name)}" + ("/status" if status else "")
+
+
+def queue_path(name: str, *, status: bool = False) -> str:
+    return f"{QUEUE.path}/{_q(name)}" + ("/status" if status else "")
+
+
+def job_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
+    return f"{base}/{_q(name)}" if name else base
+
+
+def jobflow_path(namespace: str, name: str, *, status: bool = False) -> str:
+    base = f"{API_PATH}/namespaces/{_q(namespace)}/{JOB_FLOW.plural}/{_q(name)}"
+    return base + "/status" if status else base
+
+
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+
+
+def events_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{_q(namespace)}/events"
+
+
+def lease_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases"
+    return f"{base}/{_q(name)}" if name else base
+
+
+# -- the real thing -------------------------------------------------------------------
+
+
+class KubeApi:
+    """`ClusterApi` over a kubernetes_asyncio ApiClient (its auth and TLS),
+    through `request_json`; writes name arbiter as their field manager."""
+
+    def __init__(self, api_client: Any, *, timeout: float = 10.0) -> None:
+        self._client = api_client
+        self._timeout = timeout
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        query = [("fieldManager", FIELD_MANAGER)] if method != "GET" else []
+        return await request_json(self._client, method, path, query=query, body=body,
+                                  request_timeout=self._timeout, content_type=content_type)
+
+    async def get(self, path: str) -> Obj:
+        return await self._request("GET", path)
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> Obj:
+        return await self._request("POST", path, body)
+
+    async def replace(self, path: str, body: Mapping[str, Any]) -> Obj:
+        return await self._request("PUT", path, body)
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Obj:
+        return await self._request("PATCH", path, patch, "application/merge-patch+json")
+
+    async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> Obj:
+        return await self._request("PATCH", path, ops, "application/json-patch+json")

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arbiter.api import QUEUE
 from arbiter.cache.convert import ConversionError, node_from_api
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
 
-QUEUES_PATH = "/apis/arbiter.dev/v1alpha1/queues"
+QUEUES_PATH = QUEUE.path
 NODES_PATH = "/api/v1/nodes"
 SHARE_BAR = 20
 PROGRESS_BAR = 12

@@ -36,12 +36,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arbiter.cache.records import ADMISSION_GATE, QUEUE_LABEL
+from arbiter.api import ADMISSION_GATE, QUEUE_LABEL, format_rfc3339
 from arbiter.cache.store import KINDS, ClusterStore
+from arbiter.kubeapi import pod_path, queue_path, unit_path
 from arbiter.loop.controller import AdmissionController, LoopSettings
-from arbiter.loop.kube import pod_path, queue_path, unit_path
-from arbiter.loop.memory import InMemoryApi
-from arbiter.loop.units import format_rfc3339
+from arbiter.testing.memory import InMemoryApi
 
 QUEUES = 100
 NODES = 500

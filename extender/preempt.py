@@ -30,7 +30,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
-from arbiter.cache.records import FINISHED_PHASES, PodRecord, QueueRecord
+from arbiter.api import FINISHED_PHASES
+from arbiter.cache.records import PodRecord, QueueRecord
 from arbiter.core.fairshare import QueueSpec, deserved
 from arbiter.core.resources import EMPTY, Resources
 from extender.state import ExtenderState

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from arbiter.cache.naming import group_unit_name, job_unit_name, pod_unit_name
+from arbiter.api import group_unit_name, job_unit_name, pod_unit_name
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.resources import Resources

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from arbiter.cache.records import ADMISSION_GATE, MANAGED_LABEL, QUEUE_LABEL
+from arbiter.api import ADMISSION_GATE, MANAGED_LABEL, QUEUE_LABEL
 from arbiter.kubeapi import ApiError, request_json
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from arbiter.api import API_GROUP, JOB_FLOW
 from arbiter.cache.jobflow_records import FlowSpec, FlowSpecError, parse_flow_spec
 from arbiter.jobflow.dag import validate_steps
 from webhook.queueing import (
@@ -33,7 +34,7 @@ from webhook.review import (
     require_object,
 )
 
-GROUP, KIND = "arbiter.dev", "JobFlow"
+GROUP, KIND = API_GROUP, JOB_FLOW.kind
 
 
 def _phase(flow: Obj) -> str:

@@ -14,8 +14,7 @@ from true to false unless arbiter asks or the Job's QueueUnit
 
 from __future__ import annotations
 
-from arbiter.cache.naming import job_unit_name
-from arbiter.cache.records import ADMITTED_PHASES, QUEUE_LABEL
+from arbiter.api import ADMITTED_PHASES, QUEUE_LABEL, job_unit_name
 from webhook.patch import set_label
 from webhook.queueing import check_new_work, check_open, not_ready
 from webhook.review import (

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.cache.records import ADMISSION_GATE, QUEUE_LABEL
+from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
 from webhook.patch import set_label
 from webhook.queueing import check_new_work, not_ready
 from webhook.review import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from arbiter.cache.records import QUEUE_LABEL
+from arbiter.api import QUEUE_LABEL
 from arbiter.cache.store import ClusterStore, Kind
 from webhook.review import ALLOW, AdmissionEnv, Decision, deny
 

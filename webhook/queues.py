@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from arbiter.cache.records import ADMITTED_PHASES
+from arbiter.api import ADMITTED_PHASES, API_GROUP, QUEUE
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
 from webhook.queueing import not_ready
@@ -27,7 +27,7 @@ from webhook.review import (
     require_object,
 )
 
-GROUP, KIND = "arbiter.dev", "Queue"
+GROUP, KIND = API_GROUP, QUEUE.kind
 
 # A queue name is used as the value of the arbiter.dev/queue label.
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")

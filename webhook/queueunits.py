@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.cache.records import ADMITTED_PHASES, MAX_POD_SETS, QUEUE_LABEL
+from arbiter.api import ADMITTED_PHASES, API_GROUP, MAX_POD_SETS, QUEUE_LABEL, QUEUE_UNIT
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import Resources
 from webhook.patch import set_label
@@ -34,7 +34,7 @@ from webhook.review import (
     require_object,
 )
 
-GROUP, KIND = "arbiter.dev", "QueueUnit"
+GROUP, KIND = API_GROUP, QUEUE_UNIT.kind
 SHORTHAND_POD_SET = "main"
 
 

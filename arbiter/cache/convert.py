@@ -8,16 +8,20 @@ caller decides whether to skip the object.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any, cast
 
-from arbiter.cache.records import (
+from arbiter.api import (
     ADMISSION_GATE,
     MANAGED_LABEL,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_ANNOTATION,
     QUEUE_LABEL,
+    UnitPhase,
+    is_arbiter_key,
+    parse_time,
+)
+from arbiter.cache.records import (
     JobOutcome,
     JobRecord,
     NamespaceRecord,
@@ -27,7 +31,6 @@ from arbiter.cache.records import (
     PodSet,
     PriorityClassRecord,
     QueueRecord,
-    UnitPhase,
     UnitRecord,
 )
 from arbiter.core.podrequests import effective_pod_requests
@@ -39,13 +42,6 @@ Obj = Mapping[str, Any]
 
 class ConversionError(ValueError):
     """An object that cannot be turned into a record; the message names the field."""
-
-
-def parse_time(value: str | None) -> float:
-    """RFC 3339 timestamp -> seconds since the epoch (0.0 when absent)."""
-    if not value:
-        return 0.0
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def _meta(obj: Obj) -> Obj:
@@ -215,7 +211,7 @@ def job_from_api(obj: Obj) -> JobRecord:
         started=status.get("startTime") is not None,
         created=parse_time(meta.get("creationTimestamp")),
         annotations=tuple(sorted(
-            (k, v) for k, v in _annotations(obj).items() if k.startswith("arbiter.dev/")
+            (k, v) for k, v in _annotations(obj).items() if is_arbiter_key(k)
         )),
         start_time=parse_time(status.get("startTime")),
         finish_time=_job_finish_time(status),
@@ -292,7 +288,6 @@ __all__ = [
     "job_from_api",
     "namespace_from_api",
     "node_from_api",
-    "parse_time",
     "pod_from_api",
     "pod_sets_from_spec",
     "priority_class_from_api",

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from arbiter.cache.convert import ConversionError, parse_time
-from arbiter.cache.records import QUEUE_LABEL
+from arbiter.api import QUEUE_LABEL, parse_time
+from arbiter.cache.convert import ConversionError
 
 Obj = dict[str, Any]
 RetainPolicy = Literal["retain", "delete"]

@@ -9,26 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from arbiter.api import (
+    ADMITTED_PHASES,
+    QueuePolicy,
+    QueueState,
+    UnitPhase,
+    WithinQueuePreemption,
+)
 from arbiter.core.resources import EMPTY, Resources
 
-QUEUE_LABEL = "arbiter.dev/queue"
-MANAGED_LABEL = "arbiter.dev/managed"
-POD_GROUP_LABEL = "arbiter.dev/pod-group"
-POD_GROUP_SIZE_ANNOTATION = "arbiter.dev/pod-group-size"
-ADMISSION_GATE = "arbiter.dev/admission"
-API_GROUP = "arbiter.dev"
-API_VERSION = "arbiter.dev/v1alpha1"
-
-QueuePolicy = Literal["Priority", "FIFO"]
-QueueState = Literal["Open", "Closed"]
-WithinQueuePreemption = Literal["Never", "LowerPriority"]
-UnitPhase = Literal[
-    "Enqueued", "Reserved", "Dequeued", "Running", "Succeed", "Failed", "TimeoutBackoff"
-]
-# A QueueUnit holds 1..MAX_POD_SETS pod sets (the CRD enforces the same bound).
-MAX_POD_SETS = 8
-ADMITTED_PHASES: frozenset[str] = frozenset({"Dequeued", "Running"})
-FINISHED_PHASES: frozenset[str] = frozenset({"Succeed", "Failed"})
 JobOutcome = Literal["Complete", "Failed"]
 
 

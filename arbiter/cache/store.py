@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from arbiter.api import QUEUE_LABEL
 from arbiter.cache import convert
 from arbiter.cache.jobflow_records import (
     JobFlowRecord,
@@ -21,7 +22,6 @@ from arbiter.cache.jobflow_records import (
     jobtemplate_from_api,
 )
 from arbiter.cache.records import (
-    QUEUE_LABEL,
     JobRecord,
     NamespaceRecord,
     NodeRecord,

@@ -26,6 +26,7 @@ import aiohttp
 import orjson
 
 from arbiter import metrics
+from arbiter.api import API_KINDS
 from arbiter.cache.store import NAMESPACED_KINDS, ClusterStore, EventType, Kind, store_key
 from arbiter.kubeapi import ApiError, open_stream
 
@@ -45,10 +46,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("Pod", "/api/v1/pods"),
     Resource("Job", "/apis/batch/v1/jobs"),
     Resource("PriorityClass", "/apis/scheduling.k8s.io/v1/priorityclasses"),
-    Resource("Queue", "/apis/arbiter.dev/v1alpha1/queues"),
-    Resource("QueueUnit", "/apis/arbiter.dev/v1alpha1/queueunits"),
-    Resource("JobFlow", "/apis/arbiter.dev/v1alpha1/jobflows"),
-    Resource("JobTemplate", "/apis/arbiter.dev/v1alpha1/jobtemplates"),
+    *(Resource(kind.kind, kind.path) for kind in API_KINDS),
 )
 _EVENT_TYPES: frozenset[str] = frozenset({"ADDED", "MODIFIED", "DELETED"})
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
+from arbiter.api import API_PATH
 from arbiter.cache.jobflow_records import FlowSpecError, parse_flow_spec
 from arbiter.jobflow.patch import job_from_template, template_from_job
-from arbiter.loop.kube import ARBITER_PREFIX
 
 Obj = dict[str, Any]
 
@@ -187,7 +187,7 @@ def _fetch(args: argparse.Namespace, path_of: Callable[[str], str], what: str) -
 
 
 def _status(args: argparse.Namespace) -> int:
-    flow = _fetch(args, lambda ns: f"{ARBITER_PREFIX}/namespaces/{ns}/jobflows/{args.name}",
+    flow = _fetch(args, lambda ns: f"{API_PATH}/namespaces/{ns}/jobflows/{args.name}",
                   f"JobFlow {args.name}")
     if flow is None:
         return 1
@@ -206,7 +206,7 @@ def _from_job(args: argparse.Namespace) -> int:
 
 def _to_job(args: argparse.Namespace) -> int:
     template = _fetch(
-        args, lambda ns: f"{ARBITER_PREFIX}/namespaces/{ns}/jobtemplates/{args.template}",
+        args, lambda ns: f"{API_PATH}/namespaces/{ns}/jobtemplates/{args.template}",
         f"JobTemplate {args.template}")
     if template is None:
         return 1

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from arbiter import metrics
+from arbiter.api import FLOW_ANNOTATION, QUEUE_LABEL
 from arbiter.cache import convert
 from arbiter.cache.jobflow_records import JobFlowRecord
-from arbiter.cache.records import QUEUE_LABEL
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.jobflow.dag import CycleError, Evaluation, Step, evaluate, job_name
-from arbiter.jobflow.patch import FLOW_ANNOTATION, build_job
+from arbiter.jobflow.patch import build_job
 from arbiter.jobflow.state import (
     AttemptInfo,
     collect_attempts,
@@ -37,8 +37,7 @@ from arbiter.jobflow.state import (
     render_status,
     running_seconds,
 )
-from arbiter.kubeapi import request_json
-from arbiter.loop.kube import (
+from arbiter.kubeapi import (
     AlreadyExists,
     ApiError,
     Denied,
@@ -47,6 +46,7 @@ from arbiter.loop.kube import (
     NotFound,
     job_path,
     jobflow_path,
+    request_json,
 )
 
 if TYPE_CHECKING:

@@ -15,7 +15,19 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from arbiter.cache.records import ADMISSION_GATE, API_VERSION, QUEUE_LABEL
+from arbiter.api import (
+    ADMISSION_GATE,
+    API_VERSION,
+    ATTEMPT_ANNOTATION,
+    FLOW_ANNOTATION,
+    FLOW_LABEL,
+    FLOW_UID_ANNOTATION,
+    JOB_FLOW,
+    JOB_TEMPLATE,
+    QUEUE_LABEL,
+    STEP_ANNOTATION,
+    STEP_LABEL,
+)
 
 Obj = dict[str, Any]
 
@@ -33,14 +45,6 @@ MERGE_KEYS: Mapping[str, str] = {
     "hostAliases": "ip",
     "resourceClaims": "name",
 }
-
-FLOW_LABEL = "arbiter.dev/jobflow"
-STEP_LABEL = "arbiter.dev/jobflow-step"
-# Annotations, because the cache's JobRecord keeps arbiter.dev/ annotations.
-FLOW_ANNOTATION = "arbiter.dev/jobflow"
-FLOW_UID_ANNOTATION = "arbiter.dev/jobflow-uid"
-STEP_ANNOTATION = "arbiter.dev/jobflow-step"
-ATTEMPT_ANNOTATION = "arbiter.dev/jobflow-attempt"
 
 # What the Job controller adds to a Job it owns the selector of; a template
 # copied from a live Job must lose them or the new Job is rejected.
@@ -159,7 +163,7 @@ def build_job(
             },
             "ownerReferences": [{
                 "apiVersion": API_VERSION,
-                "kind": "JobFlow",
+                "kind": JOB_FLOW.kind,
                 "name": flow,
                 "uid": flow_uid,
                 "controller": True,
@@ -217,5 +221,5 @@ def template_from_job(job: Mapping[str, Any], name: str | None = None) -> Obj:
                    and k not in (QUEUE_LABEL, FLOW_LABEL, STEP_LABEL)}
     if kept_labels:
         out_meta["labels"] = kept_labels
-    return {"apiVersion": API_VERSION, "kind": "JobTemplate", "metadata": out_meta,
+    return {"apiVersion": API_VERSION, "kind": JOB_TEMPLATE.kind, "metadata": out_meta,
             "spec": spec}

@@ -10,12 +10,17 @@ when nothing changed (so it is written only then).
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from arbiter.cache.convert import parse_time
+from arbiter.api import (
+    ATTEMPT_ANNOTATION,
+    FLOW_UID_ANNOTATION,
+    STEP_ANNOTATION,
+    format_rfc3339,
+    parse_time,
+)
 from arbiter.cache.records import JobRecord
 from arbiter.jobflow.dag import (
     Attempt,
@@ -25,7 +30,6 @@ from arbiter.jobflow.dag import (
     StepPhase,
     job_name,
 )
-from arbiter.jobflow.patch import ATTEMPT_ANNOTATION, FLOW_UID_ANNOTATION, STEP_ANNOTATION
 
 Obj = dict[str, Any]
 ATTEMPT_PHASES: frozenset[str] = frozenset({"Pending", "Running", "Succeed", "Failed",
@@ -63,8 +67,7 @@ class AttemptInfo:
 def format_time(seconds: float) -> str | None:
     if seconds <= 0:
         return None
-    moment = dt.datetime.fromtimestamp(int(seconds), tz=dt.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_rfc3339(seconds)
 
 
 def format_duration(seconds: float) -> str:

@@ -22,9 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from arbiter.api import ADMISSION_GATE, UnitPhase, format_rfc3339
 from arbiter.cache import convert
-from arbiter.cache.records import ADMISSION_GATE, PodRecord, UnitPhase, UnitRecord
-from arbiter.loop.kube import (
+from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.kubeapi import (
     AlreadyExists,
     ApiError,
     ClusterApi,
@@ -37,7 +38,7 @@ from arbiter.loop.kube import (
     pod_path,
     unit_path,
 )
-from arbiter.loop.units import DesiredUnit, format_rfc3339, manifest
+from arbiter.loop.units import DesiredUnit, manifest
 
 log = logging.getLogger(__name__)
 

@@ -33,13 +33,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from arbiter import metrics
-from arbiter.cache.records import PodRecord, UnitPhase, UnitRecord
+from arbiter.api import UnitPhase
+from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.fairshare import Unit
 from arbiter.core.resources import Resources
+from arbiter.kubeapi import ApiError, ClusterApi
 from arbiter.loop.actions import Actions, ConsumerGone, Written
 from arbiter.loop.index import LoopIndex
-from arbiter.loop.kube import ApiError, ClusterApi
 from arbiter.loop.mirror import EngineMirror
 from arbiter.loop.reclaim import Reclaimer, ReclaimSettings
 from arbiter.loop.status import (

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter.cache.records import API_VERSION, UnitRecord
-from arbiter.loop.kube import ApiError, ClusterApi, events_path
+from arbiter.api import API_VERSION, QUEUE_UNIT, format_rfc3339
+from arbiter.cache.records import UnitRecord
+from arbiter.kubeapi import ApiError, ClusterApi, events_path
 from arbiter.loop.status import TokenBucket
-from arbiter.loop.units import format_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class ObjectRef:
 
 
 def unit_ref(unit: UnitRecord) -> ObjectRef:
-    return ObjectRef(API_VERSION, "QueueUnit", unit.namespace, unit.name, unit.uid)
+    return ObjectRef(API_VERSION, QUEUE_UNIT.kind, unit.namespace, unit.name, unit.uid)
 
 
 def consumer_ref(unit: UnitRecord) -> ObjectRef | None:

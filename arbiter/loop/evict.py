@@ -30,10 +30,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from arbiter.cache.records import UnitPhase, UnitRecord
+from arbiter.api import UnitPhase, format_rfc3339
+from arbiter.cache.records import UnitRecord
+from arbiter.kubeapi import ApiError, ClusterApi, Conflict, Invalid, NotFound, pod_path
 from arbiter.loop.actions import Actions, Written, in_phase
-from arbiter.loop.kube import ApiError, ClusterApi, Conflict, Invalid, NotFound, pod_path
-from arbiter.loop.units import format_rfc3339
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arbiter import metrics
-from arbiter.loop.kube import AlreadyExists, ApiError, ClusterApi, Conflict, NotFound, lease_path
+from arbiter.kubeapi import AlreadyExists, ApiError, ClusterApi, Conflict, NotFound, lease_path
 
 log = logging.getLogger(__name__)
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from arbiter import metrics
+from arbiter.api import parse_rfc3339
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.fairshare import Unit
 from arbiter.core.reclaim import (
@@ -51,11 +52,11 @@ from arbiter.core.reclaim import (
     within_deserved,
 )
 from arbiter.core.resources import EMPTY, Resources
+from arbiter.kubeapi import ApiError
 from arbiter.loop.actions import ConsumerGone
 from arbiter.loop.evict import Evictor
-from arbiter.loop.kube import ApiError
 from arbiter.loop.mirror import EngineMirror
-from arbiter.loop.units import Consumer, consumer_key, parse_rfc3339
+from arbiter.loop.units import Consumer, consumer_key
 
 if TYPE_CHECKING:
     from arbiter.loop.controller import AdmissionController

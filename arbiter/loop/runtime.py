@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 from arbiter import metrics
 from arbiter.config import ServeConfig
+from arbiter.kubeapi import KubeApi
 from arbiter.loop.controller import AdmissionController, LoopSettings
 from arbiter.loop.events import EventRecorder
-from arbiter.loop.kube import KubeApi
 from arbiter.loop.leader import LeaderElector, LeaseTiming
 
 if TYPE_CHECKING:

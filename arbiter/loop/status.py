@@ -16,13 +16,13 @@ from fractions import Fraction
 from typing import Any
 
 from arbiter import metrics
+from arbiter.api import format_rfc3339
 from arbiter.cache.records import QueueRecord
 from arbiter.core.fairshare import Unit, format_share
 from arbiter.core.quantities import MILLI_RESOURCES
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.loop.kube import ClusterApi, Conflict, NotFound, queue_path
+from arbiter.kubeapi import ClusterApi, Conflict, NotFound, queue_path
 from arbiter.loop.mirror import EngineMirror
-from arbiter.loop.units import format_rfc3339
 
 TOP_PENDING = 10
 

@@ -15,12 +15,11 @@ Naming (one unit per consumer):
   admitted like any unit and holds its capacity while `Dequeued`.
 
 A name longer than a QueueUnit may be (253) is cut and suffixed with a hash
-(`arbiter.cache.naming`, shared with the webhook and the extender).
+(`arbiter.api.unit_name`, shared with the webhook and the extender).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -28,25 +27,25 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
-from arbiter.cache.naming import group_unit_name, job_unit_name, pod_unit_name
-from arbiter.cache.records import (
+from arbiter.api import (
     API_VERSION,
+    CONSUMER_KIND_LABEL,
     MAX_POD_SETS,
     QUEUE_LABEL,
-    JobRecord,
-    PodRecord,
-    PodSet,
-    PriorityClassRecord,
+    QUEUE_UNIT,
     UnitPhase,
-    UnitRecord,
+    group_unit_name,
+    job_unit_name,
+    parse_rfc3339,
+    pod_unit_name,
 )
+from arbiter.cache.records import JobRecord, PodRecord, PodSet, PriorityClassRecord, UnitRecord
 from arbiter.core.resources import EMPTY, Resources
 
 ConsumerKind = Literal["Job", "Pod", "PodGroup"]
 # consumerRef.apiVersion of a pod group: there is no such object, the
 # kind names the label that gathers its pods.
 POD_GROUP_API_VERSION = API_VERSION
-CONSUMER_KIND_LABEL = "arbiter.dev/consumer-kind"
 MAIN_POD_SET = "main"
 
 
@@ -263,7 +262,7 @@ def manifest(unit: DesiredUnit) -> dict[str, Any]:
     ]
     return {
         "apiVersion": API_VERSION,
-        "kind": "QueueUnit",
+        "kind": QUEUE_UNIT.kind,
         "metadata": {
             "name": unit.name,
             "namespace": unit.namespace,
@@ -382,19 +381,6 @@ def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
         # Until the re-suspend lands, its pods may still be there.
         return "admitted" if consumer in (Consumer.RELEASED, Consumer.RUNNING) else None
     return None
-
-
-def parse_rfc3339(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def format_rfc3339(when: float) -> str:
-    return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def admission_deadline(unit: UnitRecord, timeout: float) -> float | None:

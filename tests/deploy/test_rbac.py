@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
 from arbiter.cache.convert import job_from_api, pod_from_api
-from arbiter.cache.records import ADMISSION_GATE, QUEUE_LABEL
 from arbiter.cache.watch import RESOURCES
 from arbiter.config import ServeConfig
 from arbiter.jobflow.patch import build_job

@@ -13,9 +13,9 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from arbiter.cache.records import QUEUE_LABEL
+from arbiter.api import QUEUE_LABEL
 from arbiter.cache.store import ClusterStore
-from arbiter.loop.kube import AlreadyExists, Invalid, NotFound
+from arbiter.kubeapi import AlreadyExists, Invalid, NotFound
 
 Obj = dict[str, Any]
 NAMESPACE = "ml"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.cache.records import QUEUE_LABEL
+from arbiter.api import QUEUE_LABEL
 from arbiter.cache.store import ClusterStore
 from arbiter.jobflow.controller import JobFlowController
 from arbiter.metrics import REGISTRY

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.cache.records import ADMISSION_GATE, QUEUE_LABEL
-from arbiter.jobflow.patch import (
+from arbiter.api import (
+    ADMISSION_GATE,
     ATTEMPT_ANNOTATION,
     FLOW_UID_ANNOTATION,
+    QUEUE_LABEL,
     STEP_ANNOTATION,
-    build_job,
-    job_from_template,
-    merge,
-    template_from_job,
 )
+from arbiter.jobflow.patch import build_job, job_from_template, merge, template_from_job
 
 TEMPLATE: dict[str, Any] = {
     "parallelism": 1,

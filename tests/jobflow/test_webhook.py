@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from arbiter.cache.records import QUEUE_LABEL
+from arbiter.api import QUEUE_LABEL
 from arbiter.cache.store import KINDS, ClusterStore
 from webhook import jobflows
 from webhook.endpoints import BY_PATH

@@ -9,18 +9,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.cache.records import (
+from arbiter.api import (
     ADMISSION_GATE,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_ANNOTATION,
     QUEUE_LABEL,
-    UnitRecord,
+    format_rfc3339,
 )
+from arbiter.cache.records import UnitRecord
 from arbiter.cache.store import KINDS, ClusterStore
+from arbiter.kubeapi import job_path, pod_path, unit_path
 from arbiter.loop.controller import AdmissionController, LoopSettings
-from arbiter.loop.kube import job_path, pod_path, unit_path
-from arbiter.loop.memory import InMemoryApi
-from arbiter.loop.units import format_rfc3339
+from arbiter.testing.memory import InMemoryApi
 
 T0 = 1_700_000_000.0
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from arbiter.loop.kube import job_path, unit_path
+from arbiter.kubeapi import job_path, unit_path
 from tests.loop.harness import T0, Cluster, eventually
 
 

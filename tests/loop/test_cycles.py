@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from arbiter.cache.records import ADMISSION_GATE
+from arbiter.api import ADMISSION_GATE
 from arbiter.cache.store import ClusterStore
 from arbiter.core.resources import Resources
+from arbiter.kubeapi import unit_path
 from arbiter.loop.controller import LoopSettings
-from arbiter.loop.kube import unit_path
 from tests.loop.harness import Cluster
 
 

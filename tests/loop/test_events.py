@@ -7,7 +7,7 @@ import asyncio
 from arbiter.cache.records import OwnerRef, PodSet, UnitRecord
 from arbiter.core.resources import Resources
 from arbiter.loop.events import EventRecorder
-from arbiter.loop.memory import InMemoryApi
+from arbiter.testing.memory import InMemoryApi
 from tests.loop.harness import Clock
 
 

@@ -1,4 +1,4 @@
-"""The loop's KubeApi rides on the one raw client, `arbiter.kubeapi`: same
+"""KubeApi rides on the one raw client in `arbiter.kubeapi`: same
 requests, same error types, JSON Patch bodies included."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import orjson
 import pytest
 
 from arbiter import kubeapi
-from arbiter.loop import kube
-from arbiter.loop.kube import KubeApi
+from arbiter.kubeapi import KubeApi
 
 
 class Answer:
@@ -67,13 +66,13 @@ async def test_gets_carry_no_field_manager() -> None:
 
 
 @pytest.mark.parametrize(("status", "status_body", "kind"), [
-    (404, {"reason": "NotFound", "message": "pods \"x\" not found"}, kube.NotFound),
-    (409, {"reason": "AlreadyExists", "message": "exists"}, kube.AlreadyExists),
-    (409, {"reason": "Conflict", "message": "the object has been modified"}, kube.Conflict),
-    (422, {"reason": "Invalid", "message": "testing value /metadata/uid failed"}, kube.Invalid),
-    (403, {"reason": "Forbidden", "message": "no"}, kube.Denied),
-    (400, {"message": 'admission webhook "jobs.arbiter.dev" denied the request'}, kube.Denied),
-    (500, {"reason": "InternalError", "message": "etcd"}, kube.ApiError),
+    (404, {"reason": "NotFound", "message": "pods \"x\" not found"}, kubeapi.NotFound),
+    (409, {"reason": "AlreadyExists", "message": "exists"}, kubeapi.AlreadyExists),
+    (409, {"reason": "Conflict", "message": "the object has been modified"}, kubeapi.Conflict),
+    (422, {"reason": "Invalid", "message": "testing value /metadata/uid failed"}, kubeapi.Invalid),
+    (403, {"reason": "Forbidden", "message": "no"}, kubeapi.Denied),
+    (400, {"message": 'admission webhook "jobs.arbiter.dev" denied the request'}, kubeapi.Denied),
+    (500, {"reason": "InternalError", "message": "etcd"}, kubeapi.ApiError),
 ])
 async def test_one_error_type_for_every_caller(status: int, status_body: dict[str, str],
                                                kind: type[kubeapi.ApiError]) -> None:
@@ -92,7 +91,6 @@ async def test_one_error_type_for_every_caller(status: int, status_body: dict[st
         assert caught.value.message == status_body["message"]
         assert caught.value.reason == status_body.get("reason", "")
         assert client.answer.released
-    assert kube.ApiError is kubeapi.ApiError and kube.NotFound is kubeapi.NotFound
 
 
 async def test_error_text_names_the_status_and_survives_a_non_json_body() -> None:
@@ -101,4 +99,4 @@ async def test_error_text_names_the_status_and_survives_a_non_json_body() -> Non
         await KubeApi(client).create("/x", {"metadata": {}})
     assert caught.value.message == "<html>bad gateway</html>"
     assert str(caught.value) == "HTTP 502: <html>bad gateway</html>"
-    assert str(kube.NotFound(404, "NotFound", "gone")) == "HTTP 404 NotFound: gone"
+    assert str(kubeapi.NotFound(404, "NotFound", "gone")) == "HTTP 404 NotFound: gone"

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from arbiter import metrics
-from arbiter.loop.kube import Conflict, lease_path
+from arbiter.kubeapi import Conflict, lease_path
 from arbiter.loop.leader import LeaderElector, LeaseTiming
-from arbiter.loop.memory import InMemoryApi
+from arbiter.testing.memory import InMemoryApi
 from tests.loop.harness import Clock, eventually
 
 PATH = lease_path("arbiter-system", "kube-arbiter")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
+from arbiter.kubeapi import job_path
 from arbiter.loop.controller import LoopSettings
-from arbiter.loop.kube import job_path
 from tests.loop.harness import T0, Cluster
 
 

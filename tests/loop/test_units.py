@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from arbiter.cache.naming import MAX_NAME, job_unit_name, pod_unit_name
+from arbiter.api import MAX_NAME, UnitPhase, format_rfc3339, job_unit_name, pod_unit_name
 from arbiter.cache.records import (
     JobRecord,
     OwnerRef,
     PodRecord,
     PodSet,
     PriorityClassRecord,
-    UnitPhase,
     UnitRecord,
 )
 from arbiter.core.resources import Resources
@@ -21,7 +20,6 @@ from arbiter.loop.units import (
     backoff_delay,
     decide,
     disposition,
-    format_rfc3339,
     group_state,
     group_unit,
     job_state,

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from arbiter import metrics
+from arbiter.kubeapi import ApiError, Conflict, Obj, pod_path
 from arbiter.loop.controller import LoopSettings
-from arbiter.loop.kube import ApiError, Conflict, Obj, pod_path
-from arbiter.loop.memory import InMemoryApi
 from arbiter.loop.reclaim import WAKE_KEY
+from arbiter.testing.memory import InMemoryApi
 from tests.loop.harness import T0, Cluster
 
 GRACE = 30.0

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from arbiter.cache.records import ADMISSION_GATE, QUEUE_LABEL
+from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
 from arbiter.cache.store import KINDS, ClusterStore
 from webhook.patch import apply_patch
 from webhook.review import AdmissionEnv, AdmissionRequest, Decision, PatchOp, parse_review

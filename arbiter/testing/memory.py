@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from arbiter.api import format_rfc3339
 from arbiter.cache.store import ClusterStore, EventType, Kind
-from arbiter.loop.kube import AlreadyExists, ApiError, Conflict, Invalid, NotFound, Obj
-from arbiter.loop.units import format_rfc3339
+from arbiter.kubeapi import AlreadyExists, ApiError, Conflict, Invalid, NotFound, Obj
 
 # Collection (last path segment) -> store kind.
 _KINDS: dict[str, Kind] = {

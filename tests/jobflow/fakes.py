@@ -8,21 +8,16 @@ until `sync()`, like a watch that lags; Job lifecycles are driven by
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from arbiter.api import QUEUE_LABEL
+from arbiter.api import QUEUE_LABEL, format_rfc3339
 from arbiter.cache.store import ClusterStore
 from arbiter.kubeapi import AlreadyExists, Invalid, NotFound
 
 Obj = dict[str, Any]
 NAMESPACE = "ml"
-
-
-def stamp(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(int(seconds), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def template(name: str, namespace: str = NAMESPACE) -> Obj:
@@ -41,7 +36,7 @@ def flow(name: str, flows: Sequence[Mapping[str, Any]], *, uid: str = "flow-uid"
     return {
         "apiVersion": "arbiter.dev/v1alpha1", "kind": "JobFlow",
         "metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": 1,
-                     "creationTimestamp": stamp(1_700_000_000)},
+                     "creationTimestamp": format_rfc3339(1_700_000_000)},
         "spec": {"flows": [dict(f) for f in flows], **spec},
     }
 
@@ -90,7 +85,7 @@ class FakeCluster:
     def start(self, name: str) -> None:
         job = self.job(name)
         job["spec"]["suspend"] = False
-        job["status"] = {"startTime": stamp(self.now), "active": 1, "ready": 1}
+        job["status"] = {"startTime": format_rfc3339(self.now), "active": 1, "ready": 1}
 
     def finish(self, name: str, ok: bool = True) -> None:
         job = self.job(name)
@@ -101,9 +96,9 @@ class FakeCluster:
         status.update({"active": 0, "ready": 0})
         kind = "Complete" if ok else "Failed"
         status["conditions"] = [{"type": kind, "status": "True",
-                                 "lastTransitionTime": stamp(self.now)}]
+                                 "lastTransitionTime": format_rfc3339(self.now)}]
         if ok:
-            status["completionTime"] = stamp(self.now)
+            status["completionTime"] = format_rfc3339(self.now)
             status["succeeded"] = 1
         else:
             status["failed"] = 1
@@ -141,7 +136,7 @@ class FakeCluster:
         # What the webhook and apiserver add.
         obj["spec"]["suspend"] = True
         meta["uid"] = f"job-{next(self._uids)}"
-        meta["creationTimestamp"] = stamp(self.now)
+        meta["creationTimestamp"] = format_rfc3339(self.now)
         meta.setdefault("labels", {}).setdefault(QUEUE_LABEL, "team")
         self.jobs[key] = obj
         self.created.append(meta["name"])

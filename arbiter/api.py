@@ -47,26 +47,28 @@ JOB_TEMPLATE: Final = ApiKind("JobTemplate", "jobtemplates", namespaced=True)
 API_KINDS: Final = (QUEUE, QUEUE_UNIT, JOB_FLOW, JOB_TEMPLATE)
 
 # -- labels, annotations, the scheduling gate -----------------------------------------
+# A table, not repeated logic: one constant per key, spelled in full so that
+# a search for the key lands here.
 # On pods, Jobs, JobFlows, QueueUnits and namespaces: the queue the work is in.
-QUEUE_LABEL: Final = f"{API_GROUP}/queue"
+QUEUE_LABEL: Final = "arbiter.dev/queue"
 # On a namespace: "false" takes it out of arbiter's hands.
-MANAGED_LABEL: Final = f"{API_GROUP}/managed"
+MANAGED_LABEL: Final = "arbiter.dev/managed"
 # Pods with the same value form one QueueUnit, created once as many gated
 # pods as the size annotation says are present.
-POD_GROUP_LABEL: Final = f"{API_GROUP}/pod-group"
-POD_GROUP_SIZE_ANNOTATION: Final = f"{API_GROUP}/pod-group-size"
+POD_GROUP_LABEL: Final = "arbiter.dev/pod-group"
+POD_GROUP_SIZE_ANNOTATION: Final = "arbiter.dev/pod-group-size"
 # The scheduling gate that holds a plain pod until its unit is admitted.
-ADMISSION_GATE: Final = f"{API_GROUP}/admission"
+ADMISSION_GATE: Final = "arbiter.dev/admission"
 # On a QueueUnit the loop creates: its consumer's kind (Job, Pod, PodGroup).
-CONSUMER_KIND_LABEL: Final = f"{API_GROUP}/consumer-kind"
+CONSUMER_KIND_LABEL: Final = "arbiter.dev/consumer-kind"
 # On a JobFlow's Jobs: labels to select them by, annotations because the
 # cache's JobRecord keeps a Job's arbiter.dev/ annotations (not its labels).
-FLOW_LABEL: Final = f"{API_GROUP}/jobflow"
-STEP_LABEL: Final = f"{API_GROUP}/jobflow-step"
-FLOW_ANNOTATION: Final = f"{API_GROUP}/jobflow"
-FLOW_UID_ANNOTATION: Final = f"{API_GROUP}/jobflow-uid"
-STEP_ANNOTATION: Final = f"{API_GROUP}/jobflow-step"
-ATTEMPT_ANNOTATION: Final = f"{API_GROUP}/jobflow-attempt"
+FLOW_LABEL: Final = "arbiter.dev/jobflow"
+STEP_LABEL: Final = "arbiter.dev/jobflow-step"
+FLOW_ANNOTATION: Final = "arbiter.dev/jobflow"
+FLOW_UID_ANNOTATION: Final = "arbiter.dev/jobflow-uid"
+STEP_ANNOTATION: Final = "arbiter.dev/jobflow-step"
+ATTEMPT_ANNOTATION: Final = "arbiter.dev/jobflow-attempt"
 
 
 def is_arbiter_key(key: str) -> bool:

@@ -114,6 +114,7 @@ def test_wheel_holds_only_the_runtime_packages(built: Built) -> None:
     assert {"arbiter", "webhook", "extender", "certs"} <= top
     assert not {"tests", "bench", "sandbox", "manifests"} & top
     assert "arbiter/py.typed" in names
+    assert not [name for name in names if name.startswith("arbiter/testing/")]
 
 
 def test_virtualenv_has_runtime_dependencies_only(built: Built) -> None:

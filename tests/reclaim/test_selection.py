@@ -417,6 +417,16 @@ def exercised(seen: Counter[str], key: str = "victims") -> None:
     assert ran and seen[key] * 4 >= ran, f"{seen[key]} of {ran} examples took victims"
 
 
+def selected(case: Case, seen: Counter[str]) -> tuple[dict[str, Resources], Resources,
+                                                       list[Admitted] | None]:
+    """What each queue holds, the capacity, and `select_reclaim`'s answer."""
+    queues, admitted, unit, free = case
+    seen["examples"] += 1
+    allocated = totals(admitted)
+    return (allocated, total(admitted) + free,
+            select_reclaim(unit, free, queues, allocated, admitted))
+
+
 def test_selection_is_sound_and_minimal() -> None:
     seen: Counter[str] = Counter()
 
@@ -424,10 +434,7 @@ def test_selection_is_sound_and_minimal() -> None:
     @given(situations())
     def check(case: Case) -> None:
         queues, admitted, unit, free = case
-        seen["examples"] += 1
-        allocated = totals(admitted)
-        capacity = total(admitted) + free
-        chosen = select_reclaim(unit, free, queues, allocated, admitted)
+        allocated, capacity, chosen = selected(case, seen)
         if chosen is None:
             return
         seen["victims"] += 1
@@ -455,10 +462,7 @@ def test_uniform_units_match_brute_force() -> None:
     @given(situations(uniform=True))
     def check(case: Case) -> None:
         queues, admitted, unit, free = case
-        seen["examples"] += 1
-        allocated = totals(admitted)
-        capacity = total(admitted) + free
-        chosen = select_reclaim(unit, free, queues, allocated, admitted)
+        allocated, capacity, chosen = selected(case, seen)
         best: int | None = None
         for size in range(1, len(admitted) + 1):
             if any(allowed_set(queues, allocated, capacity, unit, combo)

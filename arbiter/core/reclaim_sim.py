@@ -83,10 +83,10 @@ class Simulation:
     def reclaim_round(self, due: Set[str] | None = None) -> list[Move]:
         """One reclaim pass (queues in `due`, default all); its victims are requeued."""
         engine = self.engine
-        candidates = [
-            Admitted(unit.key, unit.queue, unit.demand, unit.priority,
-                     self.admitted_at.get(unit.key, 0.0), unit.created)
-            for name in self.queues for unit in engine.admitted(name)]
+        running = {unit.key: unit for name in self.queues for unit in engine.admitted(name)}
+        candidates = [Admitted(unit.key, unit.queue, unit.demand, unit.priority,
+                               self.admitted_at.get(unit.key, 0.0), unit.created)
+                      for unit in running.values()]
         waiting = {name: [Waiting(u.key, u.queue, u.demand, u.priority)
                           for u in engine.pending(name)] for name in self.queues}
         decided = plan(engine.capacity(), self.queues, candidates, waiting,
@@ -94,15 +94,13 @@ class Simulation:
                        max_victims=len(candidates) + 1)
         self.rounds += 1
         moves: list[Move] = []
-        by_key = {c.key: c for c in candidates}
         for victim in decided.victims:
-            taken = by_key[victim.unit.key]
-            moves.append(Move(self.rounds, victim.for_queue, victim.for_unit, taken.queue,
-                              taken.key, victim.guarantee))
-            unit = next(u for u in engine.admitted(taken.queue) if u.key == taken.key)
-            engine.release(taken.key)
-            engine.add_pending(unit)
-            del self.admitted_at[taken.key]
+            unit = running[victim.unit.key]
+            moves.append(Move(self.rounds, victim.for_queue, victim.for_unit, unit.queue,
+                              unit.key, victim.guarantee))
+            engine.release(unit.key)
+            engine.add_pending(unit)  # requeued, in its old place
+            del self.admitted_at[unit.key]
         self.moves.extend(moves)
         return moves
 

@@ -233,7 +233,7 @@ def mixed(draw: st.DrawFn) -> tuple[Resources, list[QueueSpec], dict[str, Reclai
                                    min_size=1, max_size=2)) for name in names}
     units = [Unit(f"{name}/{i}", name, draw(st.sampled_from(palette[name])),
                   priority=draw(st.integers(0, 2)), created=float(i))
-             for name in names for i in range(draw(st.integers(2, 8)))]
+             for name in names for i in range(draw(st.integers(4, 10)))]
     return (capacity, specs, reclaim, *arrivals(draw, units, names))
 
 

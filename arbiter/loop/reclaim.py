@@ -5,8 +5,9 @@ After each cycle's admissions the controller calls `Reclaimer.after_cycle`.
 At most once per `interval` it looks at the engine:
 
 - a queue is *starving* while the unit it offers next does not fit, is
-  within its capability and the move rule finds victims for it (see
-  `arbiter.core.reclaim`); `since[q]` is when that began, and it is
+  within its capability, and it is under its guarantee with it or some
+  queue that could lose is richer (the move rule, `arbiter.core.reclaim`);
+  `since[q]` is when that began, and it is
   forgotten as soon as a look finds the queue not starving. Only a queue
   starving for `grace` seconds (`--reclaim-grace`) reclaims, so a short
   burst is absorbed by ordinary turnover. Within-queue preemption
@@ -128,10 +129,6 @@ def message_for(victim: Victim, queues: dict[str, ReclaimQueue] | None = None) -
 
 def _first(item: tuple[Any, ...]) -> Any:
     return item[0]
-
-
-def _show(resources: Resources) -> str:
-    return ", ".join(f"{k}={v}" for k, v in resources.to_quantities().items()) or "none"
 
 
 class Reclaimer:

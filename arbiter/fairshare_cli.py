@@ -87,16 +87,28 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help='also list the admitted units in admission order (key "order")',
     )
+    parser.add_argument(
+        "--from", dest="start", metavar="RUNNING",
+        help="start from these running units ({QUEUE: [units]}; or list them as a queue's "
+             "`running:`) and print the reclaim moves and the fixpoint",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from arbiter import fairshare_reclaim  # builds on this module
+
     try:
-        scenario = load_scenario(read_document(str(args.file)))
+        document = read_document(str(args.file))
+        running = fairshare_reclaim.take_running(document)
+        scenario = load_scenario(document)
+        if args.start:
+            running.update(fairshare_reclaim.read_from(str(args.start)))
+        result = (fairshare_reclaim.settle(scenario, running) if running or args.start
+                  else evaluate(scenario, order=bool(args.order)))
     except ScenarioError as exc:
         print(exc, file=sys.stderr)
         return 2
-    result = evaluate(scenario, order=bool(args.order))
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 
@@ -271,11 +283,14 @@ def _quantities(amounts: Resources, names: tuple[str, ...]) -> dict[str, str]:
 
 
 
-def evaluate(scenario: Scenario, *, order: bool = False) -> dict[str, Any]:
-    """Run the engine over the scenario; the JSON-ready result."""
-    engine = AdmissionEngine(scenario.capacity, scenario.queues)
-    for unit in scenario.units:
-        engine.add_pending(unit)
+def evaluate(scenario: Scenario, *, order: bool = False,
+             engine: AdmissionEngine | None = None) -> dict[str, Any]:
+    """Run the engine over the scenario; the JSON-ready result (with `engine`:
+    its allocation as it stands, e.g. reclaim's fixpoint)."""
+    if engine is None:
+        engine = AdmissionEngine(scenario.capacity, scenario.queues)
+        for unit in scenario.units:
+            engine.add_pending(unit)
     admitted = engine.admit_all()
     demand: dict[str, Resources] = {}
     for unit in scenario.units:

@@ -1,64 +1,76 @@
 """Reclaim across queues and preemption inside a queue: which admitted units
-to take back, and for whom (DESIGN.md §3 "Reclaim"). Pure: no I/O, no clock.
+to take back, and for whom (DESIGN.md §3 "Reclaim"; the stopping rule is the
+README's "Reclaim: the exact stopping rule"). Pure: no I/O, no clock.
 
-Every comparison is exact and per resource (integers: millicores, bytes,
-counts). For a queue p, `floor(p)` = max(deserved_p, guarantee_p) element-wise,
-where `deserved` is the continuous weighted-DRF share (`deserved()`, DESIGN §4)
-computed from every queue's demand (admitted + waiting).
+Every comparison is exact: amounts are integers (millicores, bytes, counts)
+and shares are compared by cross-multiplying. `share(q)` is q's weighted
+dominant share, max over resources r with capacity of
+allocated_q[r] / (capacity[r] * weight_q), as admission computes it.
 
-**Who may reclaim.** A waiting unit u of queue q may take resources back from
-other queues when
+**Who may reclaim.** A waiting unit w of queue T may take resources back
+from other queues when w does not fit in the free capacity, T stays within
+its capability with w admitted, some allowed victims exist (below), and T
+has been starving for the grace period (the caller says which queues are
+`due`; `Plan.starving` tells it which queues are starving now: those whose
+unit does not fit, within the capability, while T is under its guarantee
+with it or some queue that could lose is richer than T — whether or not
+the victims are at hand right now).
 
-* u does not fit in the free capacity (the cluster is full *for u*);
-* u is within q's capability (else reclaim could not help it);
-* q stays within its deserved share with u admitted: for every resource r
-  that u requests, allocated_q[r] + u[r] <= deserved_q[r] ("q is below its
-  deserved share by at least u");
-* q has been starving for the grace period (the caller says which queues are
-  `due`; `Plan.starving` tells it which queues are starving now).
+**Who may lose: the move rule.** An admitted unit u of another queue V (V
+`reclaimable`) may be taken for w when V stays at or above its guarantee
+(allocated_V[r] - u[r] >= guarantee_V[r] on every resource u requests) and
 
-**Who may lose.** A victim is an admitted unit of another queue p that is
-`reclaimable`. A set S of victims may be taken from p only if, for every
-resource r requested by some unit of S in p,
+* either T is *under guarantee* with w (allocated_T + w <= guarantee_T on
+  every resource w requests, admission's test): guarantees come first,
+  shares do not matter;
+* or share(V without u) > share(T without w), strictly: V, even after the
+  loss, is still richer than T is before its gain.
 
-    allocated_p[r] - S_p[r] >= floor_p[r]
+Several victims for one w: each is checked against its queue *after* the
+victims taken from that queue before it, so a set S is allowed exactly when
+every victim queue V satisfies the rule with all of S_V taken at once
+(shares and amounts only fall as more is taken, so checking the last one
+is checking them all, and dropping victims from an allowed set keeps it
+allowed). T's share is the one before w, whatever the other victims.
 
-i.e. p stays at or above both its deserved share and its guarantee in every
-resource the victims give back. Resources no victim requests are untouched
-by the reclaim, so they do not matter ("above deserved" is per resource, not
-by dominant share). Since q stops at its deserved share and p at its own,
-nothing reclaimed can be reclaimed back: no ping-pong.
+Each such move raises the sorted vector of weighted shares (leximin), so
+reclaim cannot loop; for same-shaped units its fixpoint is progressive
+filling's allocation (ties aside). The README gives the argument.
 
 **Order.** Candidates are tried lowest queue priority first, then lowest unit
 priority, then most recently admitted, then most recently created, then key.
 
 **Selection** (the same for both kinds): walk the candidates in order; take a
 candidate when it is allowed (given those taken so far) and useful (it
-requests a resource in which u is still short); stop as soon as u fits in
+requests a resource in which w is still short); stop as soon as w fits in
 free + freed. Then drop, last taken first, every victim the fit does not
 need: no single victim of the result can be spared. If the walk ends before
-u fits, nothing is taken (None): evicting would not let u run.
+w fits, nothing is taken (None): evicting would not let w run.
 
 **Within a queue.** A queue with `within_queue == "LowerPriority"` lets a
 waiting unit displace admitted units of the *same* queue with a strictly
 lower priority, when it does not fit because the queue is at its capability
-or the cluster is full. What u is short of is then, per resource, the larger
-of the cluster shortfall (u - free) and the capability overshoot
-(allocated + u - capability): each victim reduces both. Within-queue
-preemption is used only when reclaim across queues cannot serve u at all
-(q not below its deserved share, at its capability, or no victims); when
-reclaim could serve u but q's grace has not passed, u waits for it.
+or the cluster is full. What w is short of is then, per resource, the larger
+of the cluster shortfall (w - free) and the capability overshoot
+(allocated + w - capability): each victim reduces both. Within-queue
+preemption is used only when reclaim across queues cannot serve w at all
+(at its capability, or no allowed victims); when reclaim could serve w but
+T's grace has not passed, w waits for it.
 
 **Plan.** `plan` serves several waiting units in one pass, the way admission
 would: repeatedly, the queue with the lowest weighted dominant share (then
 name) offers its next waiting unit; a unit that fits in the projected free
 capacity is counted as admitted without victims (capacity already being freed
 goes to the queues that wait for it), otherwise victims are chosen as above
-and the projected state updated (floors are checked against what the
-victim queue's *admitted* units hold: a unit of it served in this pass never
-turns its running units into surplus). A queue whose unit cannot be served
-offers nothing more in this pass. The pass stops before it would exceed
-`max_victims` victims (a single unit that needs more is still served).
+and the projected state updated. Both sides of the rule are judged
+conservatively: a victim queue by what its *admitted* units hold (a unit of
+it served in this pass never makes its running units look richer), the
+taker by what it holds plus the units served to it in this pass. A queue
+that lost units to reclaim in this pass counts as due for the rest of it:
+the grace absorbs bursts of new work, and its demand was running a moment
+ago. A queue whose unit cannot be served offers nothing more in this pass.
+The pass stops before it would exceed `max_victims` victims (a single unit
+that needs more is still served).
 """
 
 from __future__ import annotations
@@ -79,11 +91,16 @@ __all__ = [
     "Victim",
     "Waiting",
     "floor_of",
+    "may_gain",
     "may_reclaim",
     "plan",
+    "richest_share",
     "select_reclaim",
     "select_within_queue",
+    "stays_richer",
+    "under_guarantee",
     "victim_order",
+    "weighted_share",
     "within_capability",
     "within_deserved",
 ]
@@ -94,7 +111,8 @@ Reason = Literal["reclaim", "withinQueue"]
 
 @dataclass(frozen=True, slots=True)
 class ReclaimQueue:
-    """A queue as reclaim sees it: its spec plus its deserved share."""
+    """A queue as reclaim sees it: its spec (plus its deserved share, which
+    the move rule does not use any more; messages and status may)."""
 
     name: str
     weight: int = 1
@@ -134,6 +152,8 @@ class Victim:
     reason: Reason
     for_unit: str  # key of the waiting unit it makes room for
     for_queue: str
+    # Taken because for_queue was under its guarantee (shares not compared).
+    guarantee: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +173,33 @@ class Plan:
 
 def within_deserved(allocated: Mapping[str, int], demand: Mapping[str, int],
                     deserved: Mapping[str, int]) -> bool:
-    """allocated + demand <= deserved on every resource `demand` requests."""
+    """allocated + demand <= deserved on every resource `demand` requests
+    (not part of the move rule any more; kept for callers that show it)."""
     return all(allocated.get(r, 0) + v <= deserved.get(r, 0) for r, v in demand.items() if v > 0)
+
+
+def under_guarantee(allocated: Mapping[str, int], demand: Mapping[str, int],
+                    guarantee: Mapping[str, int]) -> bool:
+    """allocated + demand <= guarantee on every resource `demand` requests
+    (admission's "under guarantee"; a unit requesting nothing is not)."""
+    requested = [(r, v) for r, v in demand.items() if v > 0]
+    return bool(requested) and all(allocated.get(r, 0) + v <= guarantee.get(r, 0)
+                                   for r, v in requested)
+
+
+def weighted_share(allocated: Mapping[str, int], capacity: Mapping[str, int],
+                   weight: int) -> Fraction:
+    """Weighted dominant share: max over r of allocated[r] / (capacity[r] * weight)."""
+    return dominant_share_of(allocated, capacity) / weight
+
+
+def stays_richer(left: Mapping[str, int], capacity: Mapping[str, int], weight: int,
+                 share: Fraction) -> bool:
+    """weighted_share(left) > share, exactly: some resource r with capacity has
+    left[r] * share.den > share.num * capacity[r] * weight."""
+    num, den = share.numerator, share.denominator
+    return any(v * den > num * capacity.get(r, 0) * weight
+               for r, v in left.items() if v > 0 and capacity.get(r, 0) > 0)
 
 
 def within_capability(allocated: Mapping[str, int], demand: Mapping[str, int],
@@ -165,16 +210,39 @@ def within_capability(allocated: Mapping[str, int], demand: Mapping[str, int],
 
 
 def floor_of(queue: ReclaimQueue) -> Resources:
-    """What reclaim never takes a queue below: max(deserved, guarantee)."""
-    return queue.deserved.maximum(queue.guarantee)
+    """What reclaim never takes a queue below: its guarantee (the move rule
+    keeps it above its taker's share as well, see the module doc)."""
+    return queue.guarantee
 
 
 def may_reclaim(queue: ReclaimQueue, allocated: Mapping[str, int], unit: Waiting,
                 free: Mapping[str, int]) -> bool:
-    """Whether `unit` is a reason to reclaim for its queue (grace aside)."""
+    """Whether reclaim could be needed for `unit` at all: it does not fit and
+    is within its queue's capability (whether victims exist is `select_reclaim`'s)."""
     return (not unit.demand.fits_in(free)
-            and within_capability(allocated, unit.demand, queue.capability)
-            and within_deserved(allocated, unit.demand, queue.deserved))
+            and within_capability(allocated, unit.demand, queue.capability))
+
+
+def richest_share(queues: Mapping[str, ReclaimQueue],
+                  allocated: Callable[[str], Mapping[str, int]],
+                  capacity: Mapping[str, int]) -> Fraction:
+    """The largest weighted share among the queues that could lose a unit
+    (reclaimable, above their guarantee in some resource); 0 when none."""
+    best = Fraction(0)
+    for name, spec in queues.items():
+        held = allocated(name)
+        if spec.reclaimable and any(v > spec.guarantee.get_amount(r) for r, v in held.items()):
+            best = max(best, weighted_share(held, capacity, spec.weight))
+    return best
+
+
+def may_gain(queue: ReclaimQueue, allocated: Mapping[str, int], demand: Mapping[str, int],
+             capacity: Mapping[str, int], richest: Fraction) -> bool:
+    """A cheap necessary condition for the move rule to find victims for a
+    unit of `queue`: it is under its guarantee, or some queue that could
+    lose is richer than it (`richest`, from `richest_share`)."""
+    return (under_guarantee(allocated, demand, queue.guarantee)
+            or weighted_share(allocated, capacity, queue.weight) < richest)
 
 
 VictimKey = tuple[int, int, float, float, str]
@@ -246,6 +314,15 @@ def _greedy(
     return kept
 
 
+def _capacity_of(free: Mapping[str, int],
+                 allocated: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    total = dict(free)
+    for amounts in allocated.values():
+        for r, v in amounts.items():
+            total[r] = total.get(r, 0) + v
+    return total
+
+
 def select_reclaim(
     unit: Waiting,
     free: Mapping[str, int],
@@ -254,17 +331,28 @@ def select_reclaim(
     candidates: Iterable[Admitted],
     *,
     ordered: bool = False,
+    capacity: Mapping[str, int] | None = None,
+    held: Mapping[str, int] | None = None,
 ) -> list[Admitted] | None:
-    """Victims in other reclaimable queues that let `unit` fit; [] when it
-    fits already, None when no allowed set would do. `candidates` are sorted
-    here unless `ordered` says they are in `victim_order` already. The
-    caller checks that `unit`'s queue may reclaim (`may_reclaim`)."""
+    """Victims in other reclaimable queues that let `unit` fit under the move
+    rule; [] when it fits already, None when no allowed set would do.
+
+    `allocated`: what each queue holds (victim queues are judged by it);
+    `held`: what `unit`'s queue holds (default: its `allocated`); `capacity`
+    (default: free + everything allocated) is what shares are taken of.
+    `candidates` are sorted here unless `ordered` says they are in
+    `victim_order` already. The caller checks `may_reclaim` and capability."""
     need = _shortfall(unit.demand, free)
     if not need:
         return []
+    taker = queues.get(unit.queue)
+    if held is None:
+        held = allocated.get(unit.queue, EMPTY)
+    shares_of = capacity if capacity is not None else _capacity_of(free, allocated)
+    guaranteed = taker is not None and under_guarantee(held, unit.demand, taker.guarantee)
+    bar = weighted_share(held, shares_of, taker.weight if taker is not None else 1)
     pool = candidates if ordered else sorted(candidates, key=victim_order(queues))
     remaining: dict[str, dict[str, int]] = {}
-    floors: dict[str, Resources] = {}
 
     def allowed(victim: Admitted) -> bool:
         spec = queues.get(victim.queue)
@@ -273,10 +361,16 @@ def select_reclaim(
         left = remaining.get(victim.queue)
         if left is None:
             left = remaining[victim.queue] = dict(allocated.get(victim.queue, EMPTY))
-            floors[victim.queue] = floor_of(spec)
-        low = floors[victim.queue]
-        return all(left.get(r, 0) - v >= low.get_amount(r)
-                   for r, v in victim.demand.items() if v > 0)
+        low = spec.guarantee
+        if not all(left.get(r, 0) - v >= low.get_amount(r)
+                   for r, v in victim.demand.items() if v > 0):
+            return False
+        if guaranteed:
+            return True
+        after = dict(left)
+        for r, v in victim.demand.items():
+            after[r] = after.get(r, 0) - v
+        return stays_richer(after, shares_of, spec.weight, bar)
 
     def take(victim: Admitted) -> None:
         left = remaining[victim.queue]
@@ -356,6 +450,7 @@ def plan(
         for r, v in amounts.items():
             free[r] = free.get(r, 0) - v
     projected = {name: dict(amounts) for name, amounts in held_by.items()}
+    richest = richest_share(queues, lambda name: held_by.get(name, EMPTY), capacity)
     chosen_from = (u for u in admitted if u.key not in protected and u.queue in queues)
     pool = list(chosen_from) if ordered else sorted(chosen_from, key=victim_order(queues))
     gone: set[str] = set()
@@ -376,6 +471,7 @@ def plan(
     for name in cursor:
         push(name)
     victims: list[Victim] = []
+    lost: set[str] = set()  # queues that lost units to reclaim in this pass
     served: list[str] = []
     starving: set[str] = set()
     waiting_for_grace: set[str] = set()
@@ -394,16 +490,23 @@ def plan(
         held = projected.setdefault(name, {})
         chosen: list[Admitted] | None
         reason: Reason = "reclaim"
+        guaranteed = False
         if unit.demand.fits_in(free) and within_capability(held, unit.demand, spec.capability):
             chosen = []
         else:
             chosen = None
             if may_reclaim(spec, held, unit, free):
-                starving.add(name)
-                found = select_reclaim(unit, free, queues, held_by, candidates(), ordered=True)
-                if found is not None and name not in due:
-                    waiting_for_grace.add(name)
-                    continue  # wait for the grace period: the queue offers nothing more
+                found = select_reclaim(unit, free, queues, held_by, candidates(), ordered=True,
+                                       capacity=capacity, held=held)
+                if found is not None or may_gain(spec, held, unit.demand, capacity, richest):
+                    # Starving even while the units it could take are
+                    # protected (an eviction blocked lately): the grace runs on.
+                    starving.add(name)
+                if found is not None:
+                    if name not in due and name not in lost:
+                        waiting_for_grace.add(name)
+                        continue  # wait for the grace period: the queue offers nothing more
+                    guaranteed = under_guarantee(held, unit.demand, spec.guarantee)
                 chosen = found
             if chosen is None and spec.within_queue == "LowerPriority":
                 chosen = select_within_queue(unit, free, spec, held, candidates(), ordered=True)
@@ -415,7 +518,9 @@ def plan(
         touched = {name}
         for victim in chosen:
             gone.add(victim.key)
-            victims.append(Victim(victim, reason, unit.key, name))
+            victims.append(Victim(victim, reason, unit.key, name, guaranteed))
+            if reason == "reclaim":
+                lost.add(victim.queue)
             source = held_by.setdefault(victim.queue, {})
             ahead = projected.setdefault(victim.queue, {})
             for r, v in victim.demand.items():

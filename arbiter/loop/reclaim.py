@@ -5,8 +5,9 @@ After each cycle's admissions the controller calls `Reclaimer.after_cycle`.
 At most once per `interval` it looks at the engine:
 
 - a queue is *starving* while the unit it offers next does not fit, is
-  within its capability and would keep it within its deserved share (see
-  `arbiter.core.reclaim`); `since[q]` is when that began, and it is
+  within its capability, and it is under its guarantee with it or some
+  queue that could lose is richer (the move rule, `arbiter.core.reclaim`);
+  `since[q]` is when that began, and it is
   forgotten as soon as a look finds the queue not starving. Only a queue
   starving for `grace` seconds (`--reclaim-grace`) reclaims, so a short
   burst is absorbed by ordinary turnover. Within-queue preemption
@@ -47,9 +48,10 @@ from arbiter.core.reclaim import (
     Victim,
     Waiting,
     floor_of,
+    may_gain,
     plan,
+    richest_share,
     within_capability,
-    within_deserved,
 )
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.kubeapi import ApiError
@@ -120,20 +122,14 @@ def message_for(victim: Victim, queues: dict[str, ReclaimQueue] | None = None) -
     if victim.reason == "withinQueue":
         return (f"preempted in queue {unit.queue} by higher-priority unit {victim.for_unit} "
                 f"(priority {unit.priority} is lower; withinQueue: LowerPriority)")
-    detail = ""
-    if queues is not None and unit.queue in queues:
-        spec = queues[unit.queue]
-        detail = f"; deserved share of queue {unit.queue}: {_show(spec.deserved)}"
-    return (f"reclaimed by queue {victim.for_queue} for unit {victim.for_unit}: queue "
-            f"{unit.queue} holds more than its deserved share{detail}")
+    why = (f"queue {victim.for_queue} is below its guarantee" if victim.guarantee else
+           f"queue {unit.queue}'s weighted share, even without this unit, is above queue "
+           f"{victim.for_queue}'s")
+    return f"reclaimed by queue {victim.for_queue} for unit {victim.for_unit}: {why}"
 
 
 def _first(item: tuple[Any, ...]) -> Any:
     return item[0]
-
-
-def _show(resources: Resources) -> str:
-    return ", ".join(f"{k}={v}" for k, v in resources.to_quantities().items()) or "none"
 
 
 class Reclaimer:
@@ -188,6 +184,7 @@ class Reclaimer:
         # Which queues could need victims at all (cheap: heads only).
         interesting = False
         heads: dict[str, list[Waiting]] = {}
+        richest = richest_share(queues, engine.allocated, engine.capacity())
         for name in waiting_queues:
             pending = engine.pending(name)[: self.settings.depth]
             if not pending:
@@ -200,7 +197,7 @@ class Reclaimer:
                                                                    spec.capability)
             if self.inflight or (not fits and (
                     spec.within_queue == "LowerPriority"
-                    or within_deserved(held, head.demand, spec.deserved))):
+                    or may_gain(spec, held, head.demand, engine.capacity(), richest))):
                 interesting = True
         if not interesting:
             self.since.clear()

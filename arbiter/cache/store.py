@@ -53,6 +53,14 @@ def store_key(kind: Kind, obj: Mapping[str, Any]) -> str:
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     return str(meta.get("name", ""))
 
+# Raw object -> record, per kind (see ClusterStore.apply).
+_CONVERTERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
+    "Queue": convert.queue_from_api, "Namespace": convert.namespace_from_api,
+    "Node": convert.node_from_api, "Pod": convert.pod_from_api, "Job": convert.job_from_api,
+    "QueueUnit": convert.unit_from_api, "PriorityClass": convert.priority_class_from_api,
+    "JobFlow": jobflow_from_api, "JobTemplate": jobtemplate_from_api,
+}
+
 DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
     "kube-system", "kube-public", "kube-node-lease", "arbiter-system",
 )
@@ -182,45 +190,40 @@ class ClusterStore:
         self._notify("Pod", uid)
 
     def apply(self, kind: Kind, event_type: EventType, obj: Mapping[str, Any]) -> None:
-        """Apply one watch event given as the raw object; bad objects are skipped."""
-        meta = obj.get("metadata") or {}
-        name = meta.get("name", "")
-        namespace = meta.get("namespace", "")
-        key = f"{namespace}/{name}"
-        deleted = event_type == "DELETED"
+        """Apply one watch event given as the raw object.
+
+        An object that cannot be converted (any error: a bad quantity, a
+        field of the wrong shape) is logged and skipped, keeping what the
+        store had; it never stops the watch that delivered it."""
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = str(meta.get("name", ""))
+        key = f"{meta.get('namespace', '')}/{name}" if kind in NAMESPACED_KINDS else name
+        if event_type == "DELETED":
+            self._delete(kind, key, str(meta.get("uid", "")))
+            return
         try:
-            if kind == "Queue":
-                if deleted:
-                    self.delete_queue(name)
-                else:
-                    self.upsert_queue(convert.queue_from_api(obj))
-                return
-            if kind == "Pod":
-                uid = meta.get("uid", "")
-                if deleted:
-                    self.delete_pod(uid)
-                else:
-                    self.upsert_pod(convert.pod_from_api(obj))
-                return
-            if kind == "Namespace":
-                namespace_record = None if deleted else convert.namespace_from_api(obj)
-                self._put(self.namespaces, name, namespace_record)
-            elif kind == "Node":
-                self._put(self.nodes, name, None if deleted else convert.node_from_api(obj))
-            elif kind == "Job":
-                self._put(self.jobs, key, None if deleted else convert.job_from_api(obj))
-            elif kind == "QueueUnit":
-                self._put(self.units, key, None if deleted else convert.unit_from_api(obj))
-            elif kind == "PriorityClass":
-                self._put(self.priority_classes, name,
-                          None if deleted else convert.priority_class_from_api(obj))
-            elif kind == "JobFlow":
-                self._put(self.jobflows, key, None if deleted else jobflow_from_api(obj))
-            elif kind == "JobTemplate":
-                self._put(self.jobtemplates, key, None if deleted else jobtemplate_from_api(obj))
-            self._notify(kind, name if kind in ("Namespace", "Node", "PriorityClass") else key)
-        except convert.ConversionError as error:
-            log.warning("skipping %s %s: %s", kind, key.strip("/"), error)
+            record = _CONVERTERS[kind](obj)
+        except Exception as error:  # noqa: BLE001 - one bad object, not a failed watch
+            reason = " ".join(str(error).split())[:300] or type(error).__name__
+            log.warning("skipping %s %s: %s", kind, key, reason)
+            return
+        if kind == "Queue":
+            self.upsert_queue(record)
+        elif kind == "Pod":
+            self.upsert_pod(record)
+        else:
+            self._put(self.table(kind), key, record)
+            self._notify(kind, key)
+
+    def _delete(self, kind: Kind, key: str, uid: str) -> None:
+        if kind == "Queue":
+            self.delete_queue(key)
+        elif kind == "Pod":
+            self.delete_pod(uid)
+        else:
+            self._put(self.table(kind), key, None)
+            self._notify(kind, key)
 
     @staticmethod
     def _put(table: dict[str, Any], key: str, record: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from arbiter.cache.jobflow_records import FlowSpec, FlowSpecError, parse_flow_spec
+from arbiter.core.jsonvalues import json_equal
 from arbiter.jobflow.dag import validate_steps
 from webhook.queueing import (
     QUEUE_KINDS,
@@ -62,11 +63,11 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     what = f'JobFlow "{namespace}/{name}"'
     if request.operation == "UPDATE":
         old = require_object(request, old=True)
-        if _spec(old) == _spec(flow):
+        if json_equal(_spec(old), _spec(flow)):
             # Metadata or finalizer changes, e.g. while it is being deleted.
             return ALLOW
         phase = _phase(old)
-        if _flows(old) != _flows(flow) and phase not in ("", "Pending"):
+        if not json_equal(_flows(old), _flows(flow)) and phase not in ("", "Pending"):
             return deny(f"{what} is invalid: spec.flows: cannot change once the flow has "
                         f"started (phase {phase}); create a new JobFlow instead", code=422)
     try:

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from arbiter.cache.records import ADMITTED_PHASES
+from arbiter.core.jsonvalues import brief
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
 from webhook.queueing import not_ready
@@ -60,7 +61,7 @@ def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list
         return [*errors, "spec: must be an object"], warnings
     weight = spec.get("weight", 1)
     if not is_int(weight) or weight <= 0:
-        errors.append(f"spec.weight: {weight!r:.40} must be an integer > 0")
+        errors.append(f"spec.weight: {brief(weight)} must be an integer > 0")
     guarantee = _resources(spec, "guarantee", errors)
     capability = _resources(spec, "capability", errors)
     # Zero amounts are dropped from Resources, yet "cpu: 0" is a real cap.
@@ -76,7 +77,7 @@ def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list
     for key, allowed in _ENUMS.items():
         value = spec.get(key)
         if value is not None and value not in allowed:
-            errors.append(f"spec.{key}: {value!r:.40} must be one of {', '.join(allowed)}")
+            errors.append(f"spec.{key}: {brief(value)} must be one of {', '.join(allowed)}")
     for key in ("blocking", "reclaimable"):
         value = spec.get(key)
         if value is not None and not isinstance(value, bool):

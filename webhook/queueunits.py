@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from arbiter.cache.records import ADMITTED_PHASES, MAX_POD_SETS, QUEUE_LABEL
+from arbiter.core.jsonvalues import brief, json_equal
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import Resources
 from webhook.patch import set_label
@@ -77,7 +78,7 @@ def check_pod_sets(spec: Obj) -> list[str]:
     if shorthand and not pod_sets:
         resource_no = spec.get("resourceNo", 1)
         if not is_int(resource_no) or resource_no < 1:
-            errors.append(f"spec.resourceNo: {resource_no!r:.40} must be an integer ≥ 1")
+            errors.append(f"spec.resourceNo: {brief(resource_no)} must be an integer ≥ 1")
         _check_requests(spec.get("resourceUnit"), "spec.resourceUnit", errors)
         return errors
     if not isinstance(pod_sets, list) or not pod_sets:
@@ -100,11 +101,11 @@ def check_pod_sets(spec: Obj) -> list[str]:
         raw_count = pod_set.get("count")
         count: int | None = raw_count if is_int(raw_count) and raw_count >= 1 else None
         if count is None:
-            errors.append(f"{where}.count: {raw_count!r:.40} must be an integer ≥ 1")
+            errors.append(f"{where}.count: {brief(raw_count)} must be an integer ≥ 1")
         min_count = pod_set.get("minCount")
         if min_count is not None:
             if not is_int(min_count) or min_count < 1:
-                errors.append(f"{where}.minCount: {min_count!r:.40} must be an integer ≥ 1")
+                errors.append(f"{where}.minCount: {brief(min_count)} must be an integer ≥ 1")
             elif count is not None and min_count > count:
                 errors.append(f"{where}.minCount: {min_count} exceeds count {count}")
         _check_requests(pod_set.get("requests"), f"{where}.requests", errors)
@@ -161,16 +162,18 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv, namespace: st
     old = require_object(request, old=True)
     status = old.get("status")
     phase = status.get("phase") if isinstance(status, dict) else None
+    if not isinstance(phase, str):
+        phase = None  # a phase that is not a string is no admitted phase
     old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
     assert isinstance(old_spec, dict)
     if phase in ADMITTED_PHASES:
         for key in ("queue", "podSets"):
-            if spec.get(key) != old_spec.get(key):
+            if not json_equal(spec.get(key), old_spec.get(key)):
                 return deny(
                     f'QueueUnit "{namespace}/{name}" is admitted ({phase}): spec.{key} '
                     "cannot change"
                 )
         return ALLOW
-    if spec.get("queue") != old_spec.get("queue"):
+    if not json_equal(spec.get("queue"), old_spec.get("queue")):
         return check_open(env, str(spec.get("queue")), namespace, None, "QueueUnit") or ALLOW
     return ALLOW

@@ -14,7 +14,7 @@ from typing import Any
 
 from arbiter.cache.jobflow_records import FlowSpec, FlowSpecError, parse_flow_spec
 from arbiter.core.jsonvalues import json_equal
-from arbiter.jobflow.dag import validate_steps
+from arbiter.jobflow.dag import MAX_PROBLEMS, validate_steps
 from webhook.queueing import (
     QUEUE_KINDS,
     check_open,
@@ -88,11 +88,17 @@ def _check_references(spec: FlowSpec, namespace: str, labels: dict[str, str] | N
     if waiting is not None:
         return waiting
     missing: list[str] = []
+    more = 0
     for index, step in enumerate(spec.steps):
         if f"{namespace}/{step.template}" not in store.jobtemplates:
+            if len(missing) == MAX_PROBLEMS:
+                more += 1
+                continue
             field = "template" if step.template != step.name else "name"
             missing.append(f'spec.flows[{index}].{field}: JobTemplate "{step.template}" '
                            f'not found in namespace "{namespace}"')
+    if more:
+        missing.append(f"and {more} more missing JobTemplates")
     if missing:
         return deny(f"{what} is invalid: " + "; ".join(missing), code=422)
     if not store.is_managed_namespace(namespace):

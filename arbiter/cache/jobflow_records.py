@@ -133,7 +133,8 @@ def parse_flow_spec(spec: object) -> FlowSpec:
             if not isinstance(patch, dict):
                 raise FlowSpecError(f"{where}.patch: must be an object (a JobSpec overlay)")
             patches[name] = cast(Obj, patch)
-        steps.append(Step(name=name, template=template, targets=tuple(targets),
+        # A repeated target is one dependency (and is costly to check again).
+        steps.append(Step(name=name, template=template, targets=tuple(dict.fromkeys(targets)),
                           condition=cast(Condition, condition), max_retries=retries))
     policy = spec.get("jobRetainPolicy") or "retain"
     if policy not in ("retain", "delete"):

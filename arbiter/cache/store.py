@@ -30,7 +30,7 @@ from arbiter.cache.records import (
     QueueRecord,
     UnitRecord,
 )
-from arbiter.core.resources import EMPTY, Resources
+from arbiter.core.resources import Resources
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,29 @@ DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
 
 # Called with (kind, key) after every change; the loop uses it to wake up.
 Listener = Callable[[Kind, str], None]
+# Phases in which a pod holds its node's resources.
+ACTIVE_POD_PHASES: frozenset[str] = frozenset({"Pending", "Running"})
+
+
+def _counted(node: NodeRecord | None) -> bool:
+    """A node whose allocatable is part of the capacity."""
+    return node is not None and node.ready and node.schedulable
+
+
+def _unmanaged_load(pod: PodRecord | None) -> str | None:
+    """The node whose capacity `pod` takes as unmanaged work, if any."""
+    if pod is None or pod.queue is not None or pod.phase not in ACTIVE_POD_PHASES:
+        return None
+    return pod.node_name or None
+
+
+def _add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
+    for name, value in amounts.items():
+        result = total.get(name, 0) + sign * value
+        if result:
+            total[name] = result
+        else:
+            total.pop(name, None)
 
 
 @dataclass(slots=True)
@@ -88,6 +111,13 @@ class ClusterStore:
     pod_uid_by_name: dict[str, str] = field(default_factory=dict)
     listeners: list[Listener] = field(default_factory=list)
     synced_kinds: set[Kind] = field(default_factory=set)
+    # Capacity, kept as nodes and pods change so that reading it is O(1):
+    # allocatable of counted nodes (see _counted), the requests of active
+    # unmanaged pods per node (any node name, known or not), and their sum
+    # over counted nodes.
+    _counted_allocatable: dict[str, int] = field(default_factory=dict, init=False)
+    _unmanaged_by_node: dict[str, dict[str, int]] = field(default_factory=dict, init=False)
+    _counted_unmanaged: dict[str, int] = field(default_factory=dict, init=False)
 
     # -- queries -------------------------------------------------------------
     def is_managed_namespace(self, namespace: str) -> bool:
@@ -111,15 +141,13 @@ class ClusterStore:
         return record.queue_label if record is not None else None
 
     def capacity(self, overcommit: float = 1.0) -> Resources:
-        """Allocatable of Ready, schedulable nodes minus unmanaged pods' requests."""
-        total = EMPTY
-        for node in self.nodes.values():
-            if node.ready and node.schedulable:
-                total = total + node.allocatable
-        for pod in self.pods.values():
-            unmanaged_and_placed = pod.queue is None and pod.node_name in self.nodes
-            if unmanaged_and_placed and pod.phase in ("Pending", "Running"):
-                total = total - pod.requests
+        """Allocatable of Ready, schedulable nodes minus the requests of the
+        unmanaged Pending or Running pods on those nodes (pods on a cordoned
+        or NotReady node take nothing from nodes that are counted).
+
+        O(number of resource names): kept up to date by every node and pod
+        change."""
+        total = Resources(self._counted_allocatable) - self._counted_unmanaged
         if overcommit != 1.0:
             total = Resources({k: int(v * overcommit) for k, v in total.items()})
         return total.clamp_min(0)
@@ -169,8 +197,36 @@ class ClusterStore:
                         self.queue_by_namespace[namespace] = other.name
                         break
 
+    def upsert_node(self, record: NodeRecord) -> None:
+        self._count_node(self.nodes.get(record.name), -1)
+        self.nodes[record.name] = record
+        self._count_node(record, +1)
+        self._notify("Node", record.name)
+
+    def delete_node(self, name: str) -> None:
+        self._count_node(self.nodes.pop(name, None), -1)
+        self._notify("Node", name)
+
+    def _count_node(self, node: NodeRecord | None, sign: int) -> None:
+        if node is not None and _counted(node):
+            _add_into(self._counted_allocatable, node.allocatable, sign)
+            _add_into(self._counted_unmanaged, self._unmanaged_by_node.get(node.name, {}), sign)
+
+    def _count_pod(self, pod: PodRecord | None, sign: int) -> None:
+        node_name = _unmanaged_load(pod)
+        if node_name is None or pod is None:
+            return
+        on_node = self._unmanaged_by_node.setdefault(node_name, {})
+        _add_into(on_node, pod.requests, sign)
+        if not on_node:
+            del self._unmanaged_by_node[node_name]
+        if _counted(self.nodes.get(node_name)):
+            _add_into(self._counted_unmanaged, pod.requests, sign)
+
     def upsert_pod(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
+        self._count_pod(old, -1)
+        self._count_pod(record, +1)
         if old is not None and old.node_name and old.node_name != record.node_name:
             self.pods_by_node[old.node_name].discard(record.uid)
         self.pods[record.uid] = record
@@ -181,6 +237,7 @@ class ClusterStore:
 
     def delete_pod(self, uid: str) -> None:
         old = self.pods.pop(uid, None)
+        self._count_pod(old, -1)
         if old is not None:
             if old.node_name:
                 self.pods_by_node[old.node_name].discard(uid)
@@ -212,6 +269,8 @@ class ClusterStore:
             self.upsert_queue(record)
         elif kind == "Pod":
             self.upsert_pod(record)
+        elif kind == "Node":
+            self.upsert_node(record)
         else:
             self._put(self.table(kind), key, record)
             self._notify(kind, key)
@@ -221,6 +280,8 @@ class ClusterStore:
             self.delete_queue(key)
         elif kind == "Pod":
             self.delete_pod(uid)
+        elif kind == "Node":
+            self.delete_node(key)
         else:
             self._put(self.table(kind), key, None)
             self._notify(kind, key)
@@ -248,12 +309,7 @@ class ClusterStore:
         present = {store_key(kind, o) for o in objects}
         table = self.table(kind)
         for key in [k for k in table if k not in present]:
-            if kind == "Pod":
-                self.delete_pod(key)
-            elif kind == "Queue":
-                self.delete_queue(key)
-            else:
-                del table[key]
+            self._delete(kind, key, key)  # a Pod's key is its uid
         for obj in objects:
             self.apply(kind, "ADDED", obj)
         self.synced_kinds.add(kind)

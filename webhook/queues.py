@@ -14,7 +14,7 @@ from typing import Any
 from arbiter.cache.records import ADMITTED_PHASES
 from arbiter.core.jsonvalues import brief
 from arbiter.core.quantities import QuantityError, format_quantity
-from arbiter.core.resources import EMPTY, Resources
+from arbiter.core.resources import EMPTY, Resources, resource_name_problem
 from webhook.queueing import not_ready
 from webhook.review import (
     ALLOW,
@@ -40,10 +40,15 @@ _ENUMS: dict[str, tuple[str, ...]] = {
 
 def _resources(spec: Obj, key: str, errors: list[str]) -> Resources:
     try:
-        return Resources.parse(spec.get(key), field=f"spec.{key}")
+        parsed = Resources.parse(spec.get(key), field=f"spec.{key}")
     except QuantityError as error:
         errors.append(str(error))
         return EMPTY
+    for name in parsed:
+        problem = resource_name_problem(name)
+        if problem is not None:
+            errors.append(f"spec.{key}: resource name {brief(name, 80)} {problem}")
+    return parsed
 
 
 def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list[str]]:
@@ -143,15 +148,24 @@ def _check_parent(name: str, parent: Any, env: AdmissionEnv, errors: list[str]) 
         errors.append(f'spec.parent: queue "{parent}" does not exist')
         return
     chain = [name, parent]
+    on_chain = {name, parent}  # a set: the walk is linear in the chain's length
     current = queues[parent].parent
     while current:
-        chain.append(current)
         if current == name:
-            errors.append(f"spec.parent: would create a cycle: {' → '.join(chain)}")
+            chain.append(current)
+            errors.append(f"spec.parent: would create a cycle: {_chain_text(chain)}")
             return
-        if current in chain[:-1] or current not in queues:
+        if current in on_chain or current not in queues:
             return  # an existing cycle or dangling parent not involving this queue
+        chain.append(current)
+        on_chain.add(current)
         current = queues[current].parent
+
+
+def _chain_text(chain: list[str], shown: int = 8) -> str:
+    if len(chain) <= shown + 1:
+        return " → ".join(chain)
+    return f"{' → '.join(chain[:shown])} → … → {chain[-1]} ({len(chain) - 1} queues)"
 
 
 def _warn_guarantees(name: str, guarantee: Resources, env: AdmissionEnv,

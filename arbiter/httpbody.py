@@ -46,6 +46,9 @@ async def read_limited(request: web.Request, limit: int,
         _close_after_reply(request)
         raise error(f"reading the body timed out after {BODY_READ_TIMEOUT:g} s "
                     f"({size} bytes received)") from None
+    except ConnectionResetError:
+        # The client went away mid-body; nobody will read the answer.
+        raise error(f"connection closed after {size} bytes of the body") from None
     except web.RequestPayloadError as payload_error:
         # e.g. Content-Encoding: gzip on a body that is not gzip.
         _close_after_reply(request)

@@ -51,8 +51,12 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     ops: list[PatchOp] = []
     pod_sets = spec.get("podSets")
     resource_no = spec.get("resourceNo", 1)
-    if (spec.get("resourceUnit") is not None and not pod_sets
-            and is_int(resource_no) and resource_no >= 1):
+    resource_unit = spec.get("resourceUnit")
+    # The patch repeats resourceUnit: only a flat map of quantities (anything
+    # else is denied by validation, and a deep value could not be written back).
+    flat_unit = isinstance(resource_unit, dict) and all(
+        isinstance(v, str | int | float) for v in resource_unit.values())
+    if flat_unit and not pod_sets and is_int(resource_no) and resource_no >= 1:
         pod_set = {"name": SHORTHAND_POD_SET, "count": resource_no,
                    "requests": spec["resourceUnit"]}
         ops.append({"op": "add", "path": "/spec/podSets", "value": [pod_set]})

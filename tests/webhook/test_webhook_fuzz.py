@@ -218,3 +218,27 @@ def test_every_base_review_is_answered_200(harness: Harness) -> None:
                 status, payload = harness.post(path, body)
                 assert status == 200, (path, payload)
                 check_answer(path, body, status, payload)
+
+
+# -- the seeded hostile slice (issue 13): shared with bench/fuzz_surfaces.py --
+HOSTILE_SLICE = 500
+
+
+async def test_hostile_reviews_over_http(caplog: pytest.LogCaptureFixture) -> None:
+    """Deep nesting, huge numbers, thousand-digit quantities, wrong types,
+    false Content-Encodings and truncated bodies, for every path and kind."""
+    from tests.hostile import Generator, run_cases, world
+
+    ctx = ServerContext(config=ServeConfig(), store=world())
+    server = TestServer(build_app(ctx, background=False), host="127.0.0.1")
+    await server.start_server()
+    try:
+        assert server.port is not None
+        tally = await run_cases(Generator(seed=13).cases(HOSTILE_SLICE, 0), server.port)
+    finally:
+        await server.close()
+    assert tally.sent == HOSTILE_SLICE
+    assert tally.problem_count == 0, tally.problems
+    assert tally.uid_echo_failures == 0
+    assert tally.by_status.get(200, 0) > HOSTILE_SLICE // 10  # not all turned away at the door
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.hostile import Generator, Tally, run_cases  # noqa: E402
+from tests.hostile import Generator, Tally, run_cases
 
 WARMUP = 300
 
@@ -74,8 +74,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
 
-    log_file = tempfile.NamedTemporaryFile(prefix="fuzz-server-", suffix=".log", delete=False)
-    log_file.close()
+    with tempfile.NamedTemporaryFile(prefix="fuzz-server-", suffix=".log",
+                                     delete=False) as log_file:
+        pass
     context = mp.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
     server = context.Process(target=_serve, args=(send, log_file.name), daemon=True)

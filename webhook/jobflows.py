@@ -32,6 +32,7 @@ from webhook.review import (
     get_labels,
     get_map,
     require_object,
+    text_field,
 )
 
 GROUP, KIND = "arbiter.dev", "JobFlow"
@@ -58,8 +59,8 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         return ALLOW
     flow = require_object(request)
     meta = get_map(flow, "metadata", "request.object.metadata") or {}
-    name = str(meta.get("name") or request.name)
-    namespace = str(meta.get("namespace") or request.namespace)
+    name = text_field(meta, "name", request.name)
+    namespace = text_field(meta, "namespace", request.namespace)
     what = f'JobFlow "{namespace}/{name}"'
     if request.operation == "UPDATE":
         old = require_object(request, old=True)

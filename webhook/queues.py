@@ -26,6 +26,7 @@ from webhook.review import (
     deny,
     is_int,
     require_object,
+    text_field,
 )
 
 GROUP, KIND = "arbiter.dev", "Queue"
@@ -212,7 +213,7 @@ def _validate_delete(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     name = request.name
     if not name and request.old_object is not None:
         meta = request.old_object.get("metadata")
-        name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
+        name = text_field(meta, "name")
     if not name:
         return ALLOW  # a collection delete names no object; nothing to protect here
     waiting = not_ready(env, ("Queue", "QueueUnit"))

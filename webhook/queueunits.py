@@ -33,6 +33,7 @@ from webhook.review import (
     is_int,
     namespaced_object,
     require_object,
+    text_field,
 )
 
 GROUP, KIND = "arbiter.dev", "QueueUnit"
@@ -130,7 +131,7 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     unit, meta, labels, namespace = namespaced_object(request, KIND)
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
-    name = request.name or str((meta or {}).get("name", ""))
+    name = request.name or text_field(meta, "name")
     spec = unit.get("spec")
     if not isinstance(spec, dict):
         return deny(f'QueueUnit "{namespace}/{name}" is invalid: spec: must be an object',

@@ -279,6 +279,13 @@ def get_labels(meta: Mapping[str, Any] | None, where: str) -> dict[str, str] | N
     return cast(dict[str, str], labels)
 
 
+def text_field(obj: Mapping[str, Any] | None, key: str, default: str = "") -> str:
+    """obj[key] when it is a non-empty string, else `default` (never str() of a
+    user value: that recurses through nesting)."""
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, str) and value else default
+
+
 def is_int(value: object) -> TypeGuard[int]:
     """A JSON integer (a bool is not one, though Python says so)."""
     return isinstance(value, int) and not isinstance(value, bool)

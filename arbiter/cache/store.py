@@ -261,7 +261,7 @@ class ClusterStore:
             return
         try:
             record = _CONVERTERS[kind](obj)
-        except Exception as error:  # noqa: BLE001 - one bad object, not a failed watch
+        except Exception as error:  # one bad object, not a failed watch
             reason = " ".join(str(error).split())[:300] or type(error).__name__
             log.warning("skipping %s %s: %s", kind, key, reason)
             return

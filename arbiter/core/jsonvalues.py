@@ -59,7 +59,7 @@ def json_equal(left: object, right: object) -> bool:
             assert isinstance(b, list)
             if len(a) != len(b):
                 return False
-            pending.extend(zip(a, b))
+            pending.extend(zip(a, b, strict=True))
         elif a != b:
             return False
     return True

@@ -8,7 +8,6 @@ from typing import Any
 
 from arbiter.core.quantities import QuantityError, format_quantity, parse_quantity
 
-
 # Resource names, as the apiserver validates a container's resources:
 # a qualified name ([prefix/]name) that is either a standard container
 # resource or, with a domain prefix, an extended resource.

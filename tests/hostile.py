@@ -74,20 +74,20 @@ def _hostile_value(rng: random.Random, depth: int = 0) -> Json:
             _hostile_value(rng, depth + 1) for _ in range(rng.randrange(4))}
 
 
-def _paths(node: Json, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+def json_paths(node: Json, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
     yield prefix
     if isinstance(node, dict):
         for key, value in node.items():
-            yield from _paths(value, (*prefix, key))
+            yield from json_paths(value, (*prefix, key))
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            yield from _paths(value, (*prefix, index))
+            yield from json_paths(value, (*prefix, index))
 
 
 def _damage(rng: random.Random, document: Json) -> Json:
     document = copy.deepcopy(document)
     for _ in range(rng.randint(1, 4)):
-        paths = list(_paths(document))[1:]
+        paths = list(json_paths(document))[1:]
         if not paths:
             return _hostile_value(rng)
         path = rng.choice(paths)

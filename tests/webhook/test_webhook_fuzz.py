@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from arbiter.config import ServeConfig
 from arbiter.server import ServerContext, build_app
+from tests.hostile import json_paths as _paths
 from tests.webhook.admission_samples import (
     QUEUE_LABEL,
     job,
@@ -79,16 +80,6 @@ def _bases() -> list[tuple[str, dict[str, Any]]]:
 
 
 BASES = _bases()
-
-
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from _paths(value, (*prefix, index))
 
 
 @st.composite

@@ -1,28 +1,67 @@
-"""Reading an HTTP request body under a size limit.
+"""Reading an HTTP request body under a size limit and a time limit.
 
-The webhook and the extender adapters both answer an oversized body with
-400 and a one-line reason, each in its own error type; the limit holds
-whether or not the client sent a Content-Length.
+The webhook and the extender adapters both answer a body they cannot read
+with 400 and a one-line reason, each in its own error type: a body over
+the limit (whether or not the client sent a Content-Length), one that is
+not in the Content-Encoding it declares (aiohttp decodes gzip and deflate;
+anything else is refused), and one that stops arriving (a client holding a
+connection open with part of a declared body).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from aiohttp import web
 
+# Seconds a whole body may take to arrive; the apiserver's webhook timeout
+# is at most 30 s and kube-scheduler's extender timeout is shorter still.
+BODY_READ_TIMEOUT = 10.0
+# What aiohttp's parser decodes before the body reaches us.
+DECODED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
+
 
 async def read_limited(request: web.Request, limit: int,
                        error: Callable[[str], Exception]) -> bytes:
-    """The body of `request`; `error(reason)` is raised past `limit` bytes."""
+    """The body of `request`; `error(reason)` is raised past `limit` bytes,
+    past BODY_READ_TIMEOUT seconds, or when the body cannot be decoded."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in DECODED_ENCODINGS:
+        raise error(f"Content-Encoding {encoding[:40]!r} is not supported; send the body "
+                    "uncompressed")
     length = request.content_length
     if length is not None and length > limit:
         raise error(f"body of {length} bytes exceeds the {limit}-byte limit")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise error(f"body exceeds the {limit}-byte limit")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_READ_TIMEOUT):
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > limit:
+                    raise error(f"body exceeds the {limit}-byte limit")
+                chunks.append(chunk)
+    except TimeoutError:
+        _close_after_reply(request)
+        raise error(f"reading the body timed out after {BODY_READ_TIMEOUT:g} s "
+                    f"({size} bytes received)") from None
+    except ConnectionResetError:
+        # The client went away mid-body; nobody will read the answer.
+        raise error(f"connection closed after {size} bytes of the body") from None
+    except web.RequestPayloadError as payload_error:
+        # e.g. Content-Encoding: gzip on a body that is not gzip.
+        _close_after_reply(request)
+        reason = " ".join(str(payload_error).split())
+        raise error(f"body cannot be read: {reason[:200]}") from None
     return b"".join(chunks)
+
+
+def _close_after_reply(request: web.Request) -> None:
+    """The rest of this body is unreadable: close the connection once the
+    400 is sent, rather than let aiohttp drain it (which re-raises the
+    payload error as an unhandled exception, or waits on a stalled client).
+    Once closing, the protocol ignores further bytes, so ending the
+    stream here is safe."""
+    request.protocol.close()
+    request.content.feed_eof()

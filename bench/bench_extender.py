@@ -50,10 +50,10 @@ def build_store(nodes: int, pods_per_node: int) -> tuple[ClusterStore, list[str]
     for index, name in enumerate(names):
         labels = (("kubernetes.io/hostname", name), ("pool", "a" if index % 2 else "b"),
                   ("topology.kubernetes.io/zone", f"z{index % 3}"))
-        store.nodes[name] = NodeRecord(
+        store.upsert_node(NodeRecord(
             name=name, allocatable=Resources({"cpu": 64_000, "memory": 256 * GIB, "pods": 110}),
             ready=True, labels=labels,
-        )
+        ))
     queues = [f"q{i}" for i in range(20)]
     for queue in queues:
         store.upsert_queue(QueueRecord(

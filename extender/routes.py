@@ -98,6 +98,15 @@ def decode(body: bytes) -> Any:
         raise BadRequest(f"body is not valid JSON: {error}") from None
 
 
+def encode(answer: Any) -> bytes:
+    try:
+        return orjson.dumps(answer)
+    except orjson.JSONEncodeError as error:
+        # Filter echoes the Nodes it was sent: one nested deeper than orjson
+        # writes (254 levels) is the caller's doing.
+        raise BadRequest(f"the answer would repeat a value nested too deeply: {error}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     status: int
@@ -129,7 +138,7 @@ def respond(verb: str, state: ExtenderState, body: bytes) -> Reply:
         return NOT_READY
     try:
         answer, result = VERBS[verb](state, decode(body))
-        return Reply(200, orjson.dumps(answer), result)
+        return Reply(200, encode(answer), result)
     except BadRequest as error:
         return _bad_request(error, verb)
     except Exception as error:

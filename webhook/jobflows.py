@@ -14,7 +14,8 @@ from typing import Any
 
 from arbiter.api import API_GROUP, JOB_FLOW
 from arbiter.cache.jobflow_records import FlowSpec, FlowSpecError, parse_flow_spec
-from arbiter.jobflow.dag import validate_steps
+from arbiter.core.jsonvalues import json_equal
+from arbiter.jobflow.dag import MAX_PROBLEMS, validate_steps
 from webhook.queueing import (
     QUEUE_KINDS,
     check_open,
@@ -32,6 +33,7 @@ from webhook.review import (
     get_labels,
     get_map,
     require_object,
+    text_field,
 )
 
 GROUP, KIND = API_GROUP, JOB_FLOW.kind
@@ -58,16 +60,16 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         return ALLOW
     flow = require_object(request)
     meta = get_map(flow, "metadata", "request.object.metadata") or {}
-    name = str(meta.get("name") or request.name)
-    namespace = str(meta.get("namespace") or request.namespace)
+    name = text_field(meta, "name", request.name)
+    namespace = text_field(meta, "namespace", request.namespace)
     what = f'JobFlow "{namespace}/{name}"'
     if request.operation == "UPDATE":
         old = require_object(request, old=True)
-        if _spec(old) == _spec(flow):
+        if json_equal(_spec(old), _spec(flow)):
             # Metadata or finalizer changes, e.g. while it is being deleted.
             return ALLOW
         phase = _phase(old)
-        if _flows(old) != _flows(flow) and phase not in ("", "Pending"):
+        if not json_equal(_flows(old), _flows(flow)) and phase not in ("", "Pending"):
             return deny(f"{what} is invalid: spec.flows: cannot change once the flow has "
                         f"started (phase {phase}); create a new JobFlow instead", code=422)
     try:
@@ -88,11 +90,17 @@ def _check_references(spec: FlowSpec, namespace: str, labels: dict[str, str] | N
     if waiting is not None:
         return waiting
     missing: list[str] = []
+    more = 0
     for index, step in enumerate(spec.steps):
         if f"{namespace}/{step.template}" not in store.jobtemplates:
+            if len(missing) == MAX_PROBLEMS:
+                more += 1
+                continue
             field = "template" if step.template != step.name else "name"
             missing.append(f'spec.flows[{index}].{field}: JobTemplate "{step.template}" '
                            f'not found in namespace "{namespace}"')
+    if more:
+        missing.append(f"and {more} more missing JobTemplates")
     if missing:
         return deny(f"{what} is invalid: " + "; ".join(missing), code=422)
     if not store.is_managed_namespace(namespace):

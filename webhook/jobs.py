@@ -31,6 +31,7 @@ from webhook.review import (
     get_metadata,
     namespaced_object,
     require_object,
+    text_field,
 )
 
 GROUP, KIND = "batch", "Job"
@@ -90,7 +91,7 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         return ALLOW  # not a Job arbiter holds
     if env.is_arbiter(request):
         return ALLOW
-    name = request.name or str((old_meta or {}).get("name", ""))
+    name = request.name or text_field(old_meta, "name")
     waiting = not_ready(env, ("Queue", "QueueUnit"))
     if waiting is not None:
         return waiting

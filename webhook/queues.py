@@ -12,8 +12,9 @@ import re
 from typing import Any
 
 from arbiter.api import ADMITTED_PHASES, API_GROUP, QUEUE
+from arbiter.core.jsonvalues import brief
 from arbiter.core.quantities import QuantityError, format_quantity
-from arbiter.core.resources import EMPTY, Resources
+from arbiter.core.resources import EMPTY, Resources, resource_name_problem
 from webhook.queueing import not_ready
 from webhook.review import (
     ALLOW,
@@ -25,6 +26,7 @@ from webhook.review import (
     deny,
     is_int,
     require_object,
+    text_field,
 )
 
 GROUP, KIND = API_GROUP, QUEUE.kind
@@ -39,10 +41,15 @@ _ENUMS: dict[str, tuple[str, ...]] = {
 
 def _resources(spec: Obj, key: str, errors: list[str]) -> Resources:
     try:
-        return Resources.parse(spec.get(key), field=f"spec.{key}")
+        parsed = Resources.parse(spec.get(key), field=f"spec.{key}")
     except QuantityError as error:
         errors.append(str(error))
         return EMPTY
+    for name in parsed:
+        problem = resource_name_problem(name)
+        if problem is not None:
+            errors.append(f"spec.{key}: resource name {brief(name, 80)} {problem}")
+    return parsed
 
 
 def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list[str]]:
@@ -60,7 +67,7 @@ def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list
         return [*errors, "spec: must be an object"], warnings
     weight = spec.get("weight", 1)
     if not is_int(weight) or weight <= 0:
-        errors.append(f"spec.weight: {weight!r:.40} must be an integer > 0")
+        errors.append(f"spec.weight: {brief(weight)} must be an integer > 0")
     guarantee = _resources(spec, "guarantee", errors)
     capability = _resources(spec, "capability", errors)
     # Zero amounts are dropped from Resources, yet "cpu: 0" is a real cap.
@@ -76,7 +83,7 @@ def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list
     for key, allowed in _ENUMS.items():
         value = spec.get(key)
         if value is not None and value not in allowed:
-            errors.append(f"spec.{key}: {value!r:.40} must be one of {', '.join(allowed)}")
+            errors.append(f"spec.{key}: {brief(value)} must be one of {', '.join(allowed)}")
     for key in ("blocking", "reclaimable"):
         value = spec.get(key)
         if value is not None and not isinstance(value, bool):
@@ -142,15 +149,24 @@ def _check_parent(name: str, parent: Any, env: AdmissionEnv, errors: list[str]) 
         errors.append(f'spec.parent: queue "{parent}" does not exist')
         return
     chain = [name, parent]
+    on_chain = {name, parent}  # a set: the walk is linear in the chain's length
     current = queues[parent].parent
     while current:
-        chain.append(current)
         if current == name:
-            errors.append(f"spec.parent: would create a cycle: {' → '.join(chain)}")
+            chain.append(current)
+            errors.append(f"spec.parent: would create a cycle: {_chain_text(chain)}")
             return
-        if current in chain[:-1] or current not in queues:
+        if current in on_chain or current not in queues:
             return  # an existing cycle or dangling parent not involving this queue
+        chain.append(current)
+        on_chain.add(current)
         current = queues[current].parent
+
+
+def _chain_text(chain: list[str], shown: int = 8) -> str:
+    if len(chain) <= shown + 1:
+        return " → ".join(chain)
+    return f"{' → '.join(chain[:shown])} → … → {chain[-1]} ({len(chain) - 1} queues)"
 
 
 def _warn_guarantees(name: str, guarantee: Resources, env: AdmissionEnv,
@@ -197,7 +213,7 @@ def _validate_delete(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     name = request.name
     if not name and request.old_object is not None:
         meta = request.old_object.get("metadata")
-        name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
+        name = text_field(meta, "name")
     if not name:
         return ALLOW  # a collection delete names no object; nothing to protect here
     waiting = not_ready(env, ("Queue", "QueueUnit"))

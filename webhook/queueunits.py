@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from arbiter.api import ADMITTED_PHASES, API_GROUP, MAX_POD_SETS, QUEUE_LABEL, QUEUE_UNIT
+from arbiter.core.jsonvalues import brief, json_equal
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import Resources
 from webhook.patch import set_label
@@ -32,6 +33,7 @@ from webhook.review import (
     is_int,
     namespaced_object,
     require_object,
+    text_field,
 )
 
 GROUP, KIND = API_GROUP, QUEUE_UNIT.kind
@@ -50,8 +52,12 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     ops: list[PatchOp] = []
     pod_sets = spec.get("podSets")
     resource_no = spec.get("resourceNo", 1)
-    if (spec.get("resourceUnit") is not None and not pod_sets
-            and is_int(resource_no) and resource_no >= 1):
+    resource_unit = spec.get("resourceUnit")
+    # The patch repeats resourceUnit: only a flat map of quantities (anything
+    # else is denied by validation, and a deep value could not be written back).
+    flat_unit = isinstance(resource_unit, dict) and all(
+        isinstance(v, str | int | float) for v in resource_unit.values())
+    if flat_unit and not pod_sets and is_int(resource_no) and resource_no >= 1:
         pod_set = {"name": SHORTHAND_POD_SET, "count": resource_no,
                    "requests": spec["resourceUnit"]}
         ops.append({"op": "add", "path": "/spec/podSets", "value": [pod_set]})
@@ -77,13 +83,14 @@ def check_pod_sets(spec: Obj) -> list[str]:
     if shorthand and not pod_sets:
         resource_no = spec.get("resourceNo", 1)
         if not is_int(resource_no) or resource_no < 1:
-            errors.append(f"spec.resourceNo: {resource_no!r:.40} must be an integer ≥ 1")
+            errors.append(f"spec.resourceNo: {brief(resource_no)} must be an integer ≥ 1")
         _check_requests(spec.get("resourceUnit"), "spec.resourceUnit", errors)
         return errors
     if not isinstance(pod_sets, list) or not pod_sets:
         return ["spec.podSets: at least one pod set is required (or resourceUnit × resourceNo)"]
     if len(pod_sets) > MAX_POD_SETS:
-        errors.append(f"spec.podSets: {len(pod_sets)} pod sets, at most {MAX_POD_SETS} allowed")
+        # Checking each set past the limit would only cost time.
+        return [f"spec.podSets: {len(pod_sets)} pod sets, at most {MAX_POD_SETS} allowed"]
     names: set[str] = set()
     for index, pod_set in enumerate(pod_sets):
         where = f"spec.podSets[{index}]"
@@ -100,11 +107,11 @@ def check_pod_sets(spec: Obj) -> list[str]:
         raw_count = pod_set.get("count")
         count: int | None = raw_count if is_int(raw_count) and raw_count >= 1 else None
         if count is None:
-            errors.append(f"{where}.count: {raw_count!r:.40} must be an integer ≥ 1")
+            errors.append(f"{where}.count: {brief(raw_count)} must be an integer ≥ 1")
         min_count = pod_set.get("minCount")
         if min_count is not None:
             if not is_int(min_count) or min_count < 1:
-                errors.append(f"{where}.minCount: {min_count!r:.40} must be an integer ≥ 1")
+                errors.append(f"{where}.minCount: {brief(min_count)} must be an integer ≥ 1")
             elif count is not None and min_count > count:
                 errors.append(f"{where}.minCount: {min_count} exceeds count {count}")
         _check_requests(pod_set.get("requests"), f"{where}.requests", errors)
@@ -124,7 +131,7 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     unit, meta, labels, namespace = namespaced_object(request, KIND)
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
-    name = request.name or str((meta or {}).get("name", ""))
+    name = request.name or text_field(meta, "name")
     spec = unit.get("spec")
     if not isinstance(spec, dict):
         return deny(f'QueueUnit "{namespace}/{name}" is invalid: spec: must be an object',
@@ -161,16 +168,18 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv, namespace: st
     old = require_object(request, old=True)
     status = old.get("status")
     phase = status.get("phase") if isinstance(status, dict) else None
+    if not isinstance(phase, str):
+        phase = None  # a phase that is not a string is no admitted phase
     old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
     assert isinstance(old_spec, dict)
     if phase in ADMITTED_PHASES:
         for key in ("queue", "podSets"):
-            if spec.get(key) != old_spec.get(key):
+            if not json_equal(spec.get(key), old_spec.get(key)):
                 return deny(
                     f'QueueUnit "{namespace}/{name}" is admitted ({phase}): spec.{key} '
                     "cannot change"
                 )
         return ALLOW
-    if spec.get("queue") != old_spec.get("queue"):
+    if not json_equal(spec.get("queue"), old_spec.get("queue")):
         return check_open(env, str(spec.get("queue")), namespace, None, "QueueUnit") or ALLOW
     return ALLOW

@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, TypeGuard, 
 import orjson
 
 from arbiter.cache.store import ClusterStore
+from arbiter.core.jsonvalues import brief
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
@@ -178,10 +179,10 @@ def parse_review(body: bytes, expected_group: str, expected_kind: str) -> Admiss
         raise MalformedReview("body must be a JSON object (an AdmissionReview)")
     if review.get("apiVersion") != ADMISSION_API_VERSION:
         raise MalformedReview(
-            f"apiVersion must be {ADMISSION_API_VERSION}, got {review.get('apiVersion')!r:.80}"
+            f"apiVersion must be {ADMISSION_API_VERSION}, got {brief(review.get('apiVersion'), 80)}"
         )
     if review.get("kind") != REVIEW_KIND:
-        raise MalformedReview(f"kind must be {REVIEW_KIND}, got {review.get('kind')!r:.80}")
+        raise MalformedReview(f"kind must be {REVIEW_KIND}, got {brief(review.get('kind'), 80)}")
     request = review.get("request")
     if request is None:
         raise MalformedReview("request is missing")
@@ -200,7 +201,7 @@ def parse_review(body: bytes, expected_group: str, expected_kind: str) -> Admiss
             " /", " "))
     operation = _text(request.get("operation"), "request.operation", required=True)
     if operation not in OPERATIONS:
-        raise MalformedReview(f"request.operation {operation!r:.40} is not one of "
+        raise MalformedReview(f"request.operation {brief(operation)} is not one of "
                               "CREATE, UPDATE, DELETE, CONNECT")
     user = request.get("userInfo")
     if user is None:
@@ -274,8 +275,15 @@ def get_labels(meta: Mapping[str, Any] | None, where: str) -> dict[str, str] | N
         return None
     for key, value in labels.items():
         if not isinstance(value, str):
-            raise MalformedReview(f"{where}.labels[{key!r:.60}] must be a string")
+            raise MalformedReview(f"{where}.labels[{brief(key, 60)}] must be a string")
     return cast(dict[str, str], labels)
+
+
+def text_field(obj: Mapping[str, Any] | None, key: str, default: str = "") -> str:
+    """obj[key] when it is a non-empty string, else `default` (never str() of a
+    user value: that recurses through nesting)."""
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, str) and value else default
 
 
 def is_int(value: object) -> TypeGuard[int]:

@@ -33,6 +33,7 @@ from arbiter.cache.records import (
     QueueRecord,
     UnitRecord,
 )
+from arbiter.core.jsonvalues import brief
 from arbiter.core.podrequests import effective_pod_requests
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import EMPTY, Resources
@@ -76,7 +77,7 @@ def queue_from_api(obj: Obj) -> QueueRecord:
         raise ConversionError(str(error)) from error
     weight = spec.get("weight", 1)
     if not isinstance(weight, int) or isinstance(weight, bool) or weight <= 0:
-        raise ConversionError(f"spec.weight: {weight!r} must be a positive integer")
+        raise ConversionError(f"spec.weight: {brief(weight)} must be a positive integer")
     preemption = cast(Obj, spec.get("preemption") or {})
     return QueueRecord(
         name=meta.get("name", ""),

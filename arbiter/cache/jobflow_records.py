@@ -16,6 +16,7 @@ from typing import Any, Literal, cast
 
 from arbiter.api import QUEUE_LABEL, parse_time
 from arbiter.cache.convert import ConversionError
+from arbiter.core.jsonvalues import brief
 
 Obj = dict[str, Any]
 RetainPolicy = Literal["retain", "delete"]
@@ -87,7 +88,7 @@ def _int(value: object, where: str, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise FlowSpecError(f"{where}: {value!r:.40} must be an integer")
+        raise FlowSpecError(f"{where}: {brief(value)} must be an integer")
     return value
 
 
@@ -122,7 +123,7 @@ def parse_flow_spec(spec: object) -> FlowSpec:
         condition = depends.get("condition") or "Succeeded"
         if condition not in CONDITIONS:
             raise FlowSpecError(
-                f'{where}.dependsOn.condition: "{condition!s:.40}" is not one of '
+                f'{where}.dependsOn.condition: {brief(condition)} is not one of '
                 + ", ".join(CONDITIONS))
         retries = _int(raw.get("maxRetries"), f"{where}.maxRetries", 0)
         if retries < 0:
@@ -132,11 +133,12 @@ def parse_flow_spec(spec: object) -> FlowSpec:
             if not isinstance(patch, dict):
                 raise FlowSpecError(f"{where}.patch: must be an object (a JobSpec overlay)")
             patches[name] = cast(Obj, patch)
-        steps.append(Step(name=name, template=template, targets=tuple(targets),
+        # A repeated target is one dependency (and is costly to check again).
+        steps.append(Step(name=name, template=template, targets=tuple(dict.fromkeys(targets)),
                           condition=cast(Condition, condition), max_retries=retries))
     policy = spec.get("jobRetainPolicy") or "retain"
     if policy not in ("retain", "delete"):
-        raise FlowSpecError(f'spec.jobRetainPolicy: "{policy!s:.40}" is not one of retain, delete')
+        raise FlowSpecError(f'spec.jobRetainPolicy: {brief(policy)} is not one of retain, delete')
     queue = spec.get("queue")
     if queue is not None and not isinstance(queue, str):
         raise FlowSpecError("spec.queue: must be a string")

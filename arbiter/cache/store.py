@@ -30,7 +30,7 @@ from arbiter.cache.records import (
     QueueRecord,
     UnitRecord,
 )
-from arbiter.core.resources import EMPTY, Resources
+from arbiter.core.resources import Resources
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,43 @@ def store_key(kind: Kind, obj: Mapping[str, Any]) -> str:
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     return str(meta.get("name", ""))
 
+# Raw object -> record, per kind (see ClusterStore.apply).
+_CONVERTERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
+    "Queue": convert.queue_from_api, "Namespace": convert.namespace_from_api,
+    "Node": convert.node_from_api, "Pod": convert.pod_from_api, "Job": convert.job_from_api,
+    "QueueUnit": convert.unit_from_api, "PriorityClass": convert.priority_class_from_api,
+    "JobFlow": jobflow_from_api, "JobTemplate": jobtemplate_from_api,
+}
+
 DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
     "kube-system", "kube-public", "kube-node-lease", "arbiter-system",
 )
 
 # Called with (kind, key) after every change; the loop uses it to wake up.
 Listener = Callable[[Kind, str], None]
+# Phases in which a pod holds its node's resources.
+ACTIVE_POD_PHASES: frozenset[str] = frozenset({"Pending", "Running"})
+
+
+def _counted(node: NodeRecord | None) -> bool:
+    """A node whose allocatable is part of the capacity."""
+    return node is not None and node.ready and node.schedulable
+
+
+def _unmanaged_load(pod: PodRecord | None) -> str | None:
+    """The node whose capacity `pod` takes as unmanaged work, if any."""
+    if pod is None or pod.queue is not None or pod.phase not in ACTIVE_POD_PHASES:
+        return None
+    return pod.node_name or None
+
+
+def _add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
+    for name, value in amounts.items():
+        result = total.get(name, 0) + sign * value
+        if result:
+            total[name] = result
+        else:
+            total.pop(name, None)
 
 
 @dataclass(slots=True)
@@ -80,6 +111,13 @@ class ClusterStore:
     pod_uid_by_name: dict[str, str] = field(default_factory=dict)
     listeners: list[Listener] = field(default_factory=list)
     synced_kinds: set[Kind] = field(default_factory=set)
+    # Capacity, kept as nodes and pods change so that reading it is O(1):
+    # allocatable of counted nodes (see _counted), the requests of active
+    # unmanaged pods per node (any node name, known or not), and their sum
+    # over counted nodes.
+    _counted_allocatable: dict[str, int] = field(default_factory=dict, init=False)
+    _unmanaged_by_node: dict[str, dict[str, int]] = field(default_factory=dict, init=False)
+    _counted_unmanaged: dict[str, int] = field(default_factory=dict, init=False)
 
     # -- queries -------------------------------------------------------------
     def is_managed_namespace(self, namespace: str) -> bool:
@@ -103,15 +141,13 @@ class ClusterStore:
         return record.queue_label if record is not None else None
 
     def capacity(self, overcommit: float = 1.0) -> Resources:
-        """Allocatable of Ready, schedulable nodes minus unmanaged pods' requests."""
-        total = EMPTY
-        for node in self.nodes.values():
-            if node.ready and node.schedulable:
-                total = total + node.allocatable
-        for pod in self.pods.values():
-            unmanaged_and_placed = pod.queue is None and pod.node_name in self.nodes
-            if unmanaged_and_placed and pod.phase in ("Pending", "Running"):
-                total = total - pod.requests
+        """Allocatable of Ready, schedulable nodes minus the requests of the
+        unmanaged Pending or Running pods on those nodes (pods on a cordoned
+        or NotReady node take nothing from nodes that are counted).
+
+        O(number of resource names): kept up to date by every node and pod
+        change."""
+        total = Resources(self._counted_allocatable) - self._counted_unmanaged
         if overcommit != 1.0:
             total = Resources({k: int(v * overcommit) for k, v in total.items()})
         return total.clamp_min(0)
@@ -161,8 +197,36 @@ class ClusterStore:
                         self.queue_by_namespace[namespace] = other.name
                         break
 
+    def upsert_node(self, record: NodeRecord) -> None:
+        self._count_node(self.nodes.get(record.name), -1)
+        self.nodes[record.name] = record
+        self._count_node(record, +1)
+        self._notify("Node", record.name)
+
+    def delete_node(self, name: str) -> None:
+        self._count_node(self.nodes.pop(name, None), -1)
+        self._notify("Node", name)
+
+    def _count_node(self, node: NodeRecord | None, sign: int) -> None:
+        if node is not None and _counted(node):
+            _add_into(self._counted_allocatable, node.allocatable, sign)
+            _add_into(self._counted_unmanaged, self._unmanaged_by_node.get(node.name, {}), sign)
+
+    def _count_pod(self, pod: PodRecord | None, sign: int) -> None:
+        node_name = _unmanaged_load(pod)
+        if node_name is None or pod is None:
+            return
+        on_node = self._unmanaged_by_node.setdefault(node_name, {})
+        _add_into(on_node, pod.requests, sign)
+        if not on_node:
+            del self._unmanaged_by_node[node_name]
+        if _counted(self.nodes.get(node_name)):
+            _add_into(self._counted_unmanaged, pod.requests, sign)
+
     def upsert_pod(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
+        self._count_pod(old, -1)
+        self._count_pod(record, +1)
         if old is not None and old.node_name and old.node_name != record.node_name:
             self.pods_by_node[old.node_name].discard(record.uid)
         self.pods[record.uid] = record
@@ -173,6 +237,7 @@ class ClusterStore:
 
     def delete_pod(self, uid: str) -> None:
         old = self.pods.pop(uid, None)
+        self._count_pod(old, -1)
         if old is not None:
             if old.node_name:
                 self.pods_by_node[old.node_name].discard(uid)
@@ -182,45 +247,44 @@ class ClusterStore:
         self._notify("Pod", uid)
 
     def apply(self, kind: Kind, event_type: EventType, obj: Mapping[str, Any]) -> None:
-        """Apply one watch event given as the raw object; bad objects are skipped."""
-        meta = obj.get("metadata") or {}
-        name = meta.get("name", "")
-        namespace = meta.get("namespace", "")
-        key = f"{namespace}/{name}"
-        deleted = event_type == "DELETED"
+        """Apply one watch event given as the raw object.
+
+        An object that cannot be converted (any error: a bad quantity, a
+        field of the wrong shape) is logged and skipped, keeping what the
+        store had; it never stops the watch that delivered it."""
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = str(meta.get("name", ""))
+        key = f"{meta.get('namespace', '')}/{name}" if kind in NAMESPACED_KINDS else name
+        if event_type == "DELETED":
+            self._delete(kind, key, str(meta.get("uid", "")))
+            return
         try:
-            if kind == "Queue":
-                if deleted:
-                    self.delete_queue(name)
-                else:
-                    self.upsert_queue(convert.queue_from_api(obj))
-                return
-            if kind == "Pod":
-                uid = meta.get("uid", "")
-                if deleted:
-                    self.delete_pod(uid)
-                else:
-                    self.upsert_pod(convert.pod_from_api(obj))
-                return
-            if kind == "Namespace":
-                namespace_record = None if deleted else convert.namespace_from_api(obj)
-                self._put(self.namespaces, name, namespace_record)
-            elif kind == "Node":
-                self._put(self.nodes, name, None if deleted else convert.node_from_api(obj))
-            elif kind == "Job":
-                self._put(self.jobs, key, None if deleted else convert.job_from_api(obj))
-            elif kind == "QueueUnit":
-                self._put(self.units, key, None if deleted else convert.unit_from_api(obj))
-            elif kind == "PriorityClass":
-                self._put(self.priority_classes, name,
-                          None if deleted else convert.priority_class_from_api(obj))
-            elif kind == "JobFlow":
-                self._put(self.jobflows, key, None if deleted else jobflow_from_api(obj))
-            elif kind == "JobTemplate":
-                self._put(self.jobtemplates, key, None if deleted else jobtemplate_from_api(obj))
-            self._notify(kind, name if kind in ("Namespace", "Node", "PriorityClass") else key)
-        except convert.ConversionError as error:
-            log.warning("skipping %s %s: %s", kind, key.strip("/"), error)
+            record = _CONVERTERS[kind](obj)
+        except Exception as error:  # one bad object, not a failed watch
+            reason = " ".join(str(error).split())[:300] or type(error).__name__
+            log.warning("skipping %s %s: %s", kind, key, reason)
+            return
+        if kind == "Queue":
+            self.upsert_queue(record)
+        elif kind == "Pod":
+            self.upsert_pod(record)
+        elif kind == "Node":
+            self.upsert_node(record)
+        else:
+            self._put(self.table(kind), key, record)
+            self._notify(kind, key)
+
+    def _delete(self, kind: Kind, key: str, uid: str) -> None:
+        if kind == "Queue":
+            self.delete_queue(key)
+        elif kind == "Pod":
+            self.delete_pod(uid)
+        elif kind == "Node":
+            self.delete_node(key)
+        else:
+            self._put(self.table(kind), key, None)
+            self._notify(kind, key)
 
     @staticmethod
     def _put(table: dict[str, Any], key: str, record: Any) -> None:
@@ -245,12 +309,7 @@ class ClusterStore:
         present = {store_key(kind, o) for o in objects}
         table = self.table(kind)
         for key in [k for k in table if k not in present]:
-            if kind == "Pod":
-                self.delete_pod(key)
-            elif kind == "Queue":
-                self.delete_queue(key)
-            else:
-                del table[key]
+            self._delete(kind, key, key)  # a Pod's key is its uid
         for obj in objects:
             self.apply(kind, "ADDED", obj)
         self.synced_kinds.add(kind)

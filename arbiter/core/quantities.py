@@ -50,6 +50,10 @@ _QUANTITY_RE = re.compile(
 # Kubernetes caps quantities at 2^63-1 in their integer form; so do we, so that
 # a typo like "1e400" is rejected instead of turning into a huge number.
 MAX_VALUE = 2**63 - 1
+# No meaningful quantity is longer (2^63-1 is 19 digits; nano fractions add
+# 10 more). Checked before any digit is converted: Python refuses int()
+# of more than 4,300 digits with a ValueError, and big numbers cost time.
+MAX_QUANTITY_LENGTH = 128
 
 
 class QuantityError(ValueError):
@@ -61,12 +65,19 @@ def parse_exact(value: str | int | float, *, field: str = "quantity") -> Fractio
     if isinstance(value, bool):
         raise QuantityError(f"{field}: {value!r} is not a quantity")
     if isinstance(value, int):
+        if value.bit_length() > 64:
+            # Not printed: repr() of a huge int is slow or refused.
+            raise QuantityError(f"{field}: integer is out of range")
         return Fraction(value)
     if isinstance(value, float):
         # JSON/YAML numbers: take the shortest decimal spelling, never binary noise.
         return parse_exact(repr(value), field=field)
     if not isinstance(value, str):
-        raise QuantityError(f"{field}: {value!r} is not a quantity")
+        # Named by type only: repr() of a deeply nested value recurses.
+        raise QuantityError(f"{field}: a {type(value).__name__} is not a quantity")
+    if len(value) > MAX_QUANTITY_LENGTH:
+        raise QuantityError(f"{field}: {value[:20]!r}... ({len(value)} characters) is not a "
+                            f"valid quantity (at most {MAX_QUANTITY_LENGTH} characters)")
     text = value.strip()
     match = _QUANTITY_RE.match(text)
     if match is None or text != value:

@@ -2,10 +2,54 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
 from arbiter.core.quantities import QuantityError, format_quantity, parse_quantity
+
+# Resource names, as the apiserver validates a container's resources:
+# a qualified name ([prefix/]name) that is either a standard container
+# resource or, with a domain prefix, an extended resource.
+STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+HUGEPAGES_PREFIX = "hugepages-"
+_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Quota names requests.<name> must stay qualified names (IsExtendedResourceName).
+_REQUESTS_PREFIX = "requests."
+RESOURCE_NAME_RULE = (
+    "a standard resource (cpu, memory, ephemeral-storage, hugepages-<size>) or an extended "
+    "resource with a domain prefix (example.com/foo)"
+)
+
+
+def _qualified_name_problem(name: str) -> str | None:
+    prefix, slash, local = name.rpartition("/")
+    if slash and (not prefix or "/" in prefix):
+        return "a qualified name has at most one '/', after a non-empty DNS prefix"
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return "its prefix must be a lowercase DNS subdomain (example.com)"
+    if len(local) > 63 or not _QUALIFIED_NAME_PART.match(local):
+        return ("its name part must be at most 63 letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit")
+    return None
+
+
+def resource_name_problem(name: str) -> str | None:
+    """Why `name` is not a valid container resource name, or None when it is
+    (the apiserver's validateContainerResourceName)."""
+    problem = _qualified_name_problem(name)
+    if problem is not None:
+        return problem
+    if "/" not in name:
+        if name in STANDARD_CONTAINER_RESOURCES or name.startswith(HUGEPAGES_PREFIX):
+            return None
+        return f"must be {RESOURCE_NAME_RULE}"
+    if "kubernetes.io/" in name:
+        return None  # a native resource
+    if name.startswith(_REQUESTS_PREFIX) or _qualified_name_problem(_REQUESTS_PREFIX + name):
+        return f"must be {RESOURCE_NAME_RULE}"
+    return None
 
 
 class Resources(Mapping[str, int]):

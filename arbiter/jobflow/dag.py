@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,13 +46,32 @@ FAILED_ATTEMPT_PHASES: frozenset[str] = frozenset({"Failed", "Terminated"})
 # label), so `<flow>-<step>-r<n>` must fit in 63 characters.
 MAX_JOB_NAME = 63
 _RETRY_SUFFIX = re.compile(r"^(?P<base>.+)-r(?P<n>[0-9]+)$")
+# Messages are bounded before they are built: at most this many problems,
+# and this many step names in one list (a cycle, the steps of a flow).
+MAX_PROBLEMS = 10
+MAX_NAMES_SHOWN = 8
+
+
+def name_list(names: Sequence[str], separator: str = ", ") -> str:
+    """`names` joined, at most MAX_NAMES_SHOWN of them, with how many in all."""
+    if len(names) <= MAX_NAMES_SHOWN:
+        return separator.join(names)
+    return f"{separator.join(names[:MAX_NAMES_SHOWN])}{separator}… ({len(names)} in all)"
+
+
+def cycle_text(cycle: Sequence[str]) -> str:
+    """`cycle a -> b -> a`; a long one cut, with its number of steps."""
+    if len(cycle) <= MAX_NAMES_SHOWN + 1:
+        return "cycle " + " -> ".join(cycle)
+    shown = " -> ".join(cycle[:MAX_NAMES_SHOWN])
+    return f"cycle {shown} -> … -> {cycle[-1]} ({len(cycle) - 1} steps)"
 
 
 class CycleError(ValueError):
     """The steps do not form a DAG; `cycle` lists it in run order, closed."""
 
     def __init__(self, cycle: list[str]) -> None:
-        super().__init__("cycle " + " -> ".join(cycle))
+        super().__init__(cycle_text(cycle))
         self.cycle = cycle
 
 
@@ -84,7 +103,7 @@ def job_name(flow: str, step: str, attempt: int) -> str:
     return base if attempt == 0 else f"{base}-r{attempt}"
 
 
-def retry_collision(step: str, names: Sequence[str]) -> str | None:
+def retry_collision(step: str, names: Collection[str]) -> str | None:
     """The step whose retry Job would be named like `step`'s first Job."""
     match = _RETRY_SUFFIX.match(step)
     if match is not None and int(match.group("n")) > 0 and match.group("base") in names:
@@ -169,16 +188,20 @@ class Problem:
 
 
 def validate_steps(steps: Sequence[Step], flow_name: str = "") -> list[Problem]:
-    """Structural problems of a flow: names, targets, cycles, Job name length."""
-    problems: list[Problem] = []
+    """Structural problems of a flow: names, targets, cycles, Job name length.
+
+    Linear in the steps and targets; at most MAX_PROBLEMS problems (then one
+    saying how many more), each a bounded message."""
+    problems = _Problems()
     names = [step.name for step in steps]
+    known = set(names)
     seen: set[str] = set()
     for index, step in enumerate(steps):
         where = f"spec.flows[{index}]"
         if step.name in seen:
             problems.append(Problem(f"{where}.name", f'duplicate step name "{step.name}"'))
         seen.add(step.name)
-        collision = retry_collision(step.name, names)
+        collision = retry_collision(step.name, known)
         if collision is not None:
             problems.append(Problem(
                 f"{where}.name",
@@ -205,21 +228,39 @@ def validate_steps(steps: Sequence[Step], flow_name: str = "") -> list[Problem]:
                 f"{where}.dependsOn.condition",
                 f"condition {step.condition} needs at least one target",
             ))
-        for target in step.targets:
+        for target in dict.fromkeys(step.targets):  # a repeated target counts once
             if target == step.name:
                 problems.append(Problem(
                     f"{where}.dependsOn.targets", f'step "{step.name}" depends on itself'))
-            elif target not in names:
+            elif target not in known:
                 problems.append(Problem(
                     f"{where}.dependsOn.targets",
-                    f'"{target}" is not a step of this flow (steps: {", ".join(names)})',
+                    f'"{target}" is not a step of this flow (steps: {name_list(names)})',
                 ))
     # Self-dependencies are reported above; look for longer cycles.
     targets = {step.name: [t for t in step.targets if t != step.name] for step in steps}
     cycle = find_cycle(names, targets)
     if cycle is not None:
-        problems.append(Problem("spec.flows", "cycle " + " -> ".join(cycle)))
-    return problems
+        problems.append(Problem("spec.flows", cycle_text(cycle)))
+    return problems.finish()
+
+
+class _Problems(list[Problem]):
+    """A list that keeps MAX_PROBLEMS problems and counts the rest."""
+
+    dropped = 0
+
+    def append(self, problem: Problem) -> None:
+        if len(self) < MAX_PROBLEMS:
+            super().append(problem)
+        else:
+            self.dropped += 1
+
+    def finish(self) -> list[Problem]:
+        kept = list(self)
+        if self.dropped:
+            kept.append(Problem("spec.flows", f"and {self.dropped} more problems"))
+        return kept
 
 
 # -- the decision -----------------------------------------------------------

@@ -184,3 +184,52 @@ async def test_store_is_synced_once_every_kind_listed(fake: tuple[FakeApiServer,
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+# -- one bad object never stalls a watch (issue 13, item 6) -----------------
+BAD_OBJECTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # past Python's int-conversion limit: a ValueError, not a QuantityError, before
+    "queue 5000-digit quantity": ("Queue", {
+        "metadata": {"name": "bad", "resourceVersion": "101"},
+        "spec": {"guarantee": {"cpu": "1" * 5000}}}),
+    # a shape the converters do not expect (AttributeError deep inside)
+    "pod containers a string": ("Pod", {**pod("bad", 101), "spec": {"containers": "abc"}}),
+    "pod with a list for metadata.labels": ("Pod", {**pod("bad", 101), "metadata": {
+        "name": "bad", "namespace": "ns", "uid": "uid-bad", "resourceVersion": "101",
+        "labels": ["x"]}}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OBJECTS))
+def test_store_apply_skips_an_object_it_cannot_convert(
+        case: str, caplog: pytest.LogCaptureFixture) -> None:
+    kind, obj = BAD_OBJECTS[case]
+    store = ClusterStore()
+    store.apply(kind, "ADDED", obj)  # type: ignore[arg-type]
+    assert not store.table(kind)  # type: ignore[arg-type]
+    assert any("skipping" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OBJECTS))
+async def test_a_bad_object_does_not_stall_the_watch(
+        fake: tuple[FakeApiServer, Any], case: str) -> None:
+    server, api = fake
+    kind, bad = BAD_OBJECTS[case]
+    path = PODS if kind == "Pod" else QUEUES
+    good = pod("good", 102) if kind == "Pod" else {
+        "metadata": {"name": "good", "resourceVersion": "102"}, "spec": {"weight": 3}}
+    store = ClusterStore()
+    watcher = Watcher(api, store, Resource(kind, path), backoff_initial=0.01)  # type: ignore[arg-type]
+    task = asyncio.create_task(watcher.run())
+    try:
+        await eventually(lambda: kind in store.synced_kinds)
+        events = server.queue(path)
+        await events.put({"type": "ADDED", "object": bad})
+        await events.put({"type": "ADDED", "object": good})
+        await eventually(lambda: watcher.resource_version == "102")
+        assert len(store.table(kind)) == 1  # type: ignore[arg-type]
+        # The same watch went on: no retry from the bad event's resourceVersion.
+        assert sum(1 for p, q in server.requests if p == path and q.get("watch")) == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

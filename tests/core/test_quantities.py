@@ -177,3 +177,33 @@ def test_format_parse_round_trip(resource: str, units: int) -> None:
 def test_parse_cpu_decimal_is_exact(value: object) -> None:
     text = format(value, "f")
     assert parse_quantity("cpu", text) == int(Fraction(text) * 1000)
+
+
+# -- bounded input (issue 13, item 6): never a ValueError beyond QuantityError --
+@pytest.mark.parametrize("text", [
+    "1" * 5000,                 # past Python's 4,300-digit int conversion limit
+    "1" * 5000 + "m",
+    "0." + "1" * 5000,
+    "1e" + "1" * 5000,          # the exponent too
+    "1e-" + "1" * 5000,
+    "0" * 5000 + "1",
+])
+def test_thousand_digit_quantities_are_bad_quantities(text: str) -> None:
+    with pytest.raises(QuantityError) as caught:
+        parse_quantity("cpu", text, field="spec.guarantee.cpu")
+    message = str(caught.value)
+    assert message.startswith("spec.guarantee.cpu: ") and len(message) < 300
+
+
+def test_huge_integers_are_out_of_range_without_printing_them() -> None:
+    with pytest.raises(QuantityError, match="out of range"):
+        parse_quantity("cpu", 10**5000)
+
+
+def test_a_deeply_nested_value_is_not_a_quantity_and_is_not_printed() -> None:
+    nested: object = []
+    for _ in range(100_000):
+        nested = [nested]
+    with pytest.raises(QuantityError) as caught:
+        parse_quantity("cpu", nested)  # type: ignore[arg-type]
+    assert "list" in str(caught.value) and len(str(caught.value)) < 200

@@ -37,6 +37,7 @@ from tests.e2e.helpers import (
     run_arbiter,
     scenario,
     suffix,
+    tenant,
     units,
     wait_for,
 )
@@ -315,3 +316,20 @@ def _arbiter_running(sandbox: Sandbox) -> Iterator[None]:
     status, _ = arbiter_get(sandbox, "/healthz")
     if status != 200:
         sandbox.start_arbiter()
+
+
+def test_a_gpu_only_in_limits_is_demanded_and_not_admitted_without_gpus(
+        sandbox: Sandbox) -> None:
+    """Issue 13, item 12: the apiserver does not default a Job's pod template,
+    so a GPU set only in limits must still reach the unit's demand."""
+    with tenant(sandbox, "gpu") as (ns, _):
+        manifest = job("gpu", ns)
+        manifest["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+        create(sandbox, manifest)
+        unit = wait_for("the Job's QueueUnit", lambda: next(iter(units(sandbox, ns)), None))
+        assert unit["spec"]["podSets"][0]["requests"].get("nvidia.com/gpu") == "1", unit["spec"]
+        time.sleep(5)  # a few loop cycles: the sandbox's nodes have no GPU
+        assert get(sandbox, "job", "gpu", "-n", ns)["spec"].get("suspend") is True
+        phase = (units(sandbox, ns)[0].get("status") or {}).get("phase")
+        assert phase not in ("Dequeued", "Running"), phase

@@ -207,3 +207,29 @@ def test_http_never_500(server_port: int, data: st.DataObject, which: int) -> No
     assert response.status in (200, 400), answer
     if response.status == 200:
         orjson.loads(answer)
+
+
+# -- the seeded hostile slice (issue 13): shared with bench/fuzz_surfaces.py --
+HOSTILE_SLICE = 500
+
+
+async def test_hostile_extender_args_over_http(caplog: pytest.LogCaptureFixture) -> None:
+    """Deep nesting, huge numbers, thousand-digit quantities, wrong types,
+    false Content-Encodings and truncated bodies, for every verb."""
+    from aiohttp.test_utils import TestServer
+
+    from tests.hostile import Generator, run_cases, world
+
+    app = web.Application()
+    routes.add_routes(app, Ctx(world()))
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        assert server.port is not None
+        tally = await run_cases(Generator(seed=13).cases(0, HOSTILE_SLICE), server.port)
+    finally:
+        await server.close()
+    assert tally.sent == HOSTILE_SLICE
+    assert tally.problem_count == 0, tally.problems
+    assert tally.by_status.get(200, 0) > HOSTILE_SLICE // 10
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

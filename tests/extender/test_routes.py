@@ -178,3 +178,16 @@ def test_respond_is_bytes_to_bytes(store: ClusterStore) -> None:
     assert (reply.status, reply.result) == (200, "passed")
     assert orjson.loads(reply.body)["NodeNames"] == ["n"]
     state.close()
+
+
+def test_a_node_nested_too_deeply_to_echo_is_a_400(store: ClusterStore) -> None:
+    """Filter echoes the Nodes it was sent; one nested past what can be
+    written back is the caller's fault (was a 500: orjson's recursion limit)."""
+    deep = "[" * 600 + "]" * 600
+    nodes = [b.node(f"node-{i}") for i in range(3)]
+    nodes[0]["metadata"]["annotations"] = {"deep": "@@deep@@"}
+    body = orjson.dumps(b.extender_args_nodes(b.pod("ok"), nodes)).replace(
+        b'"@@deep@@"', deep.encode())
+    reply = routes.respond("filter", routes.build_state(store, ServeConfig()), body)
+    assert reply.status == 400, reply.body
+    assert reply.body.count(b"\n") == 1 and b"nested" in reply.body

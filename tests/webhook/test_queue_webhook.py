@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from arbiter.cache.store import ClusterStore
 from tests.webhook.admission_samples import (
     ARBITER_USER,
@@ -133,3 +135,43 @@ def test_guarantees_beyond_capacity_warn() -> None:
     decision = _check(queue_obj("c", guarantee={"cpu": "6"}), store)
     assert decision.allowed
     assert decision.warnings and "guarantees of cpu add up to 6" in decision.warnings[0]
+
+
+# -- bounded cost and Kubernetes resource names (issue 13, items 10, 11) ----
+def test_a_5000_deep_parent_chain_is_checked_in_linear_time() -> None:
+    import time
+
+    depth = 5000
+    chain = [queue_obj("q0")] + [queue_obj(f"q{i}", parent=f"q{i - 1}")
+                                 for i in range(1, depth)]
+    store = make_store(queues=chain)
+    started = time.perf_counter()
+    decision = _check(queue_obj("leaf", parent=f"q{depth - 1}"), store)
+    elapsed = time.perf_counter() - started
+    assert decision.allowed, decision.message
+    # Re-parenting the root under the deepest queue closes a 5,000-long cycle.
+    started = time.perf_counter()
+    cycle = _check(queue_obj("q0", parent=f"q{depth - 1}"), store, operation="UPDATE")
+    elapsed = max(elapsed, time.perf_counter() - started)
+    assert not cycle.allowed and "would create a cycle" in cycle.message
+    assert len(cycle.message) <= 1000
+    assert elapsed < 0.05, elapsed
+
+
+@pytest.mark.parametrize("name", ["CPU", "cpu ", " cpu", "a/b/c", "Memory", "gpu",
+                                  "example.com/", "/foo", "Example.com/foo",
+                                  "example.com/foo bar", "requests.cpu", "kubernetes.io",
+                                  "x" * 64, "hugepages"])
+@pytest.mark.parametrize("field", ["guarantee", "capability"])
+def test_resource_names_are_validated_as_kubernetes_does(name: str, field: str) -> None:
+    decision = _check(queue_obj("c", **{field: {name: "1"}}))
+    assert not decision.allowed, name
+    assert f"spec.{field}" in decision.message and "resource name" in decision.message
+
+
+@pytest.mark.parametrize("name", ["cpu", "memory", "ephemeral-storage", "hugepages-2Mi",
+                                  "hugepages-1Gi", "nvidia.com/gpu", "example.com/foo",
+                                  "example.com/Foo_bar.1", "kubernetes.io/something"])
+def test_standard_and_extended_resource_names_are_allowed(name: str) -> None:
+    decision = _check(queue_obj("c", guarantee={name: "1"}, capability={name: "2"}))
+    assert decision.allowed, decision.message

@@ -102,3 +102,15 @@ def test_admitted_unit_spec_is_frozen() -> None:
     old["status"]["phase"] = "Enqueued"
     assert queueunits.validate(parse(review("QueueUnit", "UPDATE", new, old=old)),
                                env_for(_store())).allowed
+
+
+def test_pod_set_check_stops_at_the_limit() -> None:
+    """100,000 pod sets: one error, no per-set work past the limit of 8."""
+    bad_sets = [{"name": "same", "count": "x", "requests": {"cpu": "bad"}}
+                for _ in range(100_000)]
+    spec = {"queue": "team-a", "podSets": bad_sets}
+    decision = _validate(spec)
+    assert not decision.allowed
+    assert "100000 pod sets, at most 8 allowed" in decision.message
+    errors = queueunits.check_pod_sets(spec)
+    assert errors == ["spec.podSets: 100000 pod sets, at most 8 allowed"]

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from arbiter.config import ServeConfig
 from arbiter.server import ServerContext, build_app
+from tests.hostile import json_paths as _paths
 from tests.webhook.admission_samples import (
     QUEUE_LABEL,
     job,
@@ -79,16 +80,6 @@ def _bases() -> list[tuple[str, dict[str, Any]]]:
 
 
 BASES = _bases()
-
-
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from _paths(value, (*prefix, index))
 
 
 @st.composite
@@ -218,3 +209,27 @@ def test_every_base_review_is_answered_200(harness: Harness) -> None:
                 status, payload = harness.post(path, body)
                 assert status == 200, (path, payload)
                 check_answer(path, body, status, payload)
+
+
+# -- the seeded hostile slice (issue 13): shared with bench/fuzz_surfaces.py --
+HOSTILE_SLICE = 500
+
+
+async def test_hostile_reviews_over_http(caplog: pytest.LogCaptureFixture) -> None:
+    """Deep nesting, huge numbers, thousand-digit quantities, wrong types,
+    false Content-Encodings and truncated bodies, for every path and kind."""
+    from tests.hostile import Generator, run_cases, world
+
+    ctx = ServerContext(config=ServeConfig(), store=world())
+    server = TestServer(build_app(ctx, background=False), host="127.0.0.1")
+    await server.start_server()
+    try:
+        assert server.port is not None
+        tally = await run_cases(Generator(seed=13).cases(HOSTILE_SLICE, 0), server.port)
+    finally:
+        await server.close()
+    assert tally.sent == HOSTILE_SLICE
+    assert tally.problem_count == 0, tally.problems
+    assert tally.uid_echo_failures == 0
+    assert tally.by_status.get(200, 0) > HOSTILE_SLICE // 10  # not all turned away at the door
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

@@ -120,3 +120,15 @@ def later() -> None:
             "arbiter.jobflow.dag", "kubernetes_asyncio"} <= found
     assert imported_modules("from . import x", "arbiter.cache", is_package=True) >= {
         "arbiter.cache.x"}
+
+
+# What runs and with which configuration is decided above every component
+# (arbiter.app); components get their dependencies passed in.
+WIRING = ("arbiter.app", "arbiter.server", "arbiter.config", "arbiter.cli", "arbiter.serve_cli")
+COMPONENTS = ("arbiter.loop", "arbiter.jobflow", "webhook", "extender", "certs")
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_components_never_import_the_wiring(component: str) -> None:
+    assert any(matches(module, component) for module in MODULES), component
+    assert violations(component, WIRING) == []

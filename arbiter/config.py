@@ -40,7 +40,7 @@ class ServeConfig:
     extender_binpack_weight: int = 1
     # Bodies with full Node lists (an extender not nodeCacheCapable) are large.
     extender_max_body_bytes: int = 64 * 1024 * 1024
-    # Webhook server and certificates (webhook/, certs/, arbiter/server.py).
+    # Webhook server and certificates (webhook/, certs/, arbiter/app.py).
     # Secret (in `namespace`) that stores the CA and serving certificate, so
     # replicas share them and restarts keep the caBundle; None: cert_dir only.
     cert_secret: str | None = None

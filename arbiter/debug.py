@@ -1,4 +1,4 @@
-"""Read-only JSON debug API, served next to /metrics.
+"""Read-only JSON debug API: a sub-application mounted at `/debug`.
 
 - `GET /debug/queues`: every queue as Queue status shows it (allocated,
   deserved, dominantShare, pending, admitted, pendingUnits) plus why its
@@ -19,12 +19,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from arbiter.cache.store import ClusterStore
 from arbiter.loop.controller import mirror_from_store
 from arbiter.loop.mirror import EngineMirror
-from arbiter.loop.runtime import active_controller
+from arbiter.loop.runtime import Leadership
 from arbiter.loop.status import queue_views, split_key
-from arbiter.server import ServerContext
 
+PREFIX = "/debug"
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000
 
@@ -34,11 +35,12 @@ def _json(body: Any, status: int = 200) -> web.Response:
                         content_type="application/json")
 
 
-def _mirror(ctx: ServerContext) -> tuple[EngineMirror, bool]:
-    controller = active_controller(ctx)
+def _mirror(store: ClusterStore, overcommit: float,
+            leadership: Leadership) -> tuple[EngineMirror, bool]:
+    controller = leadership.controller
     if controller is not None:
         return controller.mirror, True
-    return mirror_from_store(ctx.store, ctx.config.overcommit), False
+    return mirror_from_store(store, overcommit), False
 
 
 def queues_document(mirror: EngineMirror, *, leader: bool) -> dict[str, Any]:
@@ -76,9 +78,11 @@ def pending_document(mirror: EngineMirror, name: str, limit: int) -> dict[str, A
     }
 
 
-def add_routes(app: web.Application, ctx: ServerContext) -> None:
+def debug_app(*, store: ClusterStore, overcommit: float,
+              leadership: Leadership) -> web.Application:
+    """The sub-application mounted at `PREFIX`."""
     async def queues(_: web.Request) -> web.Response:
-        mirror, leader = _mirror(ctx)
+        mirror, leader = _mirror(store, overcommit, leadership)
         return _json(queues_document(mirror, leader=leader))
 
     async def pending(request: web.Request) -> web.Response:
@@ -87,11 +91,13 @@ def add_routes(app: web.Application, ctx: ServerContext) -> None:
         except ValueError:
             return _json({"error": "limit must be an integer"}, 400)
         limit = max(0, min(limit, MAX_LIMIT))
-        mirror, _ = _mirror(ctx)
+        mirror, _ = _mirror(store, overcommit, leadership)
         document = pending_document(mirror, request.match_info["name"], limit)
         if document is None:
             return _json({"error": f"no queue {request.match_info['name']!r}"}, 404)
         return _json(document)
 
-    app.router.add_get("/debug/queues", queues)
-    app.router.add_get("/debug/queues/{name}/pending", pending)
+    app = web.Application()
+    app.router.add_get("/queues", queues)
+    app.router.add_get("/queues/{name}/pending", pending)
+    return app

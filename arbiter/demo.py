@@ -37,8 +37,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from kubernetes_asyncio import config as kube_config
+
 from arbiter.core.quantities import format_quantity
 from arbiter.core.resources import Resources
+from arbiter.kubeapi import ApiError, request_json
 from arbiter.queues_cli import (
     NODES_PATH,
     QUEUES_PATH,
@@ -50,11 +53,11 @@ from arbiter.queues_cli import (
     queue_row,
     render_table,
 )
+from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, NodeShape, Sandbox
 
 PART_OF = ("app.kubernetes.io/part-of", "arbiter-demo")
 RUN_LABEL = "demo.arbiter.dev/run"
 FIELD_MANAGER = "arbiter-demo"
-POD_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 IMAGE = "registry.k8s.io/pause:3.10"
 # The run times and arrival times below are for this duration; they scale.
 REFERENCE_DURATION = 90.0
@@ -174,7 +177,8 @@ def job_object(plan: Plan, run_id: str) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": labels,
                              # KWOK completes the pod this long after it starts.
-                             "annotations": {POD_COMPLETE_DELAY: f"{plan.run_seconds:.0f}s"}},
+                             "annotations": {
+                                 POD_COMPLETE_DELAY_ANNOTATION: f"{plan.run_seconds:.0f}s"}},
                 "spec": {"restartPolicy": "Never",
                          "containers": [{"name": "work", "image": IMAGE,
                                          "resources": {"requests": requests}}]},
@@ -186,8 +190,6 @@ def job_object(plan: Plan, run_id: str) -> dict[str, Any]:
 # -- cluster calls ------------------------------------------------------------------------
 async def _apply(api: Any, path: str, obj: Mapping[str, Any]) -> None:
     """Server-side apply (create or update) of one object."""
-    from arbiter.kubeapi import request_json
-
     await request_json(api, "PATCH", path, body=obj,
                        query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
                        content_type="application/apply-patch+yaml")
@@ -201,8 +203,6 @@ async def set_up_tenants(api: Any, plans: Sequence[Plan]) -> None:
 
 async def clear_previous_runs(api: Any, plans: Sequence[Plan], wait: float = 60.0) -> int:
     """Delete the demo's Jobs left from an earlier run; how many there were."""
-    from arbiter.kubeapi import request_json
-
     selector = f"{PART_OF[0]}={PART_OF[1]}"
     deleted = 0
     for plan in plans:
@@ -227,8 +227,6 @@ async def clear_previous_runs(api: Any, plans: Sequence[Plan], wait: float = 60.
 
 async def create_job(api: Any, plan: Plan, run_id: str, attempts: int = 20) -> None:
     """Create one Job; retried while the webhook does not know the queue yet."""
-    from arbiter.kubeapi import ApiError, request_json
-
     path = f"/apis/batch/v1/namespaces/{plan.tenant.name}/jobs"
     for attempt in range(attempts):
         try:
@@ -319,8 +317,6 @@ class Tracker:
     contended: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     async def observe(self, api: Any) -> Observation:
-        from arbiter.kubeapi import request_json
-
         queues = await request_json(api, "GET", QUEUES_PATH,
                                     query=[("labelSelector", f"{PART_OF[0]}={PART_OF[1]}")])
         by_name = {str((q.get("metadata") or {}).get("name")): q
@@ -463,12 +459,8 @@ class Options:
 
 
 async def run_demo(options: Options, out: TextIO) -> int:
-    from kubernetes_asyncio import config
-
-    from arbiter.kubeapi import request_json
-
-    client = await config.new_client_from_config(config_file=str(options.kubeconfig),
-                                                  persist_config=False)
+    client = await kube_config.new_client_from_config(config_file=str(options.kubeconfig),
+                                                       persist_config=False)
     async with client:
         nodes = (await request_json(client, "GET", NODES_PATH)).get("items") or []
         capacity = capacity_of(nodes)
@@ -529,8 +521,6 @@ def say(message: str) -> None:
 
 def start_sandbox(directory: Path, nodes: int, cpu: str, memory: str) -> Path:
     """`arbiter sandbox up` (building it if needed); the kubeconfig."""
-    from arbiter.sandbox import NodeShape, Sandbox
-
     sandbox = Sandbox(directory)
     say(f"starting the sandbox in {directory} ({nodes} nodes × {cpu} CPU, {memory}); "
         "the first run builds Kubernetes from source, which takes several minutes")
@@ -574,8 +564,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from arbiter.kubeapi import ApiError
-
     if args.duration <= 0 or args.load <= 0 or args.refresh <= 0:
         print("arbiter demo: --duration, --load and --refresh must be positive",
               file=sys.stderr)

@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubernetes_asyncio import config as kube_config
+
 from arbiter.api import QUEUE
 from arbiter.cache.convert import ConversionError, node_from_api
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
+from arbiter.kubeapi import ApiError, request_json
 
 QUEUES_PATH = QUEUE.path
 NODES_PATH = "/api/v1/nodes"
@@ -228,8 +231,6 @@ def render_table(rows: Sequence[QueueRow], glyphs: Glyphs = UNICODE) -> str:
 # -- I/O ------------------------------------------------------------------------------------
 async def fetch_rows(api: Any, *, label_selector: str | None = None) -> list[QueueRow]:
     """Queues (optionally by label) and the cluster's capacity, as rows."""
-    from arbiter.kubeapi import ApiError, request_json
-
     query = [("labelSelector", label_selector)] if label_selector else []
     queues = await request_json(api, "GET", QUEUES_PATH, query=query)
     capacity: Resources | None
@@ -242,9 +243,7 @@ async def fetch_rows(api: Any, *, label_selector: str | None = None) -> list[Que
 
 
 async def _load(kubeconfig: Path | None) -> list[QueueRow]:
-    from kubernetes_asyncio import config
-
-    client = await config.new_client_from_config(
+    client = await kube_config.new_client_from_config(
         config_file=str(kubeconfig) if kubeconfig else None, persist_config=False)
     async with client:
         return await fetch_rows(client)
@@ -265,16 +264,12 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kubernetes_asyncio.config import ConfigException
-
-    from arbiter.kubeapi import ApiError
-
     try:
         rows = asyncio.run(_load(args.kubeconfig))
     except ApiError as error:
         print(f"arbiter queues: {error}", file=sys.stderr)
         return 1
-    except (OSError, ValueError, ConfigException) as error:
+    except (OSError, ValueError, kube_config.ConfigException) as error:
         print(f"arbiter queues: cannot reach the cluster: {error}", file=sys.stderr)
         return 1
     sys.stdout.write(render_table(rows, glyphs_for(sys.stdout)))

@@ -187,7 +187,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     setup_logging(config.log_level)
-    from arbiter.server import serve
+    from arbiter.app import serve
 
     loop_factory = None
     try:

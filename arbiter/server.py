@@ -1,42 +1,35 @@
-"""The one asyncio server: webhook, health, metrics, and whatever other
-components register, plus their background tasks.
+"""What every surface and background task of the server shares: the
+`ServerContext`, the health and metrics routes, supervision of background
+tasks, and the process plumbing (API client, identity, certificate names).
 
-Extension points (append to the tuples; entries are callables or
-"module:function" strings resolved when the app is built, so a module that
-imports `ServerContext` from here can be registered without an import
-cycle):
-
-- `ROUTE_PROVIDERS`: `(app: web.Application, ctx: ServerContext) -> None`,
-  called once by `build_app` to add routes (e.g. the extender's
-  `/scheduler/...`, the debug API).
-- `BACKGROUND_TASKS`: `async (ctx: ServerContext) -> None`, started when
-  the app starts and cancelled when it stops (e.g. the admission loop).
-  A task that raises is logged and restarted with backoff; one that
-  returns is done.
-
-Everything request handlers need lives in the `ServerContext`, reachable
-from a request as `request.app[CONTEXT]`.
+Which surfaces and tasks run is decided in one place, `arbiter.app`; this
+module registers nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
+import ipaddress
 import logging
-import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from arbiter.cache.store import KINDS, ClusterStore
+from arbiter.cache.watch import run_watchers
 from arbiter.config import ServeConfig
+from arbiter.kubeapi import ApiError, self_usernames
 from arbiter.metrics import REGISTRY
 from certs.manager import CertManager
+from certs.publish import publish_ca_bundle
+from webhook.configuration import desired_configurations, install
 from webhook.review import AdmissionEnv
 
 log = logging.getLogger(__name__)
@@ -73,11 +66,11 @@ class ServerContext:
 
 CONTEXT: web.AppKey[ServerContext] = web.AppKey("arbiter_context", ServerContext)
 
-RouteProvider = Callable[[web.Application, ServerContext], None]
-BackgroundTask = Callable[[ServerContext], Awaitable[None]]
+# A background task with its dependencies bound (kopf's root tasks).
+Task = Callable[[], Awaitable[None]]
 
 
-# -- built-in routes ------------------------------------------------------------
+# -- routes at the root (health and metrics) ------------------------------------------
 def add_health_routes(app: web.Application, ctx: ServerContext) -> None:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -100,7 +93,7 @@ def add_health_routes(app: web.Application, ctx: ServerContext) -> None:
     app.router.add_get("/readyz", readyz)
 
 
-def add_metrics_route(app: web.Application, ctx: ServerContext) -> None:
+def add_metrics_route(app: web.Application) -> None:
     async def metrics(_: web.Request) -> web.Response:
         body = generate_latest(REGISTRY)
         response = web.Response(body=body)
@@ -110,24 +103,14 @@ def add_metrics_route(app: web.Application, ctx: ServerContext) -> None:
     app.router.add_get("/metrics", metrics)
 
 
-def add_webhook_routes(app: web.Application, ctx: ServerContext) -> None:
-    from webhook.http import add_routes
-
-    add_routes(app, ctx.admission_env, ctx.config.max_body_bytes)
-
-
-# -- built-in background tasks ------------------------------------------------------
+# -- background tasks (started by arbiter.app) ---------------------------------------
 async def watch_cluster(ctx: ServerContext) -> None:
     if ctx.api is None:
         return
-    from arbiter.cache.watch import run_watchers
-
     await run_watchers(ctx.api, ctx.store)
 
 
 async def _publish_ca(ctx: ServerContext, ca_pem: bytes) -> None:
-    from certs.publish import publish_ca_bundle
-
     if ctx.api is not None:
         await publish_ca_bundle(ctx.api, ca_pem, ctx.config.service_name)
 
@@ -155,8 +138,6 @@ async def install_webhook_configurations(ctx: ServerContext) -> None:
     """
     if ctx.api is None or not ctx.config.webhook_url:
         return
-    from webhook.configuration import desired_configurations, install
-
     for _ in range(300):
         if ctx.store.synced:
             break
@@ -207,45 +188,17 @@ def excluded_namespaces(config: ServeConfig) -> tuple[str, ...]:
     return tuple(sorted({*config.excluded_namespaces, config.namespace}))
 
 
-ROUTE_PROVIDERS: tuple[RouteProvider | str, ...] = (
-    add_health_routes,
-    add_metrics_route,
-    add_webhook_routes,
-    "extender.routes:add_routes",  # POST /scheduler/{filter,prioritize,preempt}
-    "arbiter.debug:add_routes",  # GET /debug/queues, /debug/queues/{name}/pending
-)
-BACKGROUND_TASKS: tuple[BackgroundTask | str, ...] = (
-    watch_cluster,
-    maintain_certificates,
-    install_webhook_configurations,
-    freeze_after_first_sync,
-    "arbiter.loop.runtime:run_admission",  # leader election + the admission loop
-)
-
-
-def _resolve(entry: Callable[..., Any] | str) -> Callable[..., Any] | None:
-    if not isinstance(entry, str):
-        return entry
-    module_name, _, attribute = entry.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name is not None and module_name.startswith(error.name):
-            log.debug("extension not present", extra={"entry": entry})
-            return None  # a component not in this build (yet)
-        raise
-    return cast(Callable[..., Any], getattr(module, attribute))
-
-
 # First delay before a failed background task is restarted (doubles, max 60 s).
 RESTART_BACKOFF = 1.0
 
 
-async def _supervise(ctx: ServerContext, task: BackgroundTask, name: str) -> None:
+async def supervise(name: str, task: Task) -> None:
+    """Run `task` until it returns; after an exception, log it and run it
+    again with backoff (doubling up to 60 s)."""
     backoff = RESTART_BACKOFF
     while True:
         try:
-            await task(ctx)
+            await task()
             return
         except asyncio.CancelledError:
             raise
@@ -256,38 +209,23 @@ async def _supervise(ctx: ServerContext, task: BackgroundTask, name: str) -> Non
             backoff = min(backoff * 2, 60.0)
 
 
-def build_app(ctx: ServerContext, *, background: bool = True) -> web.Application:
-    """The aiohttp application: every route provider, and (unless
-    `background` is False) every background task tied to its life."""
-    limit = max(ctx.config.max_body_bytes, ctx.config.extender_max_body_bytes)
-    app = web.Application(client_max_size=limit)
-    app[CONTEXT] = ctx
-    for entry in ROUTE_PROVIDERS:
-        provider = _resolve(entry)
-        if provider is not None:
-            provider(app, ctx)
-    if background:
-        tasks = [(str(entry), _resolve(entry)) for entry in BACKGROUND_TASKS]
+def run_while_serving(app: web.Application, tasks: Mapping[str, Task]) -> None:
+    """Start every task (supervised, by name) when `app` starts; cancel
+    them when it stops."""
+    async def running(_: web.Application) -> AsyncIterator[None]:
+        started = [asyncio.create_task(supervise(name, task), name=name)
+                   for name, task in tasks.items()]
+        yield
+        for item in started:
+            item.cancel()
+        await asyncio.gather(*started, return_exceptions=True)
 
-        async def run_background(app: web.Application) -> AsyncIterator[None]:
-            running = [
-                asyncio.create_task(_supervise(ctx, task, name), name=name)
-                for name, task in tasks if task is not None
-            ]
-            yield
-            for item in running:
-                item.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
-
-        app.cleanup_ctx.append(run_background)
-    return app
+    app.cleanup_ctx.append(running)
 
 
 # -- process ------------------------------------------------------------------------------------
 def serving_names(config: ServeConfig) -> tuple[list[str], list[str]]:
     """DNS names and IPs the serving certificate must cover."""
-    import ipaddress
-
     service, namespace = config.service_name, config.namespace
     dns = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local",
            f"{service}.{namespace}", service, "localhost"]
@@ -302,10 +240,7 @@ def serving_names(config: ServeConfig) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(dns)), list(dict.fromkeys(ips))
 
 
-async def _api_client(config: ServeConfig) -> Any:
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio import config as kube_config
-
+async def api_client(config: ServeConfig) -> Any:
     configuration = client.Configuration()
     if config.kubeconfig is not None:
         await kube_config.load_kube_config(config_file=str(config.kubeconfig),
@@ -320,8 +255,6 @@ async def _api_client(config: ServeConfig) -> Any:
 
 
 async def learn_usernames(ctx: ServerContext) -> None:
-    from arbiter.kubeapi import ApiError, self_usernames
-
     ctx.own_usernames.update(ctx.config.usernames)
     if ctx.api is None:
         return
@@ -334,38 +267,3 @@ async def learn_usernames(ctx: ServerContext) -> None:
         ctx.own_usernames.add(
             f"system:serviceaccount:{ctx.config.namespace}:{ctx.config.service_name}")
     log.info("own identity", extra={"usernames": sorted(ctx.own_usernames)})
-
-
-async def serve(config: ServeConfig, *, api: Any | None = None,
-                install_signals: bool = True) -> None:
-    """Run the server until SIGTERM/SIGINT (or ctx.stopping), then stop gracefully."""
-    store = ClusterStore(excluded_namespaces=frozenset(excluded_namespaces(config)))
-    owns_api = api is None
-    if api is None:
-        api = await _api_client(config)
-    dns, ips = serving_names(config)
-    secret = (config.namespace, config.cert_secret) if config.cert_secret else None
-    certs = CertManager(config.cert_dir, dns, ips, api=api, secret=secret)
-    ctx = ServerContext(config=config, store=store, api=api, certs=certs)
-    try:
-        await learn_usernames(ctx)
-        tls = await certs.prepare()
-        if certs.external:
-            log.info("using certificates provided from outside",
-                     extra={"dir": str(config.cert_dir)})
-        if install_signals:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, ctx.stopping.set)
-        runner = web.AppRunner(build_app(ctx), access_log=None, shutdown_timeout=20.0)
-        await runner.setup()
-        site = web.TCPSite(runner, config.host, config.port, ssl_context=tls.context,
-                           backlog=1024)
-        await site.start()
-        log.info("serving", extra={"host": config.host, "port": config.port})
-        await ctx.stopping.wait()
-        log.info("shutting down")
-        await runner.cleanup()
-    finally:
-        if owns_api:
-            await api.close()

@@ -174,10 +174,10 @@ def _pod_list(namespace: str, count: int, prefix: str) -> dict[str, Any]:
 
 
 def _api(sandbox: Any) -> tuple[str, int, Any]:
-    from arbiter.sandbox.cluster import _verified_context
+    from arbiter.sandbox.probe import verified_context
 
     keys = sandbox.pki
-    context = _verified_context(keys.ca_cert, keys.client_cert("admin"), keys.client_key("admin"))
+    context = verified_context(keys.ca_cert, keys.client_cert("admin"), keys.client_key("admin"))
     host, _, port = sandbox.apiserver_url.removeprefix("https://").rpartition(":")
     return host, int(port), context
 
@@ -222,9 +222,9 @@ def _bound_times(sandbox: Any, namespace: str, count: int, version: str,
 
 
 def _filter_calls(sandbox: Any) -> float:
-    from arbiter.sandbox.cluster import _verified_context, http_get
+    from arbiter.sandbox.probe import http_get, verified_context
 
-    context = _verified_context(sandbox.arbiter_cert_dir / "ca.crt")
+    context = verified_context(sandbox.arbiter_cert_dir / "ca.crt")
     status, body = http_get(sandbox.arbiter_url() + "/metrics", context)
     if status != 200:
         raise SystemExit(f"arbiter's /metrics answered {status}")

@@ -40,8 +40,9 @@ WARMUP = 300
 def _serve(port_out: mp.connection.Connection, log_path: str) -> None:
     from aiohttp import web
 
+    from arbiter.app import build_app
     from arbiter.config import ServeConfig
-    from arbiter.server import ServerContext, build_app
+    from arbiter.server import ServerContext
     from tests.hostile import world
 
     logging.basicConfig(filename=log_path, level=logging.INFO,

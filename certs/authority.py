@@ -1,4 +1,7 @@
-"""A small self-signed CA and a serving certificate signed by it.
+"""arbiter's one PKI: a small self-signed CA and certificates signed by it.
+
+`ensure_serving_certificate` keeps the webhook's serving certificate; the
+sandbox issues its control plane's certificates with `new_ca` and `issue`.
 
 Files in the certificate directory: `ca.crt`, `ca.key`, `tls.crt`, `tls.key`
 (the names cert-manager and kubernetes.io/tls Secrets use). When the CA key
@@ -11,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +25,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_VALIDITY = dt.timedelta(days=3650)
 SERVING_VALIDITY = dt.timedelta(days=365)
+# A certificate and its private key.
+Issued = tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
 # Renew when less than this fraction of the serving certificate's life is left.
 RENEW_FRACTION = 1 / 3
 
@@ -46,16 +52,25 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write atomically with 0600 permissions, so a reader never sees half a key."""
+def _write(path: Path, data: bytes, mode: int) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     os.replace(tmp, path)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def write_private(path: Path, data: bytes) -> None:
+    """Write atomically with 0600 permissions, so a reader never sees half a key."""
+    _write(path, data, 0o600)
+
+
+def write_public(path: Path, data: bytes) -> None:
+    """Write a certificate (or public key) atomically, readable by all (0644)."""
+    _write(path, data, 0o644)
+
+
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -63,58 +78,81 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _new_ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+def cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True, key_cert_sign=ca, crl_sign=ca,
+        content_commitment=False, key_encipherment=False, data_encipherment=False,
+        key_agreement=False, encipher_only=False, decipher_only=False,
+    )
+
+
+def _builder(subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey,
+             validity: dt.timedelta) -> x509.CertificateBuilder:
     now = _now()
-    cert = (
+    return (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
+        # Backdated a little so a clock a few seconds off never sees "not yet valid".
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + CA_VALIDITY)
+        .not_valid_after(now + validity)
+    )
+
+
+def new_ca(common_name: str, *, validity: dt.timedelta = CA_VALIDITY) -> Issued:
+    """A self-signed CA that signs leaf certificates only (EC P-256 keys
+    throughout: microseconds to generate, accepted by every component)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        _builder(name, name, key, validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return cert, key
 
 
-def _new_serving(
+def issue(
     ca_cert: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
-    dns_names: list[str],
-    ip_addresses: list[str],
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    common_name: str,
+    *,
+    organizations: Sequence[str] = (),
+    dns_names: Sequence[str] = (),
+    ip_addresses: Sequence[str] = (),
+    server: bool = False,
+    client: bool = False,
+    validity: dt.timedelta = SERVING_VALIDITY,
+) -> Issued:
+    """A leaf certificate signed by the CA, for serving and/or client
+    authentication; the O attributes become Kubernetes groups."""
     key = ec.generate_private_key(ec.SECP256R1())
-    common_name = dns_names[0] if dns_names else (ip_addresses[0] if ip_addresses else "arbiter")
-    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
-    now = _now()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + SERVING_VALIDITY)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+    usages += [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+    builder = (
+        _builder(x509.Name(attributes), ca_cert.subject, key, validity)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(_key_usage(ca=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
     )
-    return cert, key
+    if dns_names or ip_addresses:
+        sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
 
 
 def needs_renewal(cert_file: Path, now: dt.datetime | None = None) -> bool:
@@ -168,9 +206,9 @@ def ensure_serving_certificate(
             raise ValueError(f"{paths.ca_key_file}: expected an EC private key")
         ca_key = loaded
     else:
-        ca_cert, ca_key = _new_ca("kube-arbiter-ca")
-        write_private(paths.ca_key_file, _key_pem(ca_key))
-        write_private(paths.ca_file, ca_cert.public_bytes(serialization.Encoding.PEM))
+        ca_cert, ca_key = new_ca("kube-arbiter-ca")
+        write_private(paths.ca_key_file, key_pem(ca_key))
+        write_private(paths.ca_file, cert_pem(ca_cert))
     fresh = (
         paths.cert_file.exists()
         and paths.key_file.exists()
@@ -178,9 +216,12 @@ def ensure_serving_certificate(
         and _sans_cover(paths.cert_file, dns_names, ip_addresses)
     )
     if not fresh:
-        cert, key = _new_serving(ca_cert, ca_key, dns_names, ip_addresses)
+        common_name = dns_names[0] if dns_names else (
+            ip_addresses[0] if ip_addresses else "arbiter")
+        cert, key = issue(ca_cert, ca_key, common_name, dns_names=dns_names,
+                          ip_addresses=ip_addresses, server=True)
         # Key first, then certificate: a reloader keyed on the cert file's
         # change then always finds a matching key.
-        write_private(paths.key_file, _key_pem(key))
-        write_private(paths.cert_file, cert.public_bytes(serialization.Encoding.PEM))
+        write_private(paths.key_file, key_pem(key))
+        write_private(paths.cert_file, cert_pem(cert))
     return paths

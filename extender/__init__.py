@@ -9,6 +9,6 @@ API server.
 - `state`: running sums over the cache (node/queue usage, gangs) and the
   pods approved but not yet bound (`assumed`);
 - `filter`, `prioritize`, `preempt`: one pure decision per verb;
-- `routes`: the aiohttp adapter and metrics; `extender.routes.add_routes`
-  is the server's route provider.
+- `routes`: the aiohttp adapter and metrics; `extender.routes.extender_app`
+  is the sub-application `arbiter.app` mounts at `/scheduler`.
 """

@@ -13,16 +13,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from aiohttp import web
-from prometheus_client import Counter
 
 from arbiter import metrics
-from arbiter.cache.store import ClusterStore
-from arbiter.config import ServeConfig
-from arbiter.httpbody import read_limited
+from arbiter.httpserve import CachedCounter, one_line, read_limited
 from extender.filter import filter_nodes
 from extender.preempt import preempt
 from extender.prioritize import prioritize_nodes
@@ -32,21 +29,13 @@ from extender.wire import BadRequest, parse_extender_args, parse_preemption_args
 log = logging.getLogger(__name__)
 
 PREFIX = "/scheduler"
-STATE_KEY = web.AppKey("arbiter_extender_state", ExtenderState)
+
+# Characters of a 400/500 reason (kube-scheduler logs it whole).
+REASON_LIMIT = 500
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 # (state, decoded JSON body) -> (answer to serialise, result label for the metric)
 Decide = Callable[[ExtenderState, Any], tuple[Any, str]]
-
-
-class ExtenderContext(Protocol):
-    """What the server hands route providers (arbiter.server.ServerContext)."""
-
-    @property
-    def config(self) -> ServeConfig: ...
-
-    @property
-    def store(self) -> ClusterStore: ...
 
 
 def _filter(state: ExtenderState, body: Any) -> tuple[Any, str]:
@@ -66,27 +55,7 @@ def _preempt(state: ExtenderState, body: Any) -> tuple[Any, str]:
 VERBS: dict[str, Decide] = {"filter": _filter, "prioritize": _prioritize, "preempt": _preempt}
 
 
-class _Counters:
-    """Label children cached per (verb, result): labels() is slow."""
-
-    def __init__(self) -> None:
-        self._children: dict[tuple[str, str], Counter] = {}
-
-    def inc(self, verb: str, result: str) -> None:
-        child = self._children.get((verb, result))
-        if child is None:
-            child = self._children[verb, result] = metrics.extender_requests_total.labels(
-                verb, result
-            )
-        child.inc()
-
-
-_COUNTERS = _Counters()
-
-
-def one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= 500 else line[:497] + "..."
+_COUNTERS = CachedCounter(metrics.extender_requests_total)  # verb, result
 
 
 def decode(body: bytes) -> Any:
@@ -120,7 +89,7 @@ class Reply:
 
 def _bad_request(error: BadRequest, verb: str) -> Reply:
     log.info("extender bad request", extra={"verb": verb, "reason": str(error)})
-    return Reply(400, (one_line(str(error)) + "\n").encode(), "bad_request")
+    return Reply(400, (one_line(str(error), REASON_LIMIT) + "\n").encode(), "bad_request")
 
 
 NOT_READY = Reply(503, b"arbiter's cache has not synced yet; try again shortly\n", "not_ready")
@@ -144,7 +113,8 @@ def respond(verb: str, state: ExtenderState, body: bytes) -> Reply:
     except Exception as error:
         # A bug, not the caller's fault: say so (kube-scheduler retries the pod).
         log.exception("extender call failed", extra={"verb": verb})
-        return Reply(500, (one_line(f"internal error: {error!r}") + "\n").encode(), "error")
+        reason = one_line(f"internal error: {error!r}", REASON_LIMIT)
+        return Reply(500, (reason + "\n").encode(), "error")
 
 
 def make_handler(verb: str, state: ExtenderState, max_body: int) -> Handler:
@@ -163,26 +133,15 @@ def make_handler(verb: str, state: ExtenderState, max_body: int) -> Handler:
     return handle
 
 
-def build_state(store: ClusterStore, config: ServeConfig) -> ExtenderState:
-    return ExtenderState(
-        store,
-        assume_ttl=config.extender_assume_ttl,
-        overcommit=config.overcommit,
-        locality_weight=config.extender_locality_weight,
-        binpack_weight=config.extender_binpack_weight,
-    )
-
-
-def add_routes(app: web.Application, ctx: ExtenderContext) -> None:
-    """Route provider for arbiter.server: the three verbs under /scheduler."""
-    state = build_state(ctx.store, ctx.config)
-    app[STATE_KEY] = state
+def extender_app(state: ExtenderState, *, max_body: int) -> web.Application:
+    """The sub-application mounted at `PREFIX`: the three verbs. The state
+    (and its assumed placements) closes with it."""
+    app = web.Application(client_max_size=max_body)
     for verb in VERBS:
-        app.router.add_post(
-            f"{PREFIX}/{verb}", make_handler(verb, state, ctx.config.extender_max_body_bytes)
-        )
+        app.router.add_post(f"/{verb}", make_handler(verb, state, max_body))
 
     async def close(_: web.Application) -> None:
         state.close()
 
     app.on_cleanup.append(close)
+    return app

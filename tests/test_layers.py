@@ -46,12 +46,6 @@ TESTING = "arbiter.testing"
 # empties this after merging them; `test_known_violations_still_exist` fails
 # as soon as one is fixed, naming the entry to delete. Never add to it.
 KNOWN_VIOLATIONS_FIXED_ELSEWHERE: frozenset[str] = frozenset({
-    # branch `wire`: the composition root hands components their settings
-    # and context by keyword, so nothing below it imports the server/config.
-    "arbiter.loop.runtime imports arbiter.config",
-    "arbiter.loop.runtime imports arbiter.server",
-    "arbiter.jobflow.controller imports arbiter.server",
-    "extender.routes imports arbiter.config",
     # branch `loop`: the reclaimer gets the in-flight bookkeeping object, not
     # the controller (reclaim.py annotates `AdmissionController` today).
     "cycle: arbiter.loop.controller, arbiter.loop.reclaim",

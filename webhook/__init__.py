@@ -3,9 +3,10 @@
 One module per reviewed kind (`pods`, `jobs`, `queues`, `queueunits`), each
 with pure `mutate`/`validate` functions of a parsed `AdmissionRequest` and
 an `AdmissionEnv` (the in-memory cache and arbiter's identity). `review`
-holds the wire types, `patch` the JSON Patch helpers, `endpoints` the path
-table, `http` the thin aiohttp adapter and `configuration` the webhook
-configurations arbiter installs. No Kubernetes API call in a request path.
+holds the wire types, `patch` the JSON Patch helpers, `endpoints` the table
+of paths and the hooks that reach them, `http` the thin aiohttp adapter (a
+sub-application) and `configuration` the webhook configurations derived
+from the table. No Kubernetes API call in a request path.
 """
 
 from webhook.endpoints import BY_PATH, ENDPOINTS, Endpoint

@@ -1,6 +1,7 @@
 """The Mutating/ValidatingWebhookConfigurations arbiter owns.
 
-`desired_configurations` is the single definition of rules, selectors and
+`desired_configurations` derives them from the endpoint table the server
+serves (`webhook.endpoints`), with the one definition of selectors and
 failure policy; manifests/webhooks.yaml is the same content pointing at the
 Service (a test keeps the two equal). With `--webhook-url` the server
 installs them itself (`install`) and keeps their caBundle current after a
@@ -14,8 +15,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from arbiter.api import ADMISSION_GATE, MANAGED_LABEL, QUEUE_LABEL
+from arbiter.api import MANAGED_LABEL
 from arbiter.kubeapi import ApiError, request_json
+from webhook.endpoints import ENDPOINTS, Endpoint, Hook
 
 log = logging.getLogger(__name__)
 
@@ -24,17 +26,6 @@ MUTATING_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurat
 VALIDATING_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 TIMEOUT_SECONDS = 3
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-
-# UPDATE of a pod reaches arbiter only while the pod holds arbiter's gate.
-HELD_POD_CONDITION = (
-    "has(oldObject.spec.schedulingGates) && "
-    f"oldObject.spec.schedulingGates.exists(g, g.name == '{ADMISSION_GATE}')"
-)
-# UPDATE of a Job reaches arbiter only when arbiter manages it (queue label).
-MANAGED_JOB_CONDITION = (
-    "request.operation == 'CREATE' || (has(oldObject.metadata.labels) && "
-    f"'{QUEUE_LABEL}' in oldObject.metadata.labels)"
-)
 
 Json = dict[str, Any]
 
@@ -63,9 +54,27 @@ def _client_config(path: str, url: str | None, service: tuple[str, str] | None,
     return config
 
 
-def _rule(group: str, version: str, resource: str, operations: list[str], scope: str) -> Json:
-    return {"apiGroups": [group], "apiVersions": [version], "resources": [resource],
-            "operations": operations, "scope": scope}
+def _webhook(endpoint: Endpoint, hook: Hook, client_config: Json, selector: Json) -> Json:
+    entry: Json = {
+        "name": hook.name,
+        "clientConfig": client_config,
+        "rules": [{"apiGroups": [endpoint.group], "apiVersions": [endpoint.version],
+                   "resources": [endpoint.resource], "operations": list(hook.operations),
+                   "scope": "Namespaced" if endpoint.namespaced else "Cluster"}],
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "admissionReviewVersions": ["v1"],
+    }
+    if endpoint.namespaced:
+        entry["namespaceSelector"] = selector
+    if hook.condition is not None:
+        name, expression = hook.condition
+        entry["matchConditions"] = [{"name": name, "expression": expression}]
+    if endpoint.mutating:
+        entry["reinvocationPolicy"] = "Never"
+    return entry
 
 
 def desired_configurations(
@@ -76,71 +85,22 @@ def desired_configurations(
     excluded_namespaces: Iterable[str],
     name: str = CONFIGURATION_NAME,
 ) -> tuple[Json, Json]:
-    """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration)."""
+    """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration): one
+    webhook per hook of each endpoint the server serves, in table order."""
     selector = namespace_selector(excluded_namespaces)
-
-    def hook(hook_name: str, path: str, rule: Json, *, namespaced: bool = True,
-             conditions: list[Json] | None = None, mutating: bool = False) -> Json:
-        entry: Json = {
-            "name": hook_name,
-            "clientConfig": _client_config(path, url, service, ca_bundle),
-            "rules": [rule],
-            "failurePolicy": "Fail",
-            "matchPolicy": "Equivalent",
-            "sideEffects": "None",
-            "timeoutSeconds": TIMEOUT_SECONDS,
-            "admissionReviewVersions": ["v1"],
-        }
-        if namespaced:
-            entry["namespaceSelector"] = selector
-        if conditions:
-            entry["matchConditions"] = conditions
-        if mutating:
-            entry["reinvocationPolicy"] = "Never"
-        return entry
-
     labels = {"app.kubernetes.io/name": "kube-arbiter",
               "app.kubernetes.io/managed-by": "kube-arbiter"}
-    mutating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name, "labels": labels},
-        "webhooks": [
-            hook("pods.mutate.arbiter.dev", "/webhook/mutate/pods",
-                 _rule("", "v1", "pods", ["CREATE"], "Namespaced"), mutating=True),
-            hook("jobs.mutate.arbiter.dev", "/webhook/mutate/jobs",
-                 _rule("batch", "v1", "jobs", ["CREATE"], "Namespaced"), mutating=True),
-            hook("queueunits.mutate.arbiter.dev", "/webhook/mutate/queueunits",
-                 _rule("arbiter.dev", "v1alpha1", "queueunits", ["CREATE", "UPDATE"],
-                       "Namespaced"), mutating=True),
-        ],
-    }
-    validating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name, "labels": labels},
-        "webhooks": [
-            hook("pods.validate.arbiter.dev", "/webhook/validate/pods",
-                 _rule("", "v1", "pods", ["CREATE"], "Namespaced")),
-            hook("pod-gates.validate.arbiter.dev", "/webhook/validate/pods",
-                 _rule("", "v1", "pods", ["UPDATE"], "Namespaced"),
-                 conditions=[{"name": "held-by-arbiter", "expression": HELD_POD_CONDITION}]),
-            hook("jobs.validate.arbiter.dev", "/webhook/validate/jobs",
-                 _rule("batch", "v1", "jobs", ["CREATE", "UPDATE"], "Namespaced"),
-                 conditions=[{"name": "managed-by-arbiter",
-                              "expression": MANAGED_JOB_CONDITION}]),
-            hook("queues.validate.arbiter.dev", "/webhook/validate/queues",
-                 _rule("arbiter.dev", "v1alpha1", "queues", ["CREATE", "UPDATE", "DELETE"],
-                       "Cluster"), namespaced=False),
-            hook("queueunits.validate.arbiter.dev", "/webhook/validate/queueunits",
-                 _rule("arbiter.dev", "v1alpha1", "queueunits", ["CREATE", "UPDATE"],
-                       "Namespaced")),
-            hook("jobflows.validate.arbiter.dev", "/webhook/validate/jobflows",
-                 _rule("arbiter.dev", "v1alpha1", "jobflows", ["CREATE", "UPDATE"],
-                       "Namespaced")),
-        ],
-    }
-    return mutating, validating
+
+    def configuration(kind: str, mutating: bool) -> Json:
+        webhooks = [_webhook(endpoint, hook,
+                             _client_config(endpoint.path, url, service, ca_bundle), selector)
+                    for endpoint in ENDPOINTS if endpoint.mutating == mutating
+                    for hook in endpoint.hooks]
+        return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                "metadata": {"name": name, "labels": labels}, "webhooks": webhooks}
+
+    return (configuration("MutatingWebhookConfiguration", True),
+            configuration("ValidatingWebhookConfiguration", False))
 
 
 async def _apply(api: Any, collection: str, desired: Json) -> None:

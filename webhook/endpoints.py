@@ -1,14 +1,45 @@
-"""The table of webhook endpoints: path, reviewed kind, decision."""
+"""The table of webhook endpoints: path, reviewed kind, decision, and the
+configuration entries that send reviews there.
+
+The server serves exactly these paths (`webhook.http`) and the webhook
+configurations are derived from the same rows (`webhook.configuration`),
+so a path is written once.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
 from webhook import jobflows, jobs, pods, queues, queueunits
 from webhook.review import AdmissionEnv, AdmissionRequest, Decision
 
 Decide = Callable[[AdmissionRequest, AdmissionEnv], Decision]
+
+# Every endpoint's path starts with this (the webhook sub-application's mount point).
+PREFIX = "/webhook"
+
+# UPDATE of a pod reaches arbiter only while the pod holds arbiter's gate.
+HELD_POD_CONDITION = (
+    "has(oldObject.spec.schedulingGates) && "
+    f"oldObject.spec.schedulingGates.exists(g, g.name == '{ADMISSION_GATE}')"
+)
+# UPDATE of a Job reaches arbiter only when arbiter manages it (queue label).
+MANAGED_JOB_CONDITION = (
+    "request.operation == 'CREATE' || (has(oldObject.metadata.labels) && "
+    f"'{QUEUE_LABEL}' in oldObject.metadata.labels)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    """One entry of a webhook configuration that sends reviews to an endpoint."""
+
+    name: str  # "pods.mutate.arbiter.dev"
+    operations: tuple[str, ...]
+    # (name, CEL expression) of a matchCondition, if the hook has one.
+    condition: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,21 +51,48 @@ class Endpoint:
     kind: str
     mutating: bool
     decide: Decide
+    # What the configuration's rules match: resource (plural), API version, scope.
+    resource: str
+    version: str
+    namespaced: bool
+    hooks: tuple[Hook, ...]
+
+    @property
+    def route(self) -> str:
+        """The path below `PREFIX`, as the webhook sub-application routes it."""
+        return self.path.removeprefix(PREFIX)
 
 
-def _endpoint(mode: str, plural: str, group: str, kind: str, decide: Decide) -> Endpoint:
-    return Endpoint(name=f"{mode}-{plural}", path=f"/webhook/{mode}/{plural}", group=group,
-                    kind=kind, mutating=mode == "mutate", decide=decide)
+def _endpoint(mode: str, plural: str, group: str, kind: str, decide: Decide, *,
+              version: str, operations: tuple[str, ...], namespaced: bool = True,
+              condition: tuple[str, str] | None = None, also: tuple[Hook, ...] = ()) -> Endpoint:
+    """An endpoint with its hook `<plural>.<mode>.arbiter.dev`, plus `also`."""
+    hooks = (Hook(f"{plural}.{mode}.arbiter.dev", operations, condition), *also)
+    return Endpoint(name=f"{mode}-{plural}", path=f"{PREFIX}/{mode}/{plural}", group=group,
+                    kind=kind, mutating=mode == "mutate", decide=decide, resource=plural,
+                    version=version, namespaced=namespaced, hooks=hooks)
 
 
+CREATE, UPDATE, DELETE = "CREATE", "UPDATE", "DELETE"
 ENDPOINTS: tuple[Endpoint, ...] = (
-    _endpoint("mutate", "pods", pods.GROUP, pods.KIND, pods.mutate),
-    _endpoint("validate", "pods", pods.GROUP, pods.KIND, pods.validate),
-    _endpoint("mutate", "jobs", jobs.GROUP, jobs.KIND, jobs.mutate),
-    _endpoint("validate", "jobs", jobs.GROUP, jobs.KIND, jobs.validate),
-    _endpoint("validate", "queues", queues.GROUP, queues.KIND, queues.validate),
-    _endpoint("mutate", "queueunits", queueunits.GROUP, queueunits.KIND, queueunits.mutate),
-    _endpoint("validate", "queueunits", queueunits.GROUP, queueunits.KIND, queueunits.validate),
-    _endpoint("validate", "jobflows", jobflows.GROUP, jobflows.KIND, jobflows.validate),
+    _endpoint("mutate", "pods", pods.GROUP, pods.KIND, pods.mutate,
+              version="v1", operations=(CREATE,)),
+    _endpoint("validate", "pods", pods.GROUP, pods.KIND, pods.validate,
+              version="v1", operations=(CREATE,),
+              also=(Hook("pod-gates.validate.arbiter.dev", (UPDATE,),
+                         ("held-by-arbiter", HELD_POD_CONDITION)),)),
+    _endpoint("mutate", "jobs", jobs.GROUP, jobs.KIND, jobs.mutate,
+              version="v1", operations=(CREATE,)),
+    _endpoint("validate", "jobs", jobs.GROUP, jobs.KIND, jobs.validate,
+              version="v1", operations=(CREATE, UPDATE),
+              condition=("managed-by-arbiter", MANAGED_JOB_CONDITION)),
+    _endpoint("validate", "queues", queues.GROUP, queues.KIND, queues.validate,
+              version="v1alpha1", operations=(CREATE, UPDATE, DELETE), namespaced=False),
+    _endpoint("mutate", "queueunits", queueunits.GROUP, queueunits.KIND, queueunits.mutate,
+              version="v1alpha1", operations=(CREATE, UPDATE)),
+    _endpoint("validate", "queueunits", queueunits.GROUP, queueunits.KIND,
+              queueunits.validate, version="v1alpha1", operations=(CREATE, UPDATE)),
+    _endpoint("validate", "jobflows", jobflows.GROUP, jobflows.KIND, jobflows.validate,
+              version="v1alpha1", operations=(CREATE, UPDATE)),
 )
 BY_PATH: dict[str, Endpoint] = {endpoint.path: endpoint for endpoint in ENDPOINTS}

@@ -12,34 +12,19 @@ import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import Counter
 
 from arbiter import metrics
-from arbiter.httpbody import read_limited
+from arbiter.httpserve import CachedCounter, one_line, read_limited
 from webhook.endpoints import ENDPOINTS, Endpoint
-from webhook.review import AdmissionEnv, MalformedReview, one_line, parse_review, render
+from webhook.endpoints import PREFIX as PREFIX  # where the app mounts webhook_app
+from webhook.review import AdmissionEnv, MalformedReview, parse_review, render
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
-class _Counters:
-    """Label children cached per (webhook, operation, allowed): labels() is slow."""
-
-    def __init__(self) -> None:
-        self._children: dict[tuple[str, str, str], Counter] = {}
-
-    def inc(self, webhook: str, operation: str, allowed: str) -> None:
-        key = (webhook, operation, allowed)
-        child = self._children.get(key)
-        if child is None:
-            child = metrics.webhook_requests_total.labels(webhook, operation, allowed)
-            self._children[key] = child
-        child.inc()
-
-
-_COUNTERS = _Counters()
+_COUNTERS = CachedCounter(metrics.webhook_requests_total)  # webhook, operation, allowed
 
 
 def bad_request(reason: str) -> web.Response:
@@ -72,6 +57,10 @@ def make_handler(endpoint: Endpoint, env: AdmissionEnv, max_body: int) -> Handle
     return handle
 
 
-def add_routes(app: web.Application, env: AdmissionEnv, max_body: int) -> None:
+def webhook_app(*, env: AdmissionEnv, max_body: int) -> web.Application:
+    """The sub-application mounted at `PREFIX`: one POST route per endpoint."""
+    app = web.Application(client_max_size=max_body)
     for endpoint in ENDPOINTS:
-        app.router.add_post(endpoint.path, make_handler(endpoint, env, max_body))
+        app.router.add_post(endpoint.route, make_handler(endpoint, env, max_body))
+    return app
+

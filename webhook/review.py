@@ -18,6 +18,7 @@ import orjson
 
 from arbiter.cache.store import ClusterStore
 from arbiter.core.jsonvalues import brief
+from arbiter.httpserve import one_line
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
@@ -139,11 +140,6 @@ def allow(patch: list[PatchOp] | None = None, warnings: list[str] | None = None)
 def deny(message: str, code: int = 403, warnings: list[str] | None = None) -> Decision:
     return Decision(allowed=False, message=one_line(message), code=code,
                     warnings=tuple(warnings or ()))
-
-
-def one_line(text: str, limit: int = 1000) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 # -- envelope ----------------------------------------------------------------

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from arbiter import metrics
 from arbiter.api import FLOW_ANNOTATION, QUEUE_LABEL
@@ -48,9 +48,6 @@ from arbiter.kubeapi import (
     jobflow_path,
     request_json,
 )
-
-if TYPE_CHECKING:
-    from arbiter.server import ServerContext
 
 log = logging.getLogger(__name__)
 
@@ -414,15 +411,15 @@ class JobFlowController:
             self._store.listeners.remove(self._on_change)
 
 
-async def run_leader(ctx: ServerContext) -> None:
-    """Leader-only work (registered in `arbiter.loop.runtime.LEADER_TASKS`):
-    a fresh controller for each leadership term, restarted after a crash."""
-    if ctx.api is None:
+async def run_leader(*, api: Any | None, store: ClusterStore) -> None:
+    """Leader-only work (one of `arbiter.app.leader_tasks`): a fresh
+    controller for each leadership term, restarted after a crash."""
+    if api is None:
         return
-    api = KubeFlowApi(ctx.api)
+    flow_api = KubeFlowApi(api)
     backoff = 1.0
     while True:
-        controller = JobFlowController(ctx.store, api)
+        controller = JobFlowController(store, flow_api)
         try:
             await controller.run()
         except asyncio.CancelledError:

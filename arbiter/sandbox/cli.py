@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.sandbox import build
-from arbiter.sandbox.cluster import DEFAULT_DIR, NodeShape, Sandbox, SandboxError, all_healthy
+from arbiter.sandbox.cluster import DEFAULT_DIR, NodeShape, Sandbox, SandboxError
+from arbiter.sandbox.probe import all_healthy
 
 
 def add_parser(subparsers: Any) -> None:

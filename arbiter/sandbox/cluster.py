@@ -1,41 +1,14 @@
-"""A real local Kubernetes control plane for tests, demos and trying arbiter out.
-
-`Sandbox(directory).up(...)` starts, each as a detached background process
-logging to `DIR/logs/<component>.log`:
-
-- etcd (plain HTTP on loopback, data in `DIR/etcd`),
-- kube-apiserver (RBAC + Node authorization, service accounts, admission
-  webhooks on; serving on a free port of 127.0.0.1),
-- kube-controller-manager (job, garbage collector, namespace, service
-  account and service-account token controllers; no node lifecycle, so fake
-  nodes never get evicted),
-- kube-scheduler (with arbiter as its extender unless `arbiter=False`;
-  see `config.scheduler_config`),
-- kwok, faking N nodes and their pods' lifecycles,
-- the arbiter server from this checkout (`python -m arbiter serve`).
-
-Then it installs `manifests/crds/*.yaml`, creates the fake nodes and waits
-until everything is healthy and every node is Ready. `DIR/state.json`
-records pids and ports so another process (`arbiter sandbox down`) can stop
-exactly what was started.
-
-Pod lifecycles under kwok: a pod bound to a fake node turns Running/Ready at
-once. A pod owned by a Job then completes (phase Succeeded) after the
-duration in its annotation `pod-complete.stage.kwok.x-k8s.io/delay` (Go
-duration: "2s", "5m"; 1 s without the annotation), so a test keeps a Job's
-pods running as long as it needs by setting that annotation in the Job's pod
-template. Pods not owned by a Job run until deleted; a deleted pod is
-removed at once.
+"""The sandbox's control plane: `Sandbox`, which starts, probes, uses and
+stops it (what runs and how: the `arbiter.sandbox` package docstring).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
-import http.client
 import json
 import os
-import shlex
 import shutil
 import signal
 import ssl
@@ -49,37 +22,27 @@ from typing import Any
 
 import yaml
 
-from arbiter.sandbox import build, config, pki, process
+from arbiter.sandbox import build, components, config, pki, process
+from arbiter.sandbox.components import CONTROL_PLANE, repo_root
+from arbiter.sandbox.probe import (
+    ComponentStatus,
+    all_healthy,
+    http_get,
+    probe_process,
+    tail,
+    unverified_context,
+    verified_context,
+)
 from arbiter.sandbox.process import ProcessRecord
 
 DEFAULT_DIR = Path(".sandbox")
 ARBITER_NAMESPACE = "arbiter-system"
 ARBITER_PRIMARY = "arbiter"
-ARBITER_COMMAND_ENV = "ARBITER_SANDBOX_ARBITER_COMMAND"
 STATE_VERSION = 1
-CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-KCM_CONTROLLERS = (
-    "job-controller",
-    "garbage-collector-controller",
-    "namespace-controller",
-    "serviceaccount-controller",
-    "serviceaccount-token-controller",
-    "root-ca-certificate-publisher-controller",
-    "ttl-after-finished-controller",
-)
-SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # Entries of DIR that the sandbox owns: `down` and a restart remove exactly
 # these (never the directory itself, which may be a user's directory).
-MANAGED_ENTRIES = (
-    "state.json",
-    "kubeconfig",
-    "bin",
-    "pki",
-    "kubeconfigs",
-    "etcd",
-    "scheduler.yaml",
-    "arbiter-certs",
-)
+MANAGED_ENTRIES = ("state.json", "kubeconfig", "bin", "pki", "kubeconfigs", "etcd",
+                   "scheduler.yaml", "arbiter-certs")
 
 
 class SandboxError(RuntimeError):
@@ -99,81 +62,6 @@ class NodeShape:
     cpu: str = "8"
     memory: str = "32Gi"
     gpu: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ComponentStatus:
-    name: str
-    pid: int
-    running: bool
-    healthy: bool
-    detail: str
-    log: str
-    ports: dict[str, int]
-    # False for a further arbiter replica stopped on purpose: it no longer
-    # counts for the sandbox's health. The primary always counts (the
-    # webhooks and the scheduler's extender point at it), and so does any
-    # process that died without being asked to.
-    required: bool = True
-
-
-def all_healthy(components: Sequence[ComponentStatus]) -> bool:
-    """The processes that count are all healthy (and at least one counts)."""
-    counted = [c for c in components if c.required]
-    return bool(counted) and all(c.healthy for c in counted)
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
-def arbiter_command() -> list[str]:
-    """How to run `arbiter`: this interpreter on this checkout, unless
-    ARBITER_SANDBOX_ARBITER_COMMAND says otherwise (e.g. to run it under
-    coverage: "python -m coverage run --parallel-mode -m arbiter")."""
-    configured = os.environ.get(ARBITER_COMMAND_ENV, "").strip()
-    return shlex.split(configured) if configured else [sys.executable, "-m", "arbiter"]
-
-
-def _verified_context(
-    ca_file: Path, cert: Path | None = None, key: Path | None = None
-) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(ca_file))
-    if cert is not None and key is not None:
-        context.load_cert_chain(str(cert), str(key))
-    return context
-
-
-def _unverified_context() -> ssl.SSLContext:
-    # kube-controller-manager and kube-scheduler serve /healthz with a
-    # self-signed certificate they make at start; on loopback, for a health
-    # probe, there is nothing to verify it against.
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-def http_get(
-    url: str, context: ssl.SSLContext | None = None, timeout: float = 5.0
-) -> tuple[int, bytes]:
-    """GET a loopback URL: (status, body); status 0 when nothing answered."""
-    scheme, rest = url.split("://", 1)
-    hostport, _, path = rest.partition("/")
-    host, _, port = hostport.rpartition(":")
-    connection: http.client.HTTPConnection
-    if scheme == "https":
-        connection = http.client.HTTPSConnection(host, int(port), timeout=timeout, context=context)
-    else:
-        connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
-    try:
-        connection.request("GET", "/" + path)
-        response = connection.getresponse()
-        return response.status, response.read()
-    except (OSError, http.client.HTTPException):
-        return 0, b""
-    finally:
-        connection.close()
 
 
 class Sandbox:
@@ -282,13 +170,8 @@ class Sandbox:
 
     # ---- bring-up --------------------------------------------------------
 
-    def up(
-        self,
-        nodes: NodeShape | None = None,
-        *,
-        arbiter: bool = True,
-        timeout: float = 180.0,
-    ) -> bool:
+    def up(self, nodes: NodeShape | None = None, *, arbiter: bool = True,
+           timeout: float = 180.0) -> bool:
         """Start everything; False (and nothing done) if it already runs healthy.
 
         A sandbox in DIR that is partly dead is stopped and started afresh.
@@ -327,12 +210,7 @@ class Sandbox:
             "toolchain": str(toolchain.root),
             "ports": ports,
             "arbiter_port": arbiter_port,
-            "nodes": {
-                "count": shape.count,
-                "cpu": shape.cpu,
-                "memory": shape.memory,
-                "gpu": shape.gpu,
-            },
+            "nodes": dataclasses.asdict(shape),
             "processes": {},
         }
         self._save_state()
@@ -372,144 +250,43 @@ class Sandbox:
     def _write_files(self, toolchain: build.Toolchain) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
-        keys = pki.create_pki(self.dir / "pki")
-        server = f"https://127.0.0.1:{self._state['ports']['kube-apiserver']}"
-        kubeconfigs = self.dir / "kubeconfigs"
-        kubeconfigs.mkdir(exist_ok=True)
-        for name, (user, _groups) in pki.CLIENTS.items():
-            document = config.kubeconfig(
-                server, keys.ca_cert, keys.client_cert(name), keys.client_key(name), user
-            )
-            target = self.kubeconfig if name == "admin" else kubeconfigs / f"{name}.conf"
-            target.write_text(yaml.safe_dump(document))
-            target.chmod(0o600)
-        bin_dir = self.dir / "bin"
-        bin_dir.mkdir(exist_ok=True)
-        # A wrapper, not a symlink: it defaults to this sandbox's kubeconfig
-        # even when KUBECONFIG points at a real cluster (--kubeconfig still wins).
-        wrapper = (
-            "#!/bin/sh\n"
-            f"KUBECONFIG='{self.kubeconfig}' exec '{toolchain.binary('kubectl')}' \"$@\"\n"
-        )
-        self.kubectl_path.write_text(wrapper)
-        self.kubectl_path.chmod(0o755)
+        components.write_client_files(
+            pki.create_pki(self.dir / "pki"), self.apiserver_url,
+            admin_kubeconfig=self.kubeconfig, kubeconfigs=self.dir / "kubeconfigs",
+            kubectl_path=self.kubectl_path, kubectl_binary=toolchain.binary("kubectl"))
 
-    def _spawn(
-        self,
-        name: str,
-        args: list[str],
-        *,
-        ports: dict[str, int],
-        health_url: str | None,
-        env: dict[str, str] | None = None,
-        cwd: Path | None = None,
-    ) -> ProcessRecord:
-        record = process.spawn(
-            name,
-            args,
-            self.logs_dir / f"{name}.log",
-            cwd=cwd or self.dir,
-            env=env,
-            ports=ports,
-            health_url=health_url,
-        )
+    def _spawn(self, name: str, args: list[str], *, ports: dict[str, int],
+               health_url: str | None, env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> ProcessRecord:
+        record = process.spawn(name, args, self.logs_dir / f"{name}.log", cwd=cwd or self.dir,
+                               env=env, ports=ports, health_url=health_url)
         self._record(record)
         return record
 
-    def _spawn_https(
-        self,
-        name: str,
-        args: list[str],
-        port: int,
-        health_path: str,
-        *,
-        env: dict[str, str] | None = None,
-        cwd: Path | None = None,
-    ) -> ProcessRecord:
+    def _spawn_https(self, name: str, args: list[str], port: int, health_path: str, *,
+                     env: dict[str, str] | None = None,
+                     cwd: Path | None = None) -> ProcessRecord:
         """`_spawn` for a component serving HTTPS on 127.0.0.1:`port`, healthy at `health_path`."""
-        return self._spawn(
-            name,
-            args,
-            ports={"https": port},
-            health_url=f"https://127.0.0.1:{port}{health_path}",
-            env=env,
-            cwd=cwd,
-        )
+        return self._spawn(name, args, ports={"https": port},
+                           health_url=f"https://127.0.0.1:{port}{health_path}", env=env, cwd=cwd)
 
     def _start_etcd(self, toolchain: build.Toolchain) -> None:
         client, peer = self._state["ports"]["etcd"], self._state["ports"]["etcd-peer"]
-        client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-        args = [
-            str(toolchain.binary("etcd")),
-            "--name=sandbox",
-            f"--data-dir={self.dir / 'etcd'}",
-            f"--listen-client-urls={client_url}",
-            f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=sandbox={peer_url}",
-            # A throwaway cluster: skipping fsync makes every write (and so
-            # every test) much faster; durability across crashes is not wanted.
-            "--unsafe-no-fsync=true",
-            "--quota-backend-bytes=4294967296",
-            "--log-level=warn",
-        ]
-        self._spawn(
-            "etcd", args, ports={"client": client, "peer": peer}, health_url=f"{client_url}/health"
-        )
+        args = components.etcd_args(toolchain.binary("etcd"), self.dir / "etcd", client, peer)
+        self._spawn("etcd", args, ports={"client": client, "peer": peer},
+                    health_url=f"http://127.0.0.1:{client}/health")
 
     def _start_apiserver(self, toolchain: build.Toolchain) -> None:
-        keys = self.pki
         port = self._state["ports"]["kube-apiserver"]
-        args = [
-            str(toolchain.binary("kube-apiserver")),
-            f"--etcd-servers=http://127.0.0.1:{self._state['ports']['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--tls-cert-file={keys.apiserver_cert}",
-            f"--tls-private-key-file={keys.apiserver_key}",
-            f"--client-ca-file={keys.ca_cert}",
-            "--authorization-mode=Node,RBAC",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-key-file={keys.sa_pub}",
-            f"--service-account-signing-key-file={keys.sa_key}",
-            f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
-            # The default reconciler publishes the advertise address as the
-            # `kubernetes` Service's endpoint, and loopback addresses are
-            # invalid there: it would log an error every 10 s. Nothing in the
-            # sandbox reaches the apiserver through that Service.
-            "--endpoint-reconciler-type=none",
-            # This plugin taints every new Node not-ready; only the node
-            # lifecycle controller (deliberately not run here) would lift it.
-            "--disable-admission-plugins=TaintNodesByCondition",
-            "--allow-privileged=true",
-            "--profiling=false",
-        ]
+        args = components.apiserver_args(toolchain.binary("kube-apiserver"), self.pki,
+                                         self._state["ports"]["etcd"], port)
         self._spawn_https("kube-apiserver", args, port, "/readyz")
 
     def _start_controller_manager(self, toolchain: build.Toolchain) -> None:
-        keys = self.pki
         port = self._state["ports"]["kube-controller-manager"]
-        args = [
-            str(toolchain.binary("kube-controller-manager")),
-            f"--kubeconfig={self.dir / 'kubeconfigs' / 'kube-controller-manager.conf'}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--controllers={','.join(KCM_CONTROLLERS)}",
-            "--leader-elect=false",
-            # Each controller acts as its own service account with the RBAC
-            # role upstream gives it, as in a real cluster.
-            "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={keys.sa_key}",
-            f"--root-ca-file={keys.ca_cert}",
-            # Client-side throttling (default 20 qps) would make the Job
-            # controller, not the system under test, the bottleneck.
-            "--kube-api-qps=200",
-            "--kube-api-burst=400",
-            "--concurrent-job-syncs=10",
-            "--profiling=false",
-        ]
+        args = components.controller_manager_args(
+            toolchain.binary("kube-controller-manager"), self.pki,
+            self.dir / "kubeconfigs" / "kube-controller-manager.conf", port)
         self._spawn_https("kube-controller-manager", args, port, "/healthz")
 
     def _write_scheduler_config(self, arbiter_port: int | None, ca_file: Path | None) -> None:
@@ -534,30 +311,17 @@ class Sandbox:
 
     def _start_scheduler(self, toolchain: build.Toolchain) -> None:
         port = self._state["ports"]["kube-scheduler"]
-        args = [
-            str(toolchain.binary("kube-scheduler")),
-            f"--config={self.dir / 'scheduler.yaml'}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            "--profiling=false",
-        ]
+        args = components.scheduler_args(toolchain.binary("kube-scheduler"),
+                                         self.dir / "scheduler.yaml", port)
         self._spawn_https("kube-scheduler", args, port, "/healthz")
 
     def _start_kwok(self, toolchain: build.Toolchain) -> None:
         port = self._state["ports"]["kwok"]
-        args = [
-            str(toolchain.binary("kwok")),
-            f"--kubeconfig={self.dir / 'kubeconfigs' / 'kwok.conf'}",
-            f"--manage-nodes-with-annotation-selector={config.KWOK_NODE_ANNOTATION}=fake",
-            f"--server-address=127.0.0.1:{port}",
-            "--node-ip=127.0.0.1",
-            # At INFO kwok logs every node and pod patch: megabytes per test run.
-            "--v=WARN",
-        ]
-        args += [f"--config={stage}" for stage in toolchain.stage_files()]
-        self._spawn(
-            "kwok", args, ports={"http": port}, health_url=f"http://127.0.0.1:{port}/healthz"
-        )
+        args = components.kwok_args(toolchain.binary("kwok"),
+                                    self.dir / "kubeconfigs" / "kwok.conf", port,
+                                    toolchain.stage_files())
+        self._spawn("kwok", args, ports={"http": port},
+                    health_url=f"http://127.0.0.1:{port}/healthz")
 
     def _install_crds(self) -> None:
         crd_dir = repo_root() / "manifests" / "crds"
@@ -572,9 +336,8 @@ class Sandbox:
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         self._say(f"installed {len(files)} CRD file(s) from {crd_dir}")
 
-    def restart_scheduler(
-        self, document: dict[str, Any] | None = None, timeout: float = 60.0
-    ) -> int:
+    def restart_scheduler(self, document: dict[str, Any] | None = None,
+                          timeout: float = 60.0) -> int:
         """Restart kube-scheduler, optionally with a new configuration; returns its pid."""
         if document is not None:
             connection = document.setdefault("clientConnection", {})
@@ -596,16 +359,9 @@ class Sandbox:
         paths = ensure_serving_certificate(self.arbiter_cert_dir, ["localhost"], ["127.0.0.1"])
         return Path(paths.ca_file)
 
-    def start_arbiter(
-        self,
-        extra_args: Sequence[str] = (),
-        env: dict[str, str] | None = None,
-        name: str = ARBITER_PRIMARY,
-        *,
-        port: int | None = None,
-        wait_ready: bool = True,
-        timeout: float = 60.0,
-    ) -> int:
+    def start_arbiter(self, extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
+                      name: str = ARBITER_PRIMARY, *, port: int | None = None,
+                      wait_ready: bool = True, timeout: float = 60.0) -> int:
         """Start an arbiter server from this checkout; returns its pid.
 
         The primary (`name="arbiter"`) listens on the port the scheduler and
@@ -629,37 +385,18 @@ class Sandbox:
             else:
                 port = process.free_port()
         self._arbiter_certificates()
-        args = [
-            *arbiter_command(),
-            "serve",
-            "--kubeconfig",
-            str(self.dir / "kubeconfigs" / "kube-arbiter.conf"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--cert-dir",
-            str(self.arbiter_cert_dir),
-            "--webhook-url",
-            f"https://127.0.0.1:{primary}",
-            "--namespace",
-            ARBITER_NAMESPACE,
-            *extra_args,
-        ]
-        child_env = dict(os.environ)
-        child_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(repo_root()), child_env.get("PYTHONPATH", "")) if p
-        )
-        child_env["PYTHONUNBUFFERED"] = "1"
-        child_env.update(env or {})
-        record = self._spawn_https(name, args, port, "/readyz", env=child_env, cwd=repo_root())
+        args = components.arbiter_args(
+            kubeconfig=self.dir / "kubeconfigs" / "kube-arbiter.conf", port=port,
+            cert_dir=self.arbiter_cert_dir, webhook_port=primary, namespace=ARBITER_NAMESPACE,
+            extra_args=extra_args)
+        record = self._spawn_https(name, args, port, "/readyz", env=components.arbiter_env(env),
+                                   cwd=repo_root())
         if wait_ready:
             self._wait_healthy(name, time.monotonic() + timeout, watch=[name])
         return record.pid
 
-    def stop_arbiter(
-        self, name: str = ARBITER_PRIMARY, sig: int = signal.SIGTERM, timeout: float = 15.0
-    ) -> int | None:
+    def stop_arbiter(self, name: str = ARBITER_PRIMARY, sig: int = signal.SIGTERM,
+                     timeout: float = 15.0) -> int | None:
         """Send `sig` to an arbiter process and wait until it is gone.
 
         Returns its exit status when known (negative: killed by that signal).
@@ -691,7 +428,7 @@ class Sandbox:
     def _admin_context(self) -> ssl.SSLContext:
         """TLS to the apiserver as the sandbox's admin (system:masters)."""
         keys = self.pki
-        return _verified_context(keys.ca_cert, keys.client_cert("admin"), keys.client_key("admin"))
+        return verified_context(keys.ca_cert, keys.client_cert("admin"), keys.client_key("admin"))
 
     def _context_for(self, record: ProcessRecord) -> ssl.SSLContext | None:
         if record.health_url is None or not record.health_url.startswith("https"):
@@ -699,29 +436,11 @@ class Sandbox:
         if record.name == "kube-apiserver":
             return self._admin_context()
         if record.name in CONTROL_PLANE:
-            return _unverified_context()
-        return _verified_context(self.arbiter_cert_dir / "ca.crt")
+            return unverified_context()
+        return verified_context(self.arbiter_cert_dir / "ca.crt")
 
     def _probe(self, record: ProcessRecord) -> tuple[bool, str]:
-        """(healthy, detail) for one process: running and its health URL answers 200."""
-        if not process.is_running(record):
-            code = process.exit_code(record.pid)
-            return False, "not running" if code is None else f"exited with status {code}"
-        if record.health_url is None:
-            return True, "running"
-        try:
-            context = self._context_for(record)
-        except (OSError, ssl.SSLError) as error:
-            return False, f"no TLS context: {error}"
-        status, body = http_get(record.health_url, context, timeout=3.0)
-        if status == 200:
-            return True, f"{record.health_url} ok"
-        if status == 0:
-            return False, f"{record.health_url} does not answer"
-        return (
-            False,
-            f"{record.health_url} answered {status}: {body[:200].decode(errors='replace')}",
-        )
+        return probe_process(record, lambda: self._context_for(record))
 
     def _wait_healthy(self, name: str, deadline: float, watch: Sequence[str] | None = None) -> None:
         record = self.processes()[name]
@@ -759,18 +478,10 @@ class Sandbox:
             running = process.is_running(record)
             if record.stopped and not running:
                 detail = f"stopped on purpose ({detail})"
-            result.append(
-                ComponentStatus(
-                    name=name,
-                    pid=record.pid,
-                    running=running,
-                    healthy=healthy,
-                    detail=detail,
-                    log=record.log,
-                    ports=record.ports,
-                    required=not (record.stopped and name != ARBITER_PRIMARY),
-                )
-            )
+            result.append(ComponentStatus(
+                name=name, pid=record.pid, running=running, healthy=healthy, detail=detail,
+                log=record.log, ports=record.ports,
+                required=not (record.stopped and name != ARBITER_PRIMARY)))
         return result
 
     def healthy(self) -> bool:
@@ -791,13 +502,8 @@ class Sandbox:
             if process.is_running(record)
         }
 
-    def _wait(
-        self,
-        what: str,
-        check: Callable[[], bool],
-        deadline: float,
-        watch: Sequence[str] | None = None,
-    ) -> None:
+    def _wait(self, what: str, check: Callable[[], bool], deadline: float,
+              watch: Sequence[str] | None = None) -> None:
         """Poll `check` until true; fail fast when a watched process (default: all) has died."""
         while True:
             if check():
@@ -808,7 +514,7 @@ class Sandbox:
                 if (watch is None or name in watch) and not process.is_running(record):
                     raise SandboxError(
                         f"{record.name} exited while waiting for {what}; "
-                        f"last lines of {record.log}:\n{_tail(Path(record.log), 40)}"
+                        f"last lines of {record.log}:\n{tail(Path(record.log), 40)}"
                     )
             if time.monotonic() > deadline:
                 raise SandboxError(f"timed out waiting for {what}")
@@ -816,13 +522,8 @@ class Sandbox:
 
     # ---- use -----------------------------------------------------------------
 
-    def kubectl(
-        self,
-        *args: str,
-        check: bool = True,
-        input: str | None = None,
-        timeout: float = 120.0,
-    ) -> subprocess.CompletedProcess[str]:
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+                timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run the sandbox's kubectl against it; output captured as text."""
         if not self._state:
             raise SandboxError(f"no sandbox state in {self.dir}: run `arbiter sandbox up` first")
@@ -833,9 +534,8 @@ class Sandbox:
             raise KubectlError(result.returncode, cmd, result.stdout, result.stderr)
         return result
 
-    def apply_yaml(
-        self, text: str, *, server_side: bool = False
-    ) -> subprocess.CompletedProcess[str]:
+    def apply_yaml(self, text: str, *,
+                   server_side: bool = False) -> subprocess.CompletedProcess[str]:
         """`kubectl apply -f -` with `text` (one or more YAML/JSON documents)."""
         args = ["apply", "-f", "-"]
         if server_side:
@@ -848,7 +548,7 @@ class Sandbox:
         if not logs and self.logs_dir.is_dir():
             logs = {p.stem: p for p in sorted(self.logs_dir.glob("*.log"))}
         parts = [
-            f"===== {name} ({path}) =====\n{_tail(path, lines)}" for name, path in logs.items()
+            f"===== {name} ({path}) =====\n{tail(path, lines)}" for name, path in logs.items()
         ]
         return "\n".join(parts)
 
@@ -883,15 +583,3 @@ class Sandbox:
             self._remove_managed()
             self._state = {}
             return was_running
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 200 * lines))
-            text = handle.read().decode(errors="replace")
-    except OSError as error:
-        return f"(no log: {error})"
-    return "\n".join(text.splitlines()[-lines:])

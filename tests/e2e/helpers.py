@@ -24,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from arbiter.api import ADMISSION_GATE
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
-from arbiter.sandbox.cluster import http_get, repo_root
+from arbiter.sandbox.components import repo_root
+from arbiter.sandbox.probe import http_get
 
 T = TypeVar("T")
 # The session's cluster: 10 fake nodes × 1 CPU (conftest.E2E_NODES).

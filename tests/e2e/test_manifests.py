@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from arbiter.sandbox import Sandbox, process
-from arbiter.sandbox.cluster import repo_root
+from arbiter.sandbox.components import repo_root
 from arbiter.sandbox.config import POD_COMPLETE_DELAY_ANNOTATION
 from tests.e2e.helpers import (
     create,

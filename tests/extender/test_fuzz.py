@@ -13,7 +13,6 @@ import functools
 import http.client
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -22,8 +21,6 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.cache.store import ClusterStore
-from arbiter.config import ServeConfig
 from extender import routes
 from extender.state import ExtenderState
 from tests.extender import builders as b
@@ -154,12 +151,6 @@ def test_valid_bodies_are_answered() -> None:
 
 
 # -- over HTTP ---------------------------------------------------------------------
-@dataclass
-class Ctx:
-    store: ClusterStore
-    config: ServeConfig = field(default_factory=ServeConfig)
-
-
 @pytest.fixture(scope="module")
 def server_port() -> Iterator[int]:
     """An extender app on 127.0.0.1 in a thread with its own event loop."""
@@ -170,7 +161,8 @@ def server_port() -> Iterator[int]:
 
     async def start() -> None:
         app = web.Application()
-        routes.add_routes(app, Ctx(state.store))
+        app.add_subapp(routes.PREFIX, routes.extender_app(ExtenderState(state.store),
+                                                              max_body=1 << 26))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -221,7 +213,7 @@ async def test_hostile_extender_args_over_http(caplog: pytest.LogCaptureFixture)
     from tests.hostile import Generator, run_cases, world
 
     app = web.Application()
-    routes.add_routes(app, Ctx(world()))
+    app.add_subapp(routes.PREFIX, routes.extender_app(ExtenderState(world()), max_body=1 << 20))
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -13,15 +12,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from arbiter import metrics
 from arbiter.cache.store import ClusterStore
-from arbiter.config import ServeConfig
 from extender import routes
+from extender.state import ExtenderState
 from tests.extender import builders as b
-
-
-@dataclass
-class Ctx:
-    store: ClusterStore
-    config: ServeConfig = field(default_factory=ServeConfig)
 
 
 def sample(verb: str, result: str) -> float:
@@ -51,7 +44,7 @@ def store() -> ClusterStore:
 @pytest.fixture
 async def client(store: ClusterStore) -> AsyncIterator[TestClient[web.Request, web.Application]]:
     app = web.Application()
-    routes.add_routes(app, Ctx(store, ServeConfig(extender_max_body_bytes=256 * 1024)))
+    app.add_subapp(routes.PREFIX, routes.extender_app(ExtenderState(store), max_body=256 * 1024))
     async with TestClient(TestServer(app, host="127.0.0.1")) as client:
         yield client
 
@@ -173,7 +166,7 @@ async def test_before_the_first_sync_every_call_is_503(client: Client, store: Cl
 
 
 def test_respond_is_bytes_to_bytes(store: ClusterStore) -> None:
-    state = routes.build_state(store, ServeConfig())
+    state = ExtenderState(store)
     reply = routes.respond("filter", state, orjson.dumps(b.extender_args(b.pod("ok"), ["n"])))
     assert (reply.status, reply.result) == (200, "passed")
     assert orjson.loads(reply.body)["NodeNames"] == ["n"]
@@ -188,6 +181,6 @@ def test_a_node_nested_too_deeply_to_echo_is_a_400(store: ClusterStore) -> None:
     nodes[0]["metadata"]["annotations"] = {"deep": "@@deep@@"}
     body = orjson.dumps(b.extender_args_nodes(b.pod("ok"), nodes)).replace(
         b'"@@deep@@"', deep.encode())
-    reply = routes.respond("filter", routes.build_state(store, ServeConfig()), body)
+    reply = routes.respond("filter", ExtenderState(store), body)
     assert reply.status == 400, reply.body
     assert reply.body.count(b"\n") == 1 and b"nested" in reply.body

@@ -281,15 +281,16 @@ async def test_run_reacts_to_cache_events(cluster: FakeCluster) -> None:
 
 
 async def test_controller_runs_as_leader_only_work() -> None:
-    """Registered with the admission loop's leadership, not as a server task."""
-    from arbiter import server
+    """Started with the admission loop's leadership, not as a server task."""
+    from arbiter import app
     from arbiter.config import ServeConfig
     from arbiter.jobflow.controller import run_leader
-    from arbiter.loop import runtime
+    from arbiter.loop.runtime import Leadership
+    from arbiter.server import ServerContext
 
-    assert "arbiter.jobflow.controller:run_leader" in runtime.LEADER_TASKS
-    assert not any("jobflow" in str(entry) for entry in server.BACKGROUND_TASKS)
     store = ClusterStore()
-    ctx = server.ServerContext(config=ServeConfig(), store=store, api=None)
-    await run_leader(ctx)  # without a cluster there is nothing to do
+    ctx = ServerContext(config=ServeConfig(), store=store, api=None)
+    assert list(app.leader_tasks(ctx)) == ["jobflow-controller"]
+    assert not any("jobflow" in name for name in app.background_tasks(ctx, Leadership()))
+    await run_leader(api=None, store=store)  # without a cluster there is nothing to do
     assert store.listeners == []

@@ -5,9 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from arbiter.config import ServeConfig
-from arbiter.debug import add_routes
-from arbiter.server import ServerContext
+from arbiter import debug
+from arbiter.loop.runtime import Leadership
 from tests.loop.harness import Cluster
 
 
@@ -17,9 +16,9 @@ async def test_debug_routes_answer_json_from_the_cache() -> None:
     await c.queue("q")
     await c.pods("ns", "q", 5)
     await c.settle()
-    ctx = ServerContext(config=ServeConfig(), store=c.store)
     app = web.Application()
-    add_routes(app, ctx)
+    app.add_subapp(debug.PREFIX, debug.debug_app(store=c.store, overcommit=1.0,
+                                                 leadership=Leadership()))
     async with TestClient(TestServer(app)) as client:
         response = await client.get("/debug/queues")
         assert response.status == 200

@@ -1,8 +1,10 @@
-"""The server's extension points, background supervision and `arbiter serve` flags."""
+"""The composition root (every surface, every named task), background
+supervision and `arbiter serve` flags."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import json
 import logging
@@ -12,25 +14,43 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 import arbiter.server as server
+from arbiter import app
+from arbiter.app import build_app
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.cli import build_parser
 from arbiter.config import ServeConfig
+from arbiter.loop.runtime import Leadership
 from arbiter.serve_cli import JsonFormatter, config_from_args
-from arbiter.server import CONTEXT, ServerContext, build_app
+from arbiter.server import ServerContext
 
 
-def extra_routes(app: web.Application, ctx: ServerContext) -> None:
-    async def hello(request: web.Request) -> web.Response:
-        return web.Response(text=f"hello {request.app[CONTEXT].config.namespace}")
+async def test_every_surface_is_served() -> None:
+    ctx = ServerContext(config=ServeConfig(namespace="ns-x"), store=ClusterStore())
+    async with TestClient(TestServer(build_app(ctx, background=False))) as client:
+        assert (await client.get("/healthz")).status == 200
+        assert (await client.get("/readyz")).status == 503  # nothing listed yet
+        assert (await client.get("/metrics")).status == 200
+        assert (await client.get("/debug/queues")).status == 200
+        # Not synced yet: the extender says so; a bad review is a 400.
+        assert (await client.post("/scheduler/filter", data=b"{}")).status == 503
+        assert (await client.post("/webhook/validate/pods", data=b"x")).status == 400
+        assert (await client.get("/webhook/nothing-here")).status == 404
 
-    app.router.add_get("/scheduler/hello", hello)
+
+def test_everything_that_runs_is_named() -> None:
+    ctx = ServerContext(config=ServeConfig(), store=ClusterStore())
+    tasks = app.background_tasks(ctx, Leadership())
+    assert list(tasks) == ["cluster-watch", "certificates", "webhook-configurations",
+                           "heap-freeze", "admission"]
+    assert list(app.leader_tasks(ctx)) == ["jobflow-controller"]
 
 
-async def test_route_providers_and_background_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_background_tasks_are_restarted_after_a_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     failures = 0
     started = asyncio.Event()
 
-    async def flaky(ctx: ServerContext) -> None:
+    async def flaky() -> None:
         nonlocal failures
         if failures == 0:
             failures += 1
@@ -38,18 +58,13 @@ async def test_route_providers_and_background_tasks(monkeypatch: pytest.MonkeyPa
         started.set()
         await asyncio.sleep(3600)
 
-    monkeypatch.setattr(server, "ROUTE_PROVIDERS",
-                        (*server.ROUTE_PROVIDERS, "tests.server.test_server_app:extra_routes",
-                         "no_such_component.routes:add_routes"))
-    monkeypatch.setattr(server, "BACKGROUND_TASKS", (flaky,))
     monkeypatch.setattr(server, "RESTART_BACKOFF", 0.01)
-    ctx = ServerContext(config=ServeConfig(namespace="ns-x"), store=ClusterStore())
-    async with TestClient(TestServer(build_app(ctx))) as client:
-        answer = await client.get("/scheduler/hello")
-        assert await answer.text() == "hello ns-x"
+    application = web.Application()
+    server.run_while_serving(application, {"flaky": flaky})
+    async with TestClient(TestServer(application)):
         await asyncio.wait_for(started.wait(), 5)
         assert failures == 1  # restarted after the failure
-        assert (await client.get("/readyz")).status == 503  # nothing listed yet
+    assert not any(task.get_name() == "flaky" for task in asyncio.all_tasks())
 
 
 def test_serve_flags_default_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,9 +103,11 @@ async def test_heap_is_frozen_once_after_the_first_cache_sync(
 
     monkeypatch.setattr(gc, "collect", collect)
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
-    assert server.freeze_after_first_sync in server.BACKGROUND_TASKS
     store = ClusterStore()
     ctx = ServerContext(config=ServeConfig(), store=store)
+    registered = app.background_tasks(ctx, Leadership())["heap-freeze"]
+    assert isinstance(registered, functools.partial)
+    assert registered.func is server.freeze_after_first_sync
     task = asyncio.create_task(server.freeze_after_first_sync(ctx, poll=0.001))
     await asyncio.sleep(0.02)
     assert calls == [] and not task.done()  # nothing listed yet: nothing frozen

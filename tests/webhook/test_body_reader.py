@@ -13,9 +13,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from arbiter import httpbody
+from arbiter import httpserve
+from arbiter.app import build_app
 from arbiter.config import ServeConfig
-from arbiter.server import ServerContext, build_app
+from arbiter.server import ServerContext
 from tests.webhook.admission_samples import (
     kubectl_run_pod,
     make_store,
@@ -69,7 +70,7 @@ async def _slow_post(port: int, path: str) -> bytes:
 @pytest.mark.parametrize("path", [ENDPOINTS[0].path, EXTENDER_PATHS[0]])
 async def test_a_body_that_stops_arriving_times_out_with_400(
         client: Client, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(httpbody, "BODY_READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(httpserve, "BODY_READ_TIMEOUT", 0.3)
     port = client.server.port
     assert port is not None
     answer = await _slow_post(port, path)

@@ -16,8 +16,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from arbiter.app import build_app
 from arbiter.config import ServeConfig
-from arbiter.server import ServerContext, build_app
+from arbiter.server import ServerContext
 from tests.webhook.admission_samples import (
     make_store,
     namespace_obj,

@@ -51,3 +51,10 @@ def test_ca_bundle_sync_rewrites_every_webhook_once() -> None:
     assert {h["clientConfig"]["caBundle"] for h in mutating["webhooks"]} == {
         base64.b64encode(b"new").decode()}
     assert not with_ca_bundle(mutating, b"new")
+
+
+def test_every_served_endpoint_is_registered_exactly_where_it_is_served() -> None:
+    mutating, validating = desired_configurations(url="https://h", excluded_namespaces=())
+    registered = {(hook["clientConfig"]["url"][len("https://h"):], config is mutating)
+                  for config in (mutating, validating) for hook in config["webhooks"]}
+    assert registered == {(path, endpoint.mutating) for path, endpoint in BY_PATH.items()}

@@ -11,8 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from arbiter.app import build_app
 from arbiter.config import ServeConfig
-from arbiter.server import CONTEXT, ServerContext, build_app
+from arbiter.server import CONTEXT, ServerContext
 from tests.webhook.admission_samples import (
     ADMISSION_GATE,
     QUEUE_LABEL,

@@ -1,11 +1,13 @@
-"""Reading an HTTP request body under a size limit and a time limit.
+"""What the webhook and the extender HTTP adapters share: a request body
+read under a size limit and a time limit, one-line reasons, and request
+counters.
 
-The webhook and the extender adapters both answer a body they cannot read
-with 400 and a one-line reason, each in its own error type: a body over
-the limit (whether or not the client sent a Content-Length), one that is
-not in the Content-Encoding it declares (aiohttp decodes gzip and deflate;
-anything else is refused), and one that stops arriving (a client holding a
-connection open with part of a declared body).
+Both answer a body they cannot read with 400 and a one-line reason, each in
+its own error type: a body over the limit (whether or not the client sent a
+Content-Length), one that is not in the Content-Encoding it declares
+(aiohttp decodes gzip and deflate; anything else is refused), and one that
+stops arriving (a client holding a connection open with part of a declared
+body).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 from collections.abc import Callable
 
 from aiohttp import web
+from prometheus_client import Counter
 
 # Seconds a whole body may take to arrive; the apiserver's webhook timeout
 # is at most 30 s and kube-scheduler's extender timeout is shorter still.
@@ -65,3 +68,24 @@ def _close_after_reply(request: web.Request) -> None:
     stream here is safe."""
     request.protocol.close()
     request.content.feed_eof()
+
+
+def one_line(text: str, limit: int = 1000) -> str:
+    """`text` on one line (whitespace runs become one space), at most `limit` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class CachedCounter:
+    """A labelled Counter whose children are cached per label values:
+    `labels()` costs more than the request it counts."""
+
+    def __init__(self, counter: Counter) -> None:
+        self._counter = counter
+        self._children: dict[tuple[str, ...], Counter] = {}
+
+    def inc(self, *labels: str) -> None:
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = self._counter.labels(*labels)
+        child.inc()

@@ -1,0 +1,167 @@
+"""The composition root: everything `arbiter serve` runs, named in one place.
+
+    build_app(ctx)                  the aiohttp application on --port
+      /healthz /readyz /metrics     health and metrics (root routes)
+      /webhook/...                  admission reviews   (webhook.http.webhook_app)
+      /scheduler/...                scheduler extender  (extender.routes.extender_app)
+      /debug/...                    read-only queue API (arbiter.debug.debug_app)
+    background_tasks(ctx, leadership)   run while the app runs; restarted after a failure
+    leader_tasks(ctx)                   run beside the admission controller while this
+                                        replica leads; cancelled when it stops
+
+Every dependency is passed by keyword, so reading this module tells what
+runs and what it is given; a component that is missing is an import error.
+Each surface is its own sub-application with its own startup and cleanup,
+so it can later be served on a listener of its own (DESIGN §13) without
+changing the surface itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from functools import partial
+from typing import Any
+
+from aiohttp import web
+
+from arbiter import debug
+from arbiter.cache.store import ClusterStore
+from arbiter.config import ServeConfig
+from arbiter.jobflow.controller import run_leader as run_jobflow_controller
+from arbiter.loop.controller import LoopSettings
+from arbiter.loop.leader import LeaseTiming
+from arbiter.loop.runtime import Election, Leadership, LeaderTask, run_admission
+from arbiter.server import (
+    CONTEXT,
+    ServerContext,
+    Task,
+    add_health_routes,
+    add_metrics_route,
+    api_client,
+    excluded_namespaces,
+    freeze_after_first_sync,
+    install_webhook_configurations,
+    learn_usernames,
+    maintain_certificates,
+    run_while_serving,
+    serving_names,
+    watch_cluster,
+)
+from certs.manager import CertManager
+from extender import routes as extender_routes
+from extender.state import ExtenderState
+from webhook import http as webhook_http
+
+log = logging.getLogger(__name__)
+
+
+def build_app(ctx: ServerContext, *, background: bool = True) -> web.Application:
+    """Every surface, and (unless `background` is False) every background
+    task tied to the application's life."""
+    config = ctx.config
+    leadership = Leadership()
+    app = web.Application(client_max_size=max(config.max_body_bytes,
+                                              config.extender_max_body_bytes))
+    app[CONTEXT] = ctx
+    add_health_routes(app, ctx)
+    add_metrics_route(app)
+    app.add_subapp(webhook_http.PREFIX, webhook_http.webhook_app(
+        env=ctx.admission_env, max_body=config.max_body_bytes))
+    app.add_subapp(extender_routes.PREFIX, extender_routes.extender_app(
+        extender_state(ctx.store, config), max_body=config.extender_max_body_bytes))
+    app.add_subapp(debug.PREFIX, debug.debug_app(
+        store=ctx.store, overcommit=config.overcommit, leadership=leadership))
+    if background:
+        run_while_serving(app, background_tasks(ctx, leadership))
+    return app
+
+
+def background_tasks(ctx: ServerContext, leadership: Leadership) -> dict[str, Task]:
+    """Every task that runs beside the request handlers, by name."""
+    config = ctx.config
+    return {
+        "cluster-watch": partial(watch_cluster, ctx),
+        "certificates": partial(maintain_certificates, ctx),
+        "webhook-configurations": partial(install_webhook_configurations, ctx),
+        "heap-freeze": partial(freeze_after_first_sync, ctx),
+        # Leader election, and while leading the admission loop and leader_tasks.
+        "admission": partial(
+            run_admission, api=ctx.api, store=ctx.store, settings=loop_settings(config),
+            election=election(config), replica=config.identity,
+            event_qps=config.event_qps, leadership=leadership, leader_tasks=leader_tasks(ctx)),
+    }
+
+
+def leader_tasks(ctx: ServerContext) -> dict[str, LeaderTask]:
+    """Leader-only work besides the admission controller, by name."""
+    return {
+        "jobflow-controller": partial(run_jobflow_controller, api=ctx.api, store=ctx.store),
+    }
+
+
+def loop_settings(config: ServeConfig) -> LoopSettings:
+    return LoopSettings(
+        overcommit=config.overcommit,
+        admission_timeout=config.admission_timeout,
+        backoff_base=config.backoff_base,
+        backoff_max=config.backoff_max,
+        status_interval=config.status_interval,
+        status_qps=config.status_qps,
+        max_writes=config.loop_concurrency,
+        reclaim_grace=config.reclaim_grace,
+    )
+
+
+def election(config: ServeConfig) -> Election | None:
+    if not config.leader_elect:
+        return None
+    timing = LeaseTiming(config.lease_duration, config.lease_renew_deadline,
+                         config.lease_retry_period)
+    return Election(config.namespace, config.lease_name, timing)
+
+
+def extender_state(store: ClusterStore, config: ServeConfig) -> ExtenderState:
+    return ExtenderState(
+        store,
+        assume_ttl=config.extender_assume_ttl,
+        overcommit=config.overcommit,
+        locality_weight=config.extender_locality_weight,
+        binpack_weight=config.extender_binpack_weight,
+    )
+
+
+async def serve(config: ServeConfig, *, api: Any | None = None,
+                install_signals: bool = True) -> None:
+    """Run the server until SIGTERM/SIGINT (or ctx.stopping), then stop gracefully."""
+    store = ClusterStore(excluded_namespaces=frozenset(excluded_namespaces(config)))
+    owns_api = api is None
+    if api is None:
+        api = await api_client(config)
+    dns, ips = serving_names(config)
+    secret = (config.namespace, config.cert_secret) if config.cert_secret else None
+    certs = CertManager(config.cert_dir, dns, ips, api=api, secret=secret)
+    ctx = ServerContext(config=config, store=store, api=api, certs=certs)
+    try:
+        await learn_usernames(ctx)
+        tls = await certs.prepare()
+        if certs.external:
+            log.info("using certificates provided from outside",
+                     extra={"dir": str(config.cert_dir)})
+        if install_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, ctx.stopping.set)
+        runner = web.AppRunner(build_app(ctx), access_log=None, shutdown_timeout=20.0)
+        await runner.setup()
+        site = web.TCPSite(runner, config.host, config.port, ssl_context=tls.context,
+                           backlog=1024)
+        await site.start()
+        log.info("serving", extra={"host": config.host, "port": config.port})
+        await ctx.stopping.wait()
+        log.info("shutting down")
+        await runner.cleanup()
+    finally:
+        if owns_api:
+            await api.close()

@@ -19,8 +19,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from arbiter.loop.controller import mirror_from_store
-from arbiter.loop.mirror import EngineMirror
+from arbiter.loop.mirror import EngineMirror, mirror_from_store
 from arbiter.loop.runtime import active_controller
 from arbiter.loop.status import queue_views, split_key
 from arbiter.server import ServerContext

@@ -11,9 +11,17 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
-from arbiter.loop.units import ConsumerKey, consumer_key, wants_pod_unit
+from arbiter.loop.units import (
+    Consumer,
+    consumer_key,
+    group_state,
+    job_state,
+    pod_state,
+    wants_pod_unit,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +114,22 @@ class LoopIndex:
         ]
         keys += [ConsumerKey("PodGroup", ns, group) for ns, group in self.group_members]
         return keys
+
+
+def consumer_state(
+    store: ClusterStore, index: LoopIndex, unit: UnitRecord, key: ConsumerKey | None = None
+) -> tuple[Consumer, tuple[PodRecord, ...]]:
+    """What the unit's consumer (`key`, when known already) is doing, as the
+    cache sees it, and its pods."""
+    ref = unit.consumer
+    if key is None:
+        key = consumer_key(unit)
+    if key is None or ref is None:
+        return Consumer.NONE, ()
+    if key.kind == "Job":
+        return job_state(store.jobs.get(f"{key.namespace}/{key.name}"), ref.uid), ()
+    if key.kind == "Pod":
+        pod = store.pod_by_name(key.namespace, key.name)
+        return pod_state(pod, ref.uid), ((pod,) if pod is not None else ())
+    pods = tuple(index.group_pods(store, key.namespace, key.name))
+    return group_state(pods), pods

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arbiter.cache.naming import MAX_NAME, job_unit_name, pod_unit_name
+from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import (
     JobRecord,
     OwnerRef,
@@ -17,7 +18,6 @@ from arbiter.cache.records import (
 from arbiter.core.resources import Resources
 from arbiter.loop.units import (
     Consumer,
-    ConsumerKey,
     backoff_delay,
     decide,
     disposition,

@@ -1,0 +1,259 @@
+"""What the admission loop knows about its own writes before the watch does.
+
+A write (create a unit, set its phase, admit it, release or hold its
+consumer, take it back) runs as a task; its result reaches the cache only
+when the watch delivers it, some milliseconds later. Until then a cycle
+must not act on the stale version. Like kube-scheduler's cache, which
+*assumes* a pod on its node before the binding lands and *forgets* it if
+the binding fails, the loop keeps its writes' results here and lays them
+over the store. The controller and the reclaimer share one `InFlightWrites`;
+neither touches the other's members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from arbiter.cache.ownership import ConsumerKey
+from arbiter.cache.records import UnitRecord
+from arbiter.loop.units import Consumer
+
+log = logging.getLogger(__name__)
+
+# How long a write's result may stand in for what the watch has not delivered.
+ASSUME_TTL = 30.0
+
+
+@dataclass(slots=True)
+class _Assumed:
+    record: UnitRecord
+    since: float
+
+
+@dataclass(slots=True)
+class _Override:
+    """What a consumer is after our write, until the watch shows it."""
+
+    expected: Consumer
+    before: Consumer
+    until: float
+
+
+class InFlightWrites:
+    """Writes in flight and what they assume, per unit key.
+
+    The lifecycle of one write (a key is a unit's `namespace/name`, or
+    `create:<consumer>` for a unit not created yet)::
+
+                       spawn(work, key)
+                             |
+                             v                   (another write on the key
+                        +---------+               waits: `locked(key)`;
+                        |  busy   |               a busy key is not decided)
+                        +---------+
+               write ok /          \\ write failed
+                       v            v
+        assume(record)               failed(key): forget nothing assumed,
+        succeeded(key)                retry after backoff (1s, 2s, 4s ... max)
+               |                              |
+               v                              v
+        +-------------+               +----------------+  timer fires
+        |   assumed   |               |  retry_at(key) |-------------> looked at
+        +-------------+               +----------------+               again
+          |           \\
+          | watch      \\ ASSUME_TTL passes without the watch showing it
+          | shows it    \\
+          v              v
+      confirmed:       expired:
+      store wins       store wins (the write is taken as lost)
+
+    `unit(key, stored)` is the lookup that applies this: the assumed record
+    until the store holds its resourceVersion (confirmed) or ASSUME_TTL has
+    passed (expired). Consumers get the same through `override` (a Job we
+    unsuspended reads as released until the watch says so). Timers
+    (`timer`, `due`) wake the loop for deadlines: retries, admission
+    timeouts, backoffs and reclaim looks.
+
+    `on_assumed` is told of every assumed record (the loop marks the unit
+    for a look and wakes up).
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float],
+        max_writes: int,
+        retry_base: float = 1.0,
+        retry_max: float = 60.0,
+        on_assumed: Callable[[UnitRecord], None] = lambda _: None,
+    ) -> None:
+        self.clock = clock
+        self.retry_base = retry_base
+        self.retry_max = retry_max
+        self.on_assumed = on_assumed
+        self.failures_total = 0
+        self._assumed: dict[str, _Assumed] = {}
+        self._overrides: dict[ConsumerKey, _Override] = {}
+        self._busy: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._limit = asyncio.Semaphore(max_writes)
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # key -> (lock, users)
+        self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
+        self._timers: list[tuple[float, str]] = []
+        self._timer_at: dict[str, float] = {}
+
+    # -- assumed writes --------------------------------------------------------------
+    def assume(self, record: UnitRecord) -> None:
+        """A write succeeded: `record` stands for the unit until the watch has it."""
+        self._assumed[record.key] = _Assumed(record, self.clock())
+        self.on_assumed(record)
+
+    def unit(self, key: str, stored: UnitRecord | None) -> UnitRecord | None:
+        """The unit as the loop should see it, given what the store holds."""
+        assumed = self._assumed.get(key)
+        if assumed is None:
+            return stored
+        if (stored is not None and stored.resource_version == assumed.record.resource_version) \
+                or self.clock() - assumed.since > ASSUME_TTL:
+            del self._assumed[key]  # confirmed by the watch, or taken as lost
+            return stored
+        return assumed.record
+
+    def assumed_keys(self) -> list[str]:
+        return list(self._assumed)
+
+    def override(self, consumer: ConsumerKey, expected: Consumer, before: Consumer) -> None:
+        """We changed `consumer` from `before` to `expected`; the watch will follow."""
+        self._overrides[consumer] = _Override(expected, before, self.clock() + ASSUME_TTL)
+
+    def consumer(self, key: ConsumerKey | None, state: Consumer) -> Consumer:
+        """`state` (the cache's) with our unseen write applied."""
+        if key is None or not self._overrides:
+            return state
+        override = self._overrides.get(key)
+        if override is None:
+            return state
+        if state is override.before and self.clock() < override.until:
+            return override.expected
+        del self._overrides[key]
+        return state
+
+    def expire_overrides(self, now: float) -> None:
+        """Drop overrides of consumers nobody looked at again."""
+        for key in [k for k, o in self._overrides.items() if o.until < now]:
+            del self._overrides[key]
+
+    # -- writes running ------------------------------------------------------------------
+    def busy(self, key: str) -> bool:
+        """A write on `key` is running (decide nothing about it meanwhile)."""
+        return key in self._busy
+
+    def busy_keys(self) -> frozenset[str]:
+        return frozenset(self._busy)
+
+    def spawn(self, work: Callable[[], Awaitable[None]], *, key: str | None = None) -> None:
+        """Run a write as a task, at most `max_writes` at once; `key` is busy
+        from now until the write ends. `work` makes the coroutine only when
+        its turn comes (a cancelled task leaves no coroutine behind that was
+        never awaited)."""
+        if key is not None:
+            self._busy.add(key)
+        task = asyncio.get_running_loop().create_task(self._limited(work, key))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _limited(self, work: Callable[[], Awaitable[None]], key: str | None) -> None:
+        try:
+            async with self._limit:
+                await work()
+        finally:
+            if key is not None:
+                self._busy.discard(key)
+
+    @contextlib.asynccontextmanager
+    async def locked(self, key: str) -> AsyncIterator[None]:
+        """One write at a time on `key` (an admission and a position write
+        both patch the unit's status)."""
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+    def running(self) -> int:
+        return len(self._tasks)
+
+    async def wait(self) -> None:
+        """Until every write running now has ended."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel every write still running."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- retries ---------------------------------------------------------------------------
+    def failed(self, key: str, error: BaseException) -> float:
+        """A write failed: try `key` again later, exponentially; returns the delay."""
+        count = self._failures.get(key, 0) + 1
+        self._failures[key] = count
+        delay = min(self.retry_max, self.retry_base * 2.0 ** (count - 1))
+        self._retry_at[key] = self.clock() + delay
+        self.timer(self._retry_at[key], key)
+        self.failures_total += 1
+        log.warning("write for %s failed (%s); retrying in %.1fs", key, error, delay)
+        return delay
+
+    def succeeded(self, key: str) -> None:
+        self._failures.pop(key, None)
+        self._retry_at.pop(key, None)
+
+    def retry_at(self, key: str) -> float:
+        """When `key` may be written again after a failure (0: any time)."""
+        return self._retry_at.get(key, 0.0)
+
+    # -- timers ------------------------------------------------------------------------------
+    def timer(self, when: float, key: str) -> None:
+        """Look at `key` again at `when` (once per distinct time)."""
+        if self._timer_at.get(key) == when:
+            return
+        self._timer_at[key] = when
+        heapq.heappush(self._timers, (when, key))
+
+    def timer_for(self, key: str) -> float | None:
+        return self._timer_at.get(key)
+
+    def due(self, now: float) -> list[str]:
+        """The keys whose timers have fired by `now`, in time order."""
+        fired = []
+        while self._timers and self._timers[0][0] <= now:
+            when, key = heapq.heappop(self._timers)
+            if self._timer_at.get(key) == when:
+                del self._timer_at[key]
+            fired.append(key)
+        return fired
+
+    def next_deadline(self) -> float | None:
+        return self._timers[0][0] if self._timers else None
+
+    def forget(self, key: str) -> None:
+        """The unit is gone: drop its retries and timer."""
+        self._retry_at.pop(key, None)
+        self._failures.pop(key, None)
+        self._timer_at.pop(key, None)

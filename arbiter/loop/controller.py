@@ -25,32 +25,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from arbiter import metrics
 from arbiter.cache.ownership import ConsumerKey
-from arbiter.cache.records import PodRecord, UnitPhase, UnitRecord
+from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.fairshare import Unit
 from arbiter.core.resources import Resources
-from arbiter.loop.actions import Actions, ConsumerGone, Written
+from arbiter.loop.actions import Actions
 from arbiter.loop.events import EventSink
 from arbiter.loop.index import LoopIndex, consumer_state
 from arbiter.loop.inflight import InFlightWrites
-from arbiter.loop.kube import ApiError, ClusterApi
+from arbiter.loop.kube import ClusterApi
 from arbiter.loop.mirror import EngineMirror, engine_unit, submitted
 from arbiter.loop.publisher import PublishSettings, StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.units import (
     Consumer,
     DesiredUnit,
-    Step,
     admission_deadline,
     backoff_delay,
     consumer_key,
@@ -61,6 +58,7 @@ from arbiter.loop.units import (
     pod_unit,
     spec_drift,
 )
+from arbiter.loop.writer import UnitWriter
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +137,11 @@ class AdmissionController:
                                      retry_base=self.settings.retry_base,
                                      retry_max=self.settings.retry_max,
                                      on_assumed=self._assumed)
-        self._admitting: set[str] = set()
-        self._stale: dict[str, str] = {}  # unit key -> resourceVersion known to be outdated
-        self._backoff_until: dict[str, float] = {}
+        self.writer = UnitWriter(
+            self.actions, self.writes, self.stats, unit=self.unit, consumer=self.consumer,
+            touch=self.touch, touch_consumer=self._touch_consumer,
+            backoff_delay=self._backoff_delay, events=events, clock=clock)
         self._blocked_names: set[str] = set()
-        self._create_retry: dict[str, ConsumerKey] = {}  # "create:<consumer>" -> consumer
         self._wake = asyncio.Event()
         self._next_resync = 0.0
         self._listening = False
@@ -213,6 +211,10 @@ class AdmissionController:
         self._units.add(key)
         self._wake.set()
 
+    def _touch_consumer(self, consumer: ConsumerKey) -> None:
+        self._consumers.add(consumer)
+        self._wake.set()
+
     def queued(self) -> int:
         """Consumers and units waiting for a cycle to look at them."""
         return len(self._consumers) + len(self._units)
@@ -256,7 +258,7 @@ class AdmissionController:
             self._queues_dirty = self._capacity_dirty = True
             self._next_resync = now + self.settings.resync_interval
         for key in self.writes.due(now):
-            retry = self._create_retry.pop(key, None)
+            retry = self.writer.create_retry.pop(key, None)
             if retry is not None:
                 self._consumers.add(retry)  # a unit creation to try again
             else:
@@ -286,8 +288,7 @@ class AdmissionController:
             if record is None:  # cannot happen: only known units are pending
                 self.mirror.set(unit.key, None, None)
                 continue
-            self._admitting.add(unit.key)
-            self.writes.spawn(functools.partial(self._admit, record, unit), key=unit.key)
+            self.writer.admit(record, unit)
         if not self.warming:  # take back what others need
             self.reclaimer.after_cycle(self.mirror, now, self.reclaim_access)
         duration = time.perf_counter() - started
@@ -367,12 +368,11 @@ class AdmissionController:
             unit = mine[0]
             if consumer.kind == "Job" and unit.phase == "Enqueued" \
                     and not self.writes.busy(unit.key) \
-                    and self._stale.get(unit.key) != unit.resource_version:
+                    and not self.writes.outdated(unit):
                 wanted = self._desired(consumer)
                 drift = spec_drift(unit, wanted) if wanted is not None else None
                 if drift is not None:
-                    self.writes.spawn(functools.partial(self._update_spec, unit, drift),
-                                      key=unit.key)
+                    self.writer.update_spec(unit, drift)
             return
         desired = self._desired(consumer)
         if desired is None:
@@ -387,189 +387,48 @@ class AdmissionController:
                             desired.key, consumer)
             return
         self._blocked_names.discard(desired.key)
-        busy = f"create:{consumer}"
-        if self.writes.busy(busy) or self.writes.retry_at(busy) > self.clock():
-            return
-        self.writes.spawn(functools.partial(self._create, busy, desired), key=busy)
+        self.writer.create(desired)
 
     def _reconcile_unit(self, key: str, now: float) -> None:
         unit = self.unit(key)
         if unit is None:
             self.mirror.set(key, None, None)
-            self._forget(key)
+            self.writer.forget(key)
+            self.writes.forget(key)
             return
-        if self._stale.get(key) not in (None, unit.resource_version):
-            del self._stale[key]
+        outdated = self.writes.outdated(unit)
         consumer, pods = self.consumer(unit)
-        if key not in self._admitting:
+        writer = self.writer
+        if key not in writer.admitting:
             where = disposition(unit, consumer)
-            if where == "pending" and (
-                self._stale.get(key) == unit.resource_version
-                or self.writes.retry_at(key) > now
-            ):
+            if where == "pending" and (outdated or self.writes.retry_at(key) > now):
                 where = None  # wait for the watch, or for the retry time
             self.mirror.set(key, where, engine_unit(unit, submitted(self.store, unit, pods)))
         if unit.phase != "TimeoutBackoff":
-            self._backoff_until.pop(key, None)
-        elif key not in self._backoff_until:
+            writer.backoff_until.pop(key, None)
+        elif key not in writer.backoff_until:
             # Found in backoff (a restart): wait the backoff out again from now.
-            self._backoff_until[key] = now + self._backoff_delay(unit.attempts)
-        if self.writes.busy(key) or self._stale.get(key) == unit.resource_version:
+            writer.backoff_until[key] = now + self._backoff_delay(unit.attempts)
+        if self.writes.busy(key) or outdated:
             return  # a write is running, or we know this version is outdated
         retry = self.writes.retry_at(key)
         if retry > now:
             self.writes.timer(retry, key)
             return
         step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
-                      backoff_until=self._backoff_until.get(key))
+                      backoff_until=writer.backoff_until.get(key))
         if step.kind == "none":
             deadline = admission_deadline(unit, self.settings.admission_timeout)
             if deadline is not None:
                 self.writes.timer(deadline, key)
             if unit.phase == "TimeoutBackoff":
-                self.writes.timer(self._backoff_until[key], key)
+                self.writes.timer(writer.backoff_until[key], key)
             return
-        self.writes.spawn(functools.partial(self._step, unit, step), key=key)
-
-    def _forget(self, key: str) -> None:
-        self._stale.pop(key, None)
-        self._backoff_until.pop(key, None)
-        self.writes.forget(key)
+        writer.step(unit, step)
 
     def _backoff_delay(self, attempts: int) -> float:
         return backoff_delay(attempts, base=self.settings.backoff_base,
                              cap=self.settings.backoff_max, jitter=self.rng.random())
-
-    def _failed(self, key: str, error: BaseException) -> None:
-        """A write failed: retry the key later (a "create:" key wakes its consumer)."""
-        self.writes.failed(key, error)
-        self.stats.writes_failed += 1
-
-    # -- writes (tasks, run through self.writes) ------------------------------------------
-
-    async def _create(self, busy: str, desired: DesiredUnit) -> None:
-        try:
-            written = await self.actions.create_unit(desired)
-            if written is not None:
-                self.writes.assume(written.record)
-                self.stats.created += 1
-            self.writes.succeeded(busy)
-        except ApiError as error:
-            self._create_retry[busy] = desired.consumer
-            self._failed(busy, error)
-        finally:
-            self._consumers.add(desired.consumer)
-            self._wake.set()
-
-    async def _update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
-        try:
-            written = await self.actions.update_spec(unit, spec)
-            if written is None:
-                self._stale[unit.key] = unit.resource_version
-            else:
-                self.writes.assume(written.record)
-        except ApiError as error:
-            self._failed(unit.key, error)
-        finally:
-            self.touch(unit.key)
-
-    async def _admit(self, unit: UnitRecord, chosen: Unit) -> None:
-        """Status first (the admission record), then release the consumer."""
-        key = unit.key
-        admitted = False
-        try:
-            async with self.writes.locked(key):
-                # A position write may have run meanwhile: start from its result.
-                unit = self.unit(key) or unit
-                now = self.clock()
-                written = await self.actions.admit(unit, now)
-            if written is None:
-                # Changed under us (or gone): decide again on the newer version.
-                self._stale[key] = unit.resource_version
-                return
-            admitted = True
-            self.writes.assume(written.record)
-            self.writes.succeeded(key)
-            metrics.admitted_units_total.labels(unit.queue).inc()
-            if unit.admissions == 0 and chosen.created:
-                metrics.admission_wait_seconds.labels(unit.queue).observe(
-                    max(0.0, now - chosen.created))
-            if self.events is not None:
-                # On the Job or pod (where users look); on the unit only when
-                # it has none: its status says it already, and every Event
-                # is an apiserver write competing with admissions.
-                self.events.unit_event(written.record, "Normal", "Admitted",
-                                       f"admitted by queue {unit.queue}", on_unit=False)
-            await self._release(written.record)
-        except ApiError as error:
-            if not admitted:
-                self._failed(key, error)
-        finally:
-            self._admitting.discard(key)
-            self.touch(key)
-
-    async def _release(self, unit: UnitRecord) -> None:
-        key = consumer_key(unit)
-        state, pods = self.consumer(unit)
-        try:
-            await self.actions.release(unit, pods)
-        except ConsumerGone:
-            # Gone (the watch will say so): do not try again meanwhile.
-            if key is not None:
-                self.writes.override(key, Consumer.MISSING, state)
-            return
-        except ApiError as error:
-            self._failed(unit.key, error)
-            return
-        if key is not None and state is Consumer.HELD:
-            self.writes.override(key, Consumer.RELEASED, Consumer.HELD)
-
-    async def _step(self, unit: UnitRecord, step: Step) -> None:
-        key = unit.key
-        try:
-            if step.kind == "release":
-                await self._release(unit)
-            elif step.kind == "hold":
-                await self._hold(unit)
-            elif step.kind == "phase" and step.phase is not None:
-                await self._set_phase(unit, step.phase, step.message)
-            elif step.kind == "backoff":
-                written = await self._set_phase(unit, "TimeoutBackoff", step.message)
-                if written is not None:
-                    delay = self._backoff_delay(written.record.attempts)
-                    self._backoff_until[key] = self.clock() + delay
-                    if self.events is not None:
-                        self.events.unit_event(
-                            written.record, "Warning", "Backoff",
-                            f"{step.message}; next try in {delay:.0f}s "
-                            f"(attempt {written.record.attempts})")
-                    await self._hold(written.record)
-        except ApiError as error:
-            self._failed(key, error)
-        finally:
-            self.touch(key)
-
-    async def _set_phase(self, unit: UnitRecord, phase: UnitPhase, message: str) -> Written | None:
-        written = await self.actions.set_phase(unit, phase, message)
-        if written is None:
-            self._stale[unit.key] = unit.resource_version
-            return None
-        self.writes.assume(written.record)
-        self.writes.succeeded(unit.key)
-        return written
-
-    async def _hold(self, unit: UnitRecord) -> None:
-        key = consumer_key(unit)
-        state, _ = self.consumer(unit)
-        try:
-            await self.actions.hold(unit)
-        except ConsumerGone:
-            if key is not None:
-                self.writes.override(key, Consumer.MISSING, state)
-            return
-        self.writes.succeeded(unit.key)
-        if key is not None and state in (Consumer.RELEASED, Consumer.RUNNING):
-            self.writes.override(key, Consumer.HELD, state)
 
     # -- running ---------------------------------------------------------------------------
     async def run(self, on_cycle: Callable[[], None] | None = None) -> None:

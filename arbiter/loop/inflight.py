@@ -107,6 +107,7 @@ class InFlightWrites:
         self._retry_at: dict[str, float] = {}
         self._timers: list[tuple[float, str]] = []
         self._timer_at: dict[str, float] = {}
+        self._outdated: dict[str, str] = {}  # unit key -> resourceVersion a write found changed
 
     # -- assumed writes --------------------------------------------------------------
     def assume(self, record: UnitRecord) -> None:
@@ -148,6 +149,20 @@ class InFlightWrites:
         """Drop overrides of consumers nobody looked at again."""
         for key in [k for k, o in self._overrides.items() if o.until < now]:
             del self._overrides[key]
+
+    def conflicted(self, unit: UnitRecord) -> None:
+        """A write found `unit` changed under it (or gone): this version is
+        outdated; decide again once the watch brings a newer one."""
+        self._outdated[unit.key] = unit.resource_version
+
+    def outdated(self, unit: UnitRecord) -> bool:
+        known = self._outdated.get(unit.key)
+        if known is None:
+            return False
+        if known != unit.resource_version:
+            del self._outdated[unit.key]  # a newer version came
+            return False
+        return True
 
     # -- writes running ------------------------------------------------------------------
     def busy(self, key: str) -> bool:
@@ -253,7 +268,8 @@ class InFlightWrites:
         return self._timers[0][0] if self._timers else None
 
     def forget(self, key: str) -> None:
-        """The unit is gone: drop its retries and timer."""
+        """The unit is gone: drop its retries, timer and outdated version."""
+        self._outdated.pop(key, None)
         self._retry_at.pop(key, None)
         self._failures.pop(key, None)
         self._timer_at.pop(key, None)

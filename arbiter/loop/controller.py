@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -36,10 +37,9 @@ from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.fairshare import Unit
-from arbiter.core.resources import Resources
 from arbiter.loop.actions import Actions
 from arbiter.loop.events import EventSink
-from arbiter.loop.index import LoopIndex, consumer_state
+from arbiter.loop.index import LoopIndex, consumer_state, consumer_uid, desired_unit
 from arbiter.loop.inflight import InFlightWrites
 from arbiter.loop.kube import ClusterApi
 from arbiter.loop.mirror import EngineMirror, engine_unit, submitted
@@ -47,15 +47,11 @@ from arbiter.loop.publisher import PublishSettings, StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.units import (
     Consumer,
-    DesiredUnit,
     admission_deadline,
     backoff_delay,
     consumer_key,
     decide,
     disposition,
-    group_unit,
-    job_unit,
-    pod_unit,
     spec_drift,
 )
 from arbiter.loop.writer import UnitWriter
@@ -147,7 +143,6 @@ class AdmissionController:
         self._listening = False
         self._indexed = False
         self.warming = True
-        self._nodes_seen: dict[str, tuple[Resources, bool, bool]] = {}
         self.publisher = StatusPublisher(
             store, self.mirror, self.actions, self.writes, unit=self.unit, events=events,
             clock=clock, settings=PublishSettings(
@@ -186,16 +181,8 @@ class AdmissionController:
         elif kind == "Queue":
             self._queues_dirty = True
         elif kind == "Node":
-            # Heartbeats change a Node every few seconds; only what the
-            # capacity is made of counts.
-            node = self.store.nodes.get(key)
-            seen = (node.allocatable, node.ready, node.schedulable) if node is not None else None
-            if self._nodes_seen.get(key) == seen:
-                return
-            if seen is None:
-                self._nodes_seen.pop(key, None)
-            else:
-                self._nodes_seen[key] = seen
+            if not self.index.on_node(key, self.store.nodes.get(key)):
+                return  # a heartbeat: the capacity is the same
             self._capacity_dirty = True
         elif kind == "Namespace":
             self._all = True
@@ -302,19 +289,11 @@ class AdmissionController:
         """Queue every consumer and unit for a look, in slices, yielding
         between them (a new leader with a large cache must not stall the
         webhook that shares this event loop). With `reindex`, rebuild the
-        index first; listeners keep it current meanwhile, because each entry
-        is indexed from the store as it is *now*."""
+        index first (`LoopIndex.fill`)."""
         store = self.store
         if reindex:
             self.index = LoopIndex()
-            for count, key in enumerate(list(store.units), start=1):
-                self.index.on_unit(key, store.units.get(key))
-                if count % chunk == 0:
-                    await asyncio.sleep(0)
-            for count, uid in enumerate(list(store.pods), start=1):
-                self.index.on_pod(uid, store.pods.get(uid))
-                if count % chunk == 0:
-                    await asyncio.sleep(0)
+            await self.index.fill(store, chunk=chunk)
             self._indexed = True
         consumers = self.index.consumers(store)
         for start in range(0, len(consumers), chunk):
@@ -328,33 +307,10 @@ class AdmissionController:
         self._all = False
         self._next_resync = self.clock() + self.settings.resync_interval
 
-    def _desired(self, consumer: ConsumerKey) -> DesiredUnit | None:
-        store = self.store
-        if not store.is_managed_namespace(consumer.namespace):
-            return None
-        if consumer.kind == "Job":
-            job = store.jobs.get(f"{consumer.namespace}/{consumer.name}")
-            return job_unit(job, store.priority_classes) if job is not None else None
-        if consumer.kind == "Pod":
-            pod = store.pod_by_name(consumer.namespace, consumer.name)
-            return pod_unit(pod) if pod is not None else None
-        pods = self.index.group_pods(store, consumer.namespace, consumer.name)
-        return group_unit(consumer.namespace, consumer.name, pods)
-
-    def _consumer_uid(self, consumer: ConsumerKey) -> str | None:
-        """The consumer's uid ("" for a pod group); None when it does not exist."""
-        if consumer.kind == "Job":
-            job = self.store.jobs.get(f"{consumer.namespace}/{consumer.name}")
-            return job.uid if job is not None else None
-        if consumer.kind == "Pod":
-            pod = self.store.pod_by_name(consumer.namespace, consumer.name)
-            return pod.uid if pod is not None else None
-        return ""
-
     def _reconcile_consumer(self, consumer: ConsumerKey, units: set[str]) -> None:
         existing = [u for u in map(self.unit, self.index.units_for(consumer)) if u is not None]
         units.update(u.key for u in existing)
-        uid = self._consumer_uid(consumer)
+        uid = consumer_uid(self.store, consumer)
         if uid is None or not self.store.is_managed_namespace(consumer.namespace):
             return
         mine = [
@@ -369,12 +325,12 @@ class AdmissionController:
             if consumer.kind == "Job" and unit.phase == "Enqueued" \
                     and not self.writes.busy(unit.key) \
                     and not self.writes.outdated(unit):
-                wanted = self._desired(consumer)
+                wanted = desired_unit(self.store, self.index, consumer)
                 drift = spec_drift(unit, wanted) if wanted is not None else None
                 if drift is not None:
                     self.writer.update_spec(unit, drift)
             return
-        desired = self._desired(consumer)
+        desired = desired_unit(self.store, self.index, consumer)
         if desired is None:
             return
         taken = self.unit(desired.key)
@@ -466,19 +422,12 @@ class AdmissionController:
         if self._pending_work():
             self._wake.clear()
         else:
-            timeout = None
-            now = self.clock()
-            timer = self.writes.next_deadline()
-            deadline = min(float("inf") if timer is None else timer, self._next_resync)
-            if deadline != float("inf"):
-                timeout = max(0.0, deadline - now)
+            deadline = min(self.writes.next_deadline(), self._next_resync)
+            timeout = None if deadline == math.inf else max(0.0, deadline - self.clock())
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-        if self.settings.debounce > 0:
-            await asyncio.sleep(self.settings.debounce)
-        else:
-            await asyncio.sleep(0)
+        await asyncio.sleep(max(0.0, self.settings.debounce))  # 0: just let others run
 
     def _pending_work(self) -> bool:
         return bool(self._units or self._consumers or self._all or self._queues_dirty

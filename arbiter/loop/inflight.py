@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -264,8 +265,9 @@ class InFlightWrites:
             fired.append(key)
         return fired
 
-    def next_deadline(self) -> float | None:
-        return self._timers[0][0] if self._timers else None
+    def next_deadline(self) -> float:
+        """When the first timer fires (infinity: none is set)."""
+        return self._timers[0][0] if self._timers else math.inf
 
     def forget(self, key: str) -> None:
         """The unit is gone: drop its retries, timer and outdated version."""

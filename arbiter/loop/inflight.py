@@ -256,14 +256,16 @@ class InFlightWrites:
         return self._timer_at.get(key)
 
     def due(self, now: float) -> list[str]:
-        """The keys whose timers have fired by `now`, in time order."""
-        fired = []
+        """The keys with a timer that has fired by `now`, in time order, each
+        once. A key whose timer was moved is due at either time (a look too
+        many costs nothing: each look sets the timers it still needs)."""
+        fired: dict[str, None] = {}
         while self._timers and self._timers[0][0] <= now:
             when, key = heapq.heappop(self._timers)
             if self._timer_at.get(key) == when:
                 del self._timer_at[key]
-            fired.append(key)
-        return fired
+            fired[key] = None
+        return list(fired)
 
     def next_deadline(self) -> float:
         """When the first timer fires (infinity: none is set)."""

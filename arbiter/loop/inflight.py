@@ -46,39 +46,39 @@ class _Override:
 
 
 class InFlightWrites:
-    """Writes in flight and what they assume, per unit key.
+    r"""Writes in flight and what they assume, per unit key.
 
-    The lifecycle of one write (a key is a unit's `namespace/name`, or
+    The lifecycle of one write (the key is a unit's `namespace/name`, or
     `create:<consumer>` for a unit not created yet)::
 
-                       spawn(work, key)
-                             |
-                             v                   (another write on the key
-                        +---------+               waits: `locked(key)`;
-                        |  busy   |               a busy key is not decided)
-                        +---------+
-               write ok /          \\ write failed
-                       v            v
-        assume(record)               failed(key): forget nothing assumed,
-        succeeded(key)                retry after backoff (1s, 2s, 4s ... max)
-               |                              |
-               v                              v
-        +-------------+               +----------------+  timer fires
-        |   assumed   |               |  retry_at(key) |-------------> looked at
-        +-------------+               +----------------+               again
-          |           \\
-          | watch      \\ ASSUME_TTL passes without the watch showing it
-          | shows it    \\
-          v              v
-      confirmed:       expired:
-      store wins       store wins (the write is taken as lost)
+      cycle decides a write
+              |  spawn(work, key)       at most max_writes run at once;
+              v                         locked(key): one write on a key at
+         +---------+                    a time; a busy key is not decided
+         |  busy   |                    again until its write ends
+         +---------+
+              |  the API call
+     +--------+-------------------+-------------------------+
+     | ok                         | refused (changed / gone) | error
+     v                            v                          v
+   assume(record)              conflicted(unit)            failed(key)
+   succeeded(key)              this version is outdated:   retry_at(key) after
+     |                         decide again on the next    1s, 2s, 4s ... retry_max
+     v                         one the watch brings        and timer(retry_at, key)
+   +---------+                                               |
+   | assumed |  unit(key, stored) returns our record         | due(now): looked at
+   +---------+                                               | again, write again
+     |                    \                                  v
+     | the watch shows     \ ASSUME_TTL passes               (back to the top)
+     | our resourceVersion  \ without it
+     v                       v
+   confirmed: the store's  expired: the store's (our write is taken as lost)
 
-    `unit(key, stored)` is the lookup that applies this: the assumed record
-    until the store holds its resourceVersion (confirmed) or ASSUME_TTL has
-    passed (expired). Consumers get the same through `override` (a Job we
-    unsuspended reads as released until the watch says so). Timers
-    (`timer`, `due`) wake the loop for deadlines: retries, admission
-    timeouts, backoffs and reclaim looks.
+    Consumers follow the same lifecycle through `override` (a Job we
+    unsuspended reads as released until the watch shows it, or ASSUME_TTL
+    passes). Timers (`timer`, `due`, `next_deadline`) also wake the loop for
+    the controller's deadlines: admission timeouts, backoffs, reclaim looks.
+    `forget(key)` drops what is kept for a unit that is gone.
 
     `on_assumed` is told of every assumed record (the loop marks the unit
     for a look and wakes up).

@@ -17,7 +17,7 @@ import contextlib
 import heapq
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Set
 from dataclasses import dataclass
 
 from arbiter.cache.ownership import ConsumerKey
@@ -170,8 +170,9 @@ class InFlightWrites:
         """A write on `key` is running (decide nothing about it meanwhile)."""
         return key in self._busy
 
-    def busy_keys(self) -> frozenset[str]:
-        return frozenset(self._busy)
+    def busy_keys(self) -> Set[str]:
+        """The keys with a write running (a live, read-only view)."""
+        return self._busy
 
     def spawn(self, work: Callable[[], Awaitable[None]], *, key: str | None = None) -> None:
         """Run a write as a task, at most `max_writes` at once; `key` is busy

@@ -63,14 +63,13 @@ class UnitWriter:
         self.create_retry: dict[str, ConsumerKey] = {}  # "create:<consumer>" -> consumer
 
     # -- starting writes (from a cycle) -------------------------------------------------
-    def create(self, desired: DesiredUnit) -> bool:
-        """Create the unit unless a creation for its consumer is running or
-        waits for its retry; True when one was started."""
+    def create(self, desired: DesiredUnit) -> None:
+        """Create the unit, unless a creation for its consumer is running or
+        waits for its retry."""
         busy = f"create:{desired.consumer}"
         if self.writes.busy(busy) or self.writes.retry_at(busy) > self.clock():
-            return False
+            return
         self.writes.spawn(functools.partial(self._create, busy, desired), key=busy)
-        return True
 
     def update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
         self.writes.spawn(functools.partial(self._update_spec, unit, spec), key=unit.key)

@@ -43,7 +43,7 @@ from arbiter.loop.index import LoopIndex, consumer_state, consumer_uid, desired_
 from arbiter.loop.inflight import InFlightWrites
 from arbiter.loop.kube import ClusterApi
 from arbiter.loop.mirror import EngineMirror, engine_unit, submitted
-from arbiter.loop.publisher import PublishSettings, StatusPublisher
+from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.units import (
     Consumer,
@@ -145,10 +145,9 @@ class AdmissionController:
         self.warming = True
         self.publisher = StatusPublisher(
             store, self.mirror, self.actions, self.writes, unit=self.unit, events=events,
-            clock=clock, settings=PublishSettings(
-                interval=self.settings.status_interval, qps=self.settings.status_qps,
-                waiting_event_depth=self.settings.waiting_event_depth,
-                position_depth=self.settings.position_depth))
+            clock=clock, interval=self.settings.status_interval, qps=self.settings.status_qps,
+            waiting_event_depth=self.settings.waiting_event_depth,
+            position_depth=self.settings.position_depth)
         self.reclaimer = Reclaimer(ReclaimSettings(grace=self.settings.reclaim_grace))
         self.reclaim_access = LoopAccess(
             writes=self.writes, actions=self.actions, unit=self.unit, consumer=self.consumer,

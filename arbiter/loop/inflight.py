@@ -31,12 +31,6 @@ ASSUME_TTL = 30.0
 
 
 @dataclass(slots=True)
-class _Assumed:
-    record: UnitRecord
-    since: float
-
-
-@dataclass(slots=True)
 class _Override:
     """What a consumer is after our write, until the watch shows it."""
 
@@ -98,7 +92,7 @@ class InFlightWrites:
         self.retry_max = retry_max
         self.on_assumed = on_assumed
         self.failures_total = 0
-        self._assumed: dict[str, _Assumed] = {}
+        self._assumed: dict[str, tuple[UnitRecord, float]] = {}  # key -> (record, since)
         self._overrides: dict[ConsumerKey, _Override] = {}
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -113,7 +107,7 @@ class InFlightWrites:
     # -- assumed writes --------------------------------------------------------------
     def assume(self, record: UnitRecord) -> None:
         """A write succeeded: `record` stands for the unit until the watch has it."""
-        self._assumed[record.key] = _Assumed(record, self.clock())
+        self._assumed[record.key] = (record, self.clock())
         self.on_assumed(record)
 
     def unit(self, key: str, stored: UnitRecord | None) -> UnitRecord | None:
@@ -121,11 +115,12 @@ class InFlightWrites:
         assumed = self._assumed.get(key)
         if assumed is None:
             return stored
-        if (stored is not None and stored.resource_version == assumed.record.resource_version) \
-                or self.clock() - assumed.since > ASSUME_TTL:
+        record, since = assumed
+        if (stored is not None and stored.resource_version == record.resource_version) \
+                or self.clock() - since > ASSUME_TTL:
             del self._assumed[key]  # confirmed by the watch, or taken as lost
             return stored
-        return assumed.record
+        return record
 
     def assumed_keys(self) -> list[str]:
         return list(self._assumed)

@@ -12,7 +12,6 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from arbiter.cache.records import UnitRecord
 from arbiter.cache.store import ClusterStore
@@ -28,17 +27,6 @@ from arbiter.ratelimit import Throttle, TokenBucket
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class PublishSettings:
-    # One object at most once per interval, all together under `qps` a second.
-    interval: float = 2.0
-    qps: float = 20.0
-    # Waiting events go to the first units of each queue only, and positions
-    # are kept up to date for the first `position_depth` (see LoopSettings).
-    waiting_event_depth: int = 100
-    position_depth: int = 1000
-
-
 class StatusPublisher:
     def __init__(
         self,
@@ -50,8 +38,14 @@ class StatusPublisher:
         unit: Callable[[str], UnitRecord | None],
         events: EventSink | None,
         clock: Callable[[], float],
-        settings: PublishSettings | None = None,
+        interval: float = 2.0,
+        qps: float = 20.0,
+        waiting_event_depth: int = 100,
+        position_depth: int = 1000,
     ) -> None:
+        """Each object is written at most once per `interval`, all together
+        under `qps` a second; Waiting events and positions go to the first
+        units of each queue only (`LoopSettings` says why)."""
         self.store = store
         self.mirror = mirror
         self.actions = actions
@@ -59,13 +53,14 @@ class StatusPublisher:
         self.unit = unit
         self.events = events
         self.clock = clock
-        self.settings = settings or PublishSettings()
+        self.interval = interval
+        self.waiting_event_depth = waiting_event_depth
+        self.position_depth = position_depth
         self.views: dict[str, QueueView] = {}
         self.queue_metrics = QueueMetrics()
-        self.queue_writer = QueueStatusWriter(actions.api, interval=self.settings.interval)
-        self.position_throttle = Throttle(self.settings.interval)
-        self.status_bucket = TokenBucket(self.settings.qps, max(1.0, self.settings.qps * 2),
-                                         clock())
+        self.queue_writer = QueueStatusWriter(actions.api, interval=interval)
+        self.position_throttle = Throttle(interval)
+        self.status_bucket = TokenBucket(qps, max(1.0, qps * 2), clock())
         self._waiting_said: dict[str, str] = {}
 
     async def publish(self) -> None:
@@ -80,7 +75,7 @@ class StatusPublisher:
             if not self.status_bucket.take(now):
                 break
             self.writes.spawn(functools.partial(self._write_queue, view, now))
-        depth = self.settings.position_depth
+        depth = self.position_depth
         self._publish_positions(positions(self.mirror, waiting=waiting, depth=depth), now)
         self._waiting_events(views, waiting)
 
@@ -118,7 +113,7 @@ class StatusPublisher:
     def _waiting_events(self, views: dict[str, QueueView], waiting: dict[str, list[Unit]]) -> None:
         if self.events is None:
             return
-        depth = self.settings.waiting_event_depth
+        depth = self.waiting_event_depth
         for name, units in waiting.items():
             reason = views[name].reason if name in views else ""
             for index, unit in enumerate(units[:depth]):
@@ -134,7 +129,7 @@ class StatusPublisher:
                 self.events.unit_event(record, "Normal", "Waiting", message, on_unit=False)
         if self._waiting_said:
             still = {unit.key for units in waiting.values()
-                     for unit in units[: self.settings.position_depth]}
+                     for unit in units[: self.position_depth]}
             for key in [k for k in self._waiting_said if k not in still]:
                 del self._waiting_said[key]
 
@@ -145,4 +140,4 @@ class StatusPublisher:
                 await self.publish()
             except Exception:
                 log.exception("status round failed")
-            await asyncio.sleep(max(0.05, self.settings.interval / 2))
+            await asyncio.sleep(max(0.05, self.interval / 2))

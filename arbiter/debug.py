@@ -20,8 +20,7 @@ import orjson
 from aiohttp import web
 
 from arbiter.cache.store import ClusterStore
-from arbiter.loop.controller import mirror_from_store
-from arbiter.loop.mirror import EngineMirror
+from arbiter.loop.mirror import EngineMirror, mirror_from_store
 from arbiter.loop.runtime import Leadership
 from arbiter.loop.status import queue_views, split_key
 

@@ -147,7 +147,7 @@ async def offline(units: int, freeze: bool) -> None:
           f"the admitting one {slices[-1] * 1000:.0f} ms for {len(chosen):,} admissions)")
 
     t = time.perf_counter()
-    await asyncio.gather(*list(controller._tasks))
+    await controller.writes.wait()
     writes = time.perf_counter() - t
     print(f"carrying out {len(chosen):,} admissions (status + ungate, in-memory API): "
           f"{writes:.2f}s ({len(chosen) / writes:,.0f}/s)")
@@ -167,17 +167,17 @@ async def offline(units: int, freeze: bool) -> None:
         got = controller.cycle()
         durations.append(time.perf_counter() - t)
         assert len(got) == 1, got
-        await asyncio.gather(*list(controller._tasks))
+        await controller.writes.wait()
         controller.cycle()
     print(f"incremental cycle (one finishes, next admitted): "
           f"p50 {statistics.median(durations) * 1000:.2f} ms, "
           f"p99 {pct(durations, 0.99) * 1000:.2f} ms")
 
     t = time.perf_counter()
-    waiting = controller.waiting()
-    await controller.publish()
+    waiting = controller.mirror.waiting_by_queue()
+    await controller.publisher.publish()
     status_round = time.perf_counter() - t
-    spawned = len(controller._tasks)
+    spawned = controller.writes.running()
     print(f"status round ({sum(len(v) for v in waiting.values()):,} waiting, "
           f"{QUEUES} queues): {status_round * 1000:.0f} ms ({spawned:,} writes spawned)")
     await controller.close()

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from arbiter.api import group_unit_name, job_unit_name, pod_unit_name
+from arbiter.cache.ownership import pod_consumer
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.resources import Resources
@@ -39,16 +39,12 @@ def unit_name(pod: PodRecord) -> str:
     """The name of the QueueUnit a managed pod belongs to, by the loop's
     naming: `job-<job>` for a Job's pods, `group-<group>` for a pod group's,
     else `pod-<pod>`; the unit lives in the pod's namespace."""
-    if pod.job_name:
-        return job_unit_name(pod.job_name)
-    if pod.pod_group:
-        return group_unit_name(pod.pod_group)
-    return pod_unit_name(pod.name)
+    return pod_consumer(pod).unit_name
 
 
 def unit_key(pod: PodRecord) -> str:
     """`namespace/name` of the pod's QueueUnit, as `ClusterStore.units` keys it."""
-    return f"{pod.namespace}/{unit_name(pod)}"
+    return pod_consumer(pod).unit_key
 
 
 def gang_key(pod: PodRecord) -> str | None:

@@ -46,9 +46,6 @@ TESTING = "arbiter.testing"
 # empties this after merging them; `test_known_violations_still_exist` fails
 # as soon as one is fixed, naming the entry to delete. Never add to it.
 KNOWN_VIOLATIONS_FIXED_ELSEWHERE: frozenset[str] = frozenset({
-    # branch `loop`: the reclaimer gets the in-flight bookkeeping object, not
-    # the controller (reclaim.py annotates `AdmissionController` today).
-    "cycle: arbiter.loop.controller, arbiter.loop.reclaim",
     # core engine helper: deserved.py and fairshare.py stop importing each other.
     "cycle: arbiter.core.deserved, arbiter.core.fairshare",
 })

@@ -17,12 +17,12 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from arbiter.api import API_VERSION, QUEUE_UNIT, format_rfc3339
 from arbiter.cache.records import UnitRecord
 from arbiter.kubeapi import ApiError, ClusterApi, events_path
-from arbiter.loop.status import TokenBucket
+from arbiter.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,14 @@ COMPONENT = "kube-arbiter"
 DEDUP_SECONDS = 600.0
 MAX_MESSAGE = 1024
 MAX_AGE = 60.0
+
+
+
+class EventSink(Protocol):
+    """Where the loop reports what happened to a unit (`EventRecorder` here)."""
+
+    def unit_event(self, unit: UnitRecord, type_: str, reason: str, message: str,
+                   *, on_unit: bool = True) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,19 +1,34 @@
 """Indexes the loop keeps beside the store: which units stand for which
-consumer, which pods make up each pod group, and which pods are unmanaged
-(their requests lower the capacity). Each one remembers what it saw, so a
-deletion (whose record the store has already dropped) still finds its
-unit, group and capacity effect.
+consumer, which pods make up each pod group, which pods are unmanaged
+(their requests lower the capacity), and what each node's capacity is
+made of. Each one remembers what it saw, so a deletion (whose record the
+store has already dropped) still finds its unit, group and capacity
+effect, and a Node heartbeat is told from a change.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.cache.ownership import ConsumerKey
+from arbiter.cache.records import NodeRecord, PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
-from arbiter.loop.units import ConsumerKey, consumer_key, wants_pod_unit
+from arbiter.core.resources import Resources
+from arbiter.loop.units import (
+    Consumer,
+    DesiredUnit,
+    consumer_key,
+    group_state,
+    group_unit,
+    job_state,
+    job_unit,
+    pod_state,
+    pod_unit,
+    wants_pod_unit,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +46,7 @@ class LoopIndex:
         self.units_by_consumer: dict[ConsumerKey, set[str]] = defaultdict(set)
         self._pods: dict[str, _PodSeen] = {}
         self.group_members: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._nodes: dict[str, tuple[Resources, bool, bool]] = {}
 
     def rebuild(self, store: ClusterStore) -> None:
         self.__init__()  # type: ignore[misc]
@@ -38,6 +54,24 @@ class LoopIndex:
             self.on_unit(key, unit)
         for uid, pod in store.pods.items():
             self.on_pod(uid, pod)
+        for name, node in store.nodes.items():
+            self.on_node(name, node)
+
+    async def fill(self, store: ClusterStore, *, chunk: int = 1000) -> None:
+        """Index every unit and pod of `store`, yielding every `chunk` of them
+        (a large cache must not stall the event loop). Listeners keep the
+        index current meanwhile: each entry is indexed from the store as it
+        is *now*."""
+        for count, key in enumerate(list(store.units), start=1):
+            self.on_unit(key, store.units.get(key))
+            if count % chunk == 0:
+                await asyncio.sleep(0)
+        for count, uid in enumerate(list(store.pods), start=1):
+            self.on_pod(uid, store.pods.get(uid))
+            if count % chunk == 0:
+                await asyncio.sleep(0)
+        for name in list(store.nodes):
+            self.on_node(name, store.nodes.get(name))
 
     # -- units ----------------------------------------------------------------------
     def on_unit(self, key: str, unit: UnitRecord | None) -> list[ConsumerKey]:
@@ -92,6 +126,20 @@ class LoopIndex:
         capacity = (old.footprint if old is not None else None) != footprint
         return touched, capacity
 
+    # -- nodes --------------------------------------------------------------------------
+    def on_node(self, name: str, node: NodeRecord | None) -> bool:
+        """Record a node change; whether the capacity may have changed.
+        Heartbeats change a Node every few seconds; only what the capacity
+        is made of counts."""
+        seen = (node.allocatable, node.ready, node.schedulable) if node is not None else None
+        if self._nodes.get(name) == seen:
+            return False
+        if seen is None:
+            self._nodes.pop(name, None)
+        else:
+            self._nodes[name] = seen
+        return True
+
     def group_pods(self, store: ClusterStore, namespace: str, group: str) -> list[PodRecord]:
         pods = (store.pods.get(uid) for uid in self.group_members.get((namespace, group), ()))
         return [pod for pod in pods if pod is not None]
@@ -106,3 +154,49 @@ class LoopIndex:
         ]
         keys += [ConsumerKey("PodGroup", ns, group) for ns, group in self.group_members]
         return keys
+
+
+def consumer_state(
+    store: ClusterStore, index: LoopIndex, unit: UnitRecord, key: ConsumerKey | None = None
+) -> tuple[Consumer, tuple[PodRecord, ...]]:
+    """What the unit's consumer (`key`, when known already) is doing, as the
+    cache sees it, and its pods."""
+    ref = unit.consumer
+    if key is None:
+        key = consumer_key(unit)
+    if key is None or ref is None:
+        return Consumer.NONE, ()
+    if key.kind == "Job":
+        return job_state(store.jobs.get(f"{key.namespace}/{key.name}"), ref.uid), ()
+    if key.kind == "Pod":
+        pod = store.pod_by_name(key.namespace, key.name)
+        return pod_state(pod, ref.uid), ((pod,) if pod is not None else ())
+    pods = tuple(index.group_pods(store, key.namespace, key.name))
+    return group_state(pods), pods
+
+
+def desired_unit(
+    store: ClusterStore, index: LoopIndex, consumer: ConsumerKey
+) -> DesiredUnit | None:
+    """The unit `consumer` needs now, if any (none outside managed namespaces)."""
+    if not store.is_managed_namespace(consumer.namespace):
+        return None
+    if consumer.kind == "Job":
+        job = store.jobs.get(f"{consumer.namespace}/{consumer.name}")
+        return job_unit(job, store.priority_classes) if job is not None else None
+    if consumer.kind == "Pod":
+        pod = store.pod_by_name(consumer.namespace, consumer.name)
+        return pod_unit(pod) if pod is not None else None
+    pods = index.group_pods(store, consumer.namespace, consumer.name)
+    return group_unit(consumer.namespace, consumer.name, pods)
+
+
+def consumer_uid(store: ClusterStore, consumer: ConsumerKey) -> str | None:
+    """The consumer's uid ("" for a pod group); None when it does not exist."""
+    if consumer.kind == "Job":
+        job = store.jobs.get(f"{consumer.namespace}/{consumer.name}")
+        return job.uid if job is not None else None
+    if consumer.kind == "Pod":
+        pod = store.pod_by_name(consumer.namespace, consumer.name)
+        return pod.uid if pod is not None else None
+    return ""

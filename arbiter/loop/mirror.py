@@ -14,10 +14,12 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Literal
 
-from arbiter.cache.records import QueueRecord
+from arbiter.cache.records import PodRecord, QueueRecord, UnitRecord
+from arbiter.cache.store import ClusterStore
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit, deserved
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.loop.units import Disposition
+from arbiter.loop.index import LoopIndex, consumer_state
+from arbiter.loop.units import Disposition, demand_of, disposition
 
 State = Literal["pending", "parked", "admitted", "orphan"]
 
@@ -170,6 +172,11 @@ class EngineMirror:
             ordered = [*ordered, *parked]
         return ordered
 
+    def waiting_by_queue(self) -> dict[str, list[Unit]]:
+        """Every queue's waiting units in admission order."""
+        return {name: self.waiting_units(name)
+                for name in self.queues if self.waiting.get(name)}
+
     def demand(self) -> dict[str, Resources]:
         """Each known queue's demand for `deserved`: admitted + waiting in the engine."""
         return {
@@ -182,3 +189,47 @@ class EngineMirror:
         its demand (one computation for Queue status and reclaim alike)."""
         specs = [queue_spec(q) for q in self.queues.values()]
         return deserved(self.engine_capacity(), specs, self.demand())
+
+
+# -- units as the engine takes them ------------------------------------------------------
+
+
+def submitted(store: ClusterStore, unit: UnitRecord, pods: tuple[PodRecord, ...]) -> float:
+    """When the work was submitted: its consumer's creation (the Job, the
+    pod, the group's first pod) — the unit follows by milliseconds that may
+    cross a second — or the unit's own for a reservation."""
+    ref = unit.consumer
+    if ref is not None and ref.kind == "Job":
+        job = store.jobs.get(f"{unit.namespace}/{ref.name}")
+        if job is not None and job.created:
+            return job.created
+    elif pods:
+        first = min(p.created for p in pods)
+        if first:
+            return first
+    return unit.created
+
+
+def engine_unit(unit: UnitRecord, created: float | None = None) -> Unit:
+    return Unit(
+        key=unit.key,
+        queue=unit.queue,
+        demand=demand_of(unit.pod_sets),
+        priority=unit.priority,
+        created=unit.created if created is None else created,
+    )
+
+
+def mirror_from_store(store: ClusterStore, overcommit: float = 1.0) -> EngineMirror:
+    """An engine over the units as the cache has them, with no loop behind it
+    (for replicas that do not lead: the debug API still answers)."""
+    index = LoopIndex()
+    index.rebuild(store)
+    mirror = EngineMirror()
+    mirror.set_queues(store.queues)
+    mirror.set_capacity(store.capacity(overcommit))
+    for key, unit in store.units.items():
+        state, pods = consumer_state(store, index, unit)
+        mirror.set(key, disposition(unit, state),
+                   engine_unit(unit, submitted(store, unit, pods)))
+    return mirror

@@ -1,7 +1,8 @@
 """Reclaim in the admission loop: when to take resources back, from whom
 (`arbiter.core.reclaim.plan`), and carrying it out (`arbiter.loop.evict`).
 
-After each cycle's admissions the controller calls `Reclaimer.after_cycle`.
+After each cycle's admissions the controller calls `Reclaimer.after_cycle`
+with a `LoopAccess` (the loop's in-flight writes and lookups, nothing more).
 At most once per `interval` it looks at the engine:
 
 - a queue is *starving* while the unit it offers next does not fit, is
@@ -35,7 +36,7 @@ import math
 import time
 from collections.abc import Callable, Set
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from arbiter import metrics
 from arbiter.api import parse_rfc3339
@@ -55,13 +56,12 @@ from arbiter.core.reclaim import (
 )
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.kubeapi import ApiError
-from arbiter.loop.actions import ConsumerGone
+from arbiter.loop.actions import Actions, ConsumerGone
+from arbiter.loop.events import EventSink
 from arbiter.loop.evict import Evictor
+from arbiter.loop.inflight import InFlightWrites
 from arbiter.loop.mirror import EngineMirror
 from arbiter.loop.units import Consumer, consumer_key
-
-if TYPE_CHECKING:
-    from arbiter.loop.controller import AdmissionController
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,23 @@ class ReclaimSettings:
     inflight_ttl: float = 120.0  # forget an eviction whose effect never showed
     blocked_base: float = 5.0
     blocked_max: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoopAccess:
+    """What taking units back needs of the admission loop, and no more: the
+    loop's in-flight writes (victims are written like the loop's own units),
+    its API client, a view of units and consumers with those writes applied,
+    and a way to have a unit looked at again. The reclaimer never reaches
+    into the controller."""
+
+    writes: InFlightWrites
+    actions: Actions
+    unit: Callable[[str], UnitRecord | None]
+    consumer: Callable[[UnitRecord], tuple[Consumer, tuple[PodRecord, ...]]]
+    touch: Callable[[str], None]  # look at this unit again (and wake the loop)
+    events: EventSink | None
+    clock: Callable[[], float]
 
 
 @dataclass(slots=True)
@@ -269,58 +286,53 @@ class Reclaimer:
         self.inflight.pop(key, None)
         return delay
 
-    # -- acting (through the controller) ----------------------------------------------
-    def after_cycle(self, controller: AdmissionController, now: float) -> list[Victim]:
-        """The controller's hook: look, start the evictions, set the wake-up."""
-        result = self.look(controller.mirror, now, busy=controller._busy,
-                           record=controller.unit)
+    # -- acting (through the loop's in-flight writes) ---------------------------------
+    def after_cycle(self, mirror: EngineMirror, now: float, loop: LoopAccess) -> list[Victim]:
+        """The loop's hook: look, start the evictions, set the wake-up."""
+        writes = loop.writes
+        result = self.look(mirror, now, busy=writes.busy_keys(), record=loop.unit)
         for victim in result.victims:
-            key = victim.unit.key
-            controller._busy.add(key)
-            controller._spawn(functools.partial(
-                carry_out, controller, self, victim, message_for(victim, result.queues)))
+            writes.spawn(functools.partial(
+                carry_out, loop, self, victim, message_for(victim, result.queues)),
+                key=victim.unit.key)
         if result.wake_at is not None:
-            controller._timer(result.wake_at, WAKE_KEY)
+            writes.timer(result.wake_at, WAKE_KEY)
         return result.victims
 
 
-async def carry_out(controller: AdmissionController, reclaimer: Reclaimer, victim: Victim,
+async def carry_out(loop: LoopAccess, reclaimer: Reclaimer, victim: Victim,
                     message: str) -> None:
-    """Take one unit back; the controller's bookkeeping as for its own writes."""
+    """Take one unit back, as one of the loop's writes."""
     key = victim.unit.key
-    evictor = Evictor(controller.actions.api, controller.actions)
+    evictor = Evictor(loop.actions.api, loop.actions)
     try:
-        async with controller._key_lock(key):
-            record = controller.unit(key)
+        async with loop.writes.locked(key):
+            record = loop.unit(key)
             if record is None or (not record.admitted and record.phase != "Enqueued"):
                 reclaimer.inflight.pop(key, None)
                 return
-            state, pods = controller.consumer(record)
+            state, pods = loop.consumer(record)
             consumer = record.consumer
             if consumer is None or consumer.kind == "Job":
-                await _requeue(controller, reclaimer, evictor, victim, record, state, message)
+                await _requeue(loop, reclaimer, evictor, victim, record, state, message)
             else:
-                await _evict(controller, reclaimer, evictor, victim, record, pods, message)
+                await _evict(loop, reclaimer, evictor, victim, record, pods, message)
     except ApiError as error:
         reclaimer.inflight.pop(key, None)
         log.warning("taking back %s failed: %s", key, error)
     finally:
-        controller._unlock(key)
-        controller._busy.discard(key)
-        controller._units.add(key)
-        controller._wake.set()
+        loop.touch(key)
 
 
-def _announce(controller: AdmissionController, victim: Victim, record: UnitRecord,
-              message: str) -> None:
+def _announce(loop: LoopAccess, victim: Victim, record: UnitRecord, message: str) -> None:
     log.info("took back %s: %s", record.key, message)
     metrics.preempted_units_total.labels(record.queue, victim.reason).inc()
-    events = controller.events
+    events = loop.events
     if events is None:
         return
     reason = RECLAIM_REASON if victim.reason == "reclaim" else PREEMPT_REASON
     events.unit_event(record, "Warning", reason, message)
-    waiting = controller.unit(victim.for_unit)
+    waiting = loop.unit(victim.for_unit)
     if waiting is not None:
         what = ("reclaiming" if victim.reason == "reclaim" else "preempting")
         events.unit_event(waiting, "Normal", "Reclaiming" if victim.reason == "reclaim"
@@ -329,7 +341,7 @@ def _announce(controller: AdmissionController, victim: Victim, record: UnitRecor
                           f"for this unit", on_unit=True)
 
 
-async def _requeue(controller: AdmissionController, reclaimer: Reclaimer, evictor: Evictor,
+async def _requeue(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
                    victim: Victim, record: UnitRecord, state: Consumer, message: str) -> None:
     """A Job (or a reservation): back to Enqueued, then suspended."""
     key = record.key
@@ -339,27 +351,27 @@ async def _requeue(controller: AdmissionController, reclaimer: Reclaimer, evicto
         if written is None:
             reclaimer.inflight.pop(key, None)  # changed meanwhile: decide again
             return
-        controller._assume(written)
+        loop.writes.assume(written.record)
         record = written.record
-    _announce(controller, victim, record, text)
+    _announce(loop, victim, record, text)
     consumer = consumer_key(record)
     if consumer is None:
         return  # a reservation: the status was the whole admission
     try:
         await evictor.suspend_job(record)
     except ConsumerGone:
-        controller._override(consumer, Consumer.MISSING, state)
+        loop.writes.override(consumer, Consumer.MISSING, state)
         return
     if state in (Consumer.RELEASED, Consumer.RUNNING):
-        controller._override(consumer, Consumer.HELD, state)
+        loop.writes.override(consumer, Consumer.HELD, state)
 
 
-async def _evict(controller: AdmissionController, reclaimer: Reclaimer, evictor: Evictor,
+async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
                  victim: Victim, record: UnitRecord, pods: tuple[PodRecord, ...],
                  message: str) -> None:
     """A plain pod or a pod group: the Eviction API, pod by pod."""
     targets = [p for p in pods if p.phase not in ("Succeeded", "Failed")]
-    now = controller.clock()
+    now = loop.clock()
     blocked: list[str] = []
     evicted: list[PodRecord] = []
     for pod in targets:
@@ -373,14 +385,14 @@ async def _evict(controller: AdmissionController, reclaimer: Reclaimer, evictor:
         await evictor.mark_disruption(pod.namespace, pod.name, pod.uid, reason, message, now)
     if blocked:
         delay = reclaimer.blocked_for(record.key, now)
-        if controller.events is not None:
-            controller.events.unit_event(
+        if loop.events is not None:
+            loop.events.unit_event(
                 record, "Warning", "EvictionBlocked",
                 f"{message}; eviction of pod(s) {', '.join(blocked)} blocked by a "
                 f"PodDisruptionBudget, retrying in {delay:.0f}s")
         return
     written = await evictor.end(record, f"{message}; evicted")
     if written is not None:
-        controller._assume(written)
+        loop.writes.assume(written.record)
         record = written.record
-    _announce(controller, victim, record, f"{message}; evicted")
+    _announce(loop, victim, record, f"{message}; evicted")

@@ -10,7 +10,7 @@ and all status writes together stay under `status_qps`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -23,6 +23,7 @@ from arbiter.core.quantities import MILLI_RESOURCES
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.kubeapi import ClusterApi, Conflict, NotFound, queue_path
 from arbiter.loop.mirror import EngineMirror
+from arbiter.ratelimit import Throttle
 
 TOP_PENDING = 10
 
@@ -183,49 +184,6 @@ class QueueMetrics:
 def _remove(gauge: Any, *labels: str) -> None:
     with contextlib.suppress(KeyError):
         gauge.remove(*labels)
-
-
-# -- rate limits ------------------------------------------------------------------------
-
-
-class TokenBucket:
-    """`rate` tokens a second, at most `burst` saved up."""
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self.stamp = now
-
-    def take(self, now: float) -> bool:
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
-
-
-class Throttle:
-    """Per-object: write only changed content, at most once per `interval`."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self._last: dict[str, tuple[Any, float]] = {}
-
-    def due(self, key: str, content: Any, now: float) -> bool:
-        last = self._last.get(key)
-        if last is None:
-            return True
-        return last[0] != content and now - last[1] >= self.interval
-
-    def written(self, key: str, content: Any, now: float) -> None:
-        self._last[key] = (content, now)
-
-    def forget(self, keep: Iterable[str]) -> None:
-        keep = set(keep)
-        for key in [k for k in self._last if k not in keep]:
-            del self._last[key]
 
 
 # -- Queue status ------------------------------------------------------------------------

@@ -14,8 +14,10 @@ Naming (one unit per consumer):
 - a QueueUnit a user creates without `consumerRef` is a reservation: it is
   admitted like any unit and holds its capacity while `Dequeued`.
 
-A name longer than a QueueUnit may be (253) is cut and suffixed with a hash
-(`arbiter.api.unit_name`, shared with the webhook and the extender).
+Which consumer a pod belongs to, and the unit's name, are decided in
+`arbiter.cache.ownership` (shared with the extender); a name longer than a
+QueueUnit may be (253) is cut and suffixed with a hash (`arbiter.api.unit_name`,
+shared with the webhook).
 """
 
 from __future__ import annotations
@@ -34,32 +36,16 @@ from arbiter.api import (
     QUEUE_LABEL,
     QUEUE_UNIT,
     UnitPhase,
-    group_unit_name,
-    job_unit_name,
     parse_rfc3339,
-    pod_unit_name,
 )
+from arbiter.cache.ownership import ConsumerKey, ConsumerKind, pod_consumer
 from arbiter.cache.records import JobRecord, PodRecord, PodSet, PriorityClassRecord, UnitRecord
 from arbiter.core.resources import EMPTY, Resources
 
-ConsumerKind = Literal["Job", "Pod", "PodGroup"]
 # consumerRef.apiVersion of a pod group: there is no such object, the
 # kind names the label that gathers its pods.
 POD_GROUP_API_VERSION = API_VERSION
 MAIN_POD_SET = "main"
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerKey:
-    """What a unit stands for, by kind, namespace and name (not uid: a
-    deleted consumer must still find the unit it leaves behind)."""
-
-    kind: ConsumerKind
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}/{self.namespace}/{self.name}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -131,11 +117,12 @@ def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> Desi
     finished, or nothing to run)."""
     if job.queue is None or job.outcome is not None or job.parallelism <= 0:
         return None
+    consumer = ConsumerKey("Job", job.namespace, job.name)
     return DesiredUnit(
         namespace=job.namespace,
-        name=job_unit_name(job.name),
+        name=consumer.unit_name,
         queue=job.queue,
-        consumer=ConsumerKey("Job", job.namespace, job.name),
+        consumer=consumer,
         consumer_uid=job.uid,
         consumer_api_version="batch/v1",
         pod_sets=(PodSet(MAIN_POD_SET, job.parallelism, job.pod_requests),),
@@ -149,8 +136,7 @@ def wants_pod_unit(pod: PodRecord) -> bool:
     return (
         pod.gated
         and pod.queue is not None
-        and pod.pod_group is None
-        and pod.job_name is None
+        and pod_consumer(pod).kind == "Pod"
         and not pod.terminating
     )
 
@@ -158,11 +144,12 @@ def wants_pod_unit(pod: PodRecord) -> bool:
 def pod_unit(pod: PodRecord) -> DesiredUnit | None:
     if not wants_pod_unit(pod) or pod.queue is None:
         return None
+    consumer = pod_consumer(pod)
     return DesiredUnit(
         namespace=pod.namespace,
-        name=pod_unit_name(pod.name),
+        name=consumer.unit_name,
         queue=pod.queue,
-        consumer=ConsumerKey("Pod", pod.namespace, pod.name),
+        consumer=consumer,
         consumer_uid=pod.uid,
         consumer_api_version="v1",
         pod_sets=(PodSet(MAIN_POD_SET, 1, pod.requests),),
@@ -201,11 +188,12 @@ def group_unit(namespace: str, group: str, pods: Iterable[PodRecord]) -> Desired
         return None
     queue = gated[0].queue
     assert queue is not None
+    consumer = ConsumerKey("PodGroup", namespace, group)
     return DesiredUnit(
         namespace=namespace,
-        name=group_unit_name(group),
+        name=consumer.unit_name,
         queue=queue,
-        consumer=ConsumerKey("PodGroup", namespace, group),
+        consumer=consumer,
         consumer_uid="",
         consumer_api_version=POD_GROUP_API_VERSION,
         pod_sets=group_pod_sets(gated),

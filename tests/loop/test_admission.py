@@ -248,7 +248,7 @@ async def test_a_waiting_event_names_the_reason() -> None:
     await c.queue("q")
     await c.pods("ns", "q", 3)
     await c.settle()
-    await c.controller.publish()
+    await c.controller.publisher.publish()
     waiting = {s.unit: s.message for s in c.events.said if s.reason == "Waiting"}
     assert waiting["ns/pod-p-001"] == "waiting in queue q: cluster full (cpu)"
     assert waiting["ns/pod-p-002"] == "waiting in queue q: behind 1 units"

@@ -149,7 +149,7 @@ async def test_a_position_write_racing_an_admission_does_not_double_it() -> None
     await c.queue("q")
     await c.pods("ns", "q", 3)
     await c.settle()
-    await c.controller.publish()  # positions for p-001, p-002 in flight
+    await c.controller.publisher.publish()  # positions for p-001, p-002 in flight
     c.set_pod_phase("ns", "p-000", "Succeeded")  # p-001 becomes admissible now
     await c.settle()
     assert c.admissions("ns", "pod-p-001") == 1

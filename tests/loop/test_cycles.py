@@ -34,7 +34,7 @@ async def test_slices_admit_nothing_until_every_unit_is_classified() -> None:
     while True:
         chosen = leader.cycle(budget=1)
         admitted += [u.key for u in chosen]
-        if not leader.warming and not leader._units and not leader._consumers:
+        if not leader.warming and not leader.queued():
             break
     assert admitted == []  # the reservation holds the CPU: nothing fits
     assert leader.mirror.state("ns/held") == "admitted"

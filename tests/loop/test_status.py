@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,8 @@ import yaml
 from arbiter import metrics
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.debug import pending_document, queues_document
-from arbiter.loop.controller import LoopSettings, mirror_from_store
+from arbiter.loop.controller import LoopSettings
+from arbiter.loop.mirror import mirror_from_store
 from arbiter.loop.status import queue_views, summary
 from tests.loop.harness import Cluster
 
@@ -23,8 +23,8 @@ def sample(name: str, **labels: str) -> float | None:
 
 
 async def publish(c: Cluster) -> None:
-    await c.controller.publish()
-    await asyncio.gather(*list(c.controller._tasks))
+    await c.controller.publisher.publish()
+    await c.controller.writes.wait()
 
 
 async def test_queue_status_metrics_and_debug_agree() -> None:
@@ -227,7 +227,7 @@ async def test_status_write_conflict_rereads_and_retries() -> None:
                             {"metadata": {"annotations": {"x": "y"}}})
     record = c.store.queues["q"]
     stale = dataclasses.replace(record, resource_version="1")
-    view = c.controller.queue_writer
+    view = c.controller.publisher.queue_writer
     views = queue_views(c.controller.mirror)
     assert await view.write(views["q"], stale, c.clock()) is True
     assert c.queue_status("q")["allocated"] == {"cpu": "1"}

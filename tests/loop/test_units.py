@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arbiter.api import MAX_NAME, UnitPhase, format_rfc3339, job_unit_name, pod_unit_name
+from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import (
     JobRecord,
     OwnerRef,
@@ -16,7 +17,6 @@ from arbiter.cache.records import (
 from arbiter.core.resources import Resources
 from arbiter.loop.units import (
     Consumer,
-    ConsumerKey,
     backoff_delay,
     decide,
     disposition,

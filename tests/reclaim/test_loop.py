@@ -284,7 +284,7 @@ async def test_the_loop_wakes_itself_when_the_grace_runs_out() -> None:
     await pods_fill_then_arrive(c)
     await c.look()
     since = c.controller.reclaimer.since["b"]
-    assert c.controller._timer_at.get(WAKE_KEY) == since + GRACE
+    assert c.controller.writes.timer_for(WAKE_KEY) == since + GRACE
 
 
 async def test_within_queue_lower_priority_displaces_a_lower_priority_pod() -> None:

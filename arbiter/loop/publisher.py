@@ -1,0 +1,143 @@
+"""Status publishing beside the admission loop: metrics, Queue statuses,
+unit positions and Waiting events, rendered from the engine each round.
+
+It runs as its own task and shares only the engine (read) and the loop's
+in-flight writes (a position write is a write like any other: it takes the
+unit's key, and its result is assumed until the watch has it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+
+from arbiter.cache.records import UnitRecord
+from arbiter.cache.store import ClusterStore
+from arbiter.core.fairshare import Unit
+from arbiter.kubeapi import ApiError
+from arbiter.loop.actions import Actions
+from arbiter.loop.events import EventSink
+from arbiter.loop.inflight import InFlightWrites
+from arbiter.loop.mirror import EngineMirror
+from arbiter.loop.status import QueueMetrics, QueueStatusWriter, QueueView, positions, queue_views
+from arbiter.ratelimit import Throttle, TokenBucket
+
+log = logging.getLogger(__name__)
+
+
+class StatusPublisher:
+    def __init__(
+        self,
+        store: ClusterStore,
+        mirror: EngineMirror,
+        actions: Actions,
+        writes: InFlightWrites,
+        *,
+        unit: Callable[[str], UnitRecord | None],
+        events: EventSink | None,
+        clock: Callable[[], float],
+        interval: float = 2.0,
+        qps: float = 20.0,
+        waiting_event_depth: int = 100,
+        position_depth: int = 1000,
+    ) -> None:
+        """Each object is written at most once per `interval`, all together
+        under `qps` a second; Waiting events and positions go to the first
+        units of each queue only (`LoopSettings` says why)."""
+        self.store = store
+        self.mirror = mirror
+        self.actions = actions
+        self.writes = writes
+        self.unit = unit
+        self.events = events
+        self.clock = clock
+        self.interval = interval
+        self.waiting_event_depth = waiting_event_depth
+        self.position_depth = position_depth
+        self.views: dict[str, QueueView] = {}
+        self.queue_metrics = QueueMetrics()
+        self.queue_writer = QueueStatusWriter(actions.api, interval=interval)
+        self.position_throttle = Throttle(interval)
+        self.status_bucket = TokenBucket(qps, max(1.0, qps * 2), clock())
+        self._waiting_said: dict[str, str] = {}
+
+    async def publish(self) -> None:
+        """One status round: metrics, Queue statuses, positions, Waiting events."""
+        now = self.clock()
+        self.writes.expire_overrides(now)
+        waiting = self.mirror.waiting_by_queue()
+        views = queue_views(self.mirror, waiting=waiting)
+        self.views = views
+        self.queue_metrics.update(views)
+        for view in self.queue_writer.due(views, now):
+            if not self.status_bucket.take(now):
+                break
+            self.writes.spawn(functools.partial(self._write_queue, view, now))
+        depth = self.position_depth
+        self._publish_positions(positions(self.mirror, waiting=waiting, depth=depth), now)
+        self._waiting_events(views, waiting)
+
+    def _publish_positions(self, where: dict[str, int], now: float) -> None:
+        for key, position in sorted(where.items(), key=lambda item: item[1]):
+            if self.writes.busy(key):
+                continue
+            unit = self.unit(key)
+            if unit is None or unit.position == position:
+                continue
+            if not self.position_throttle.due(key, position, now):
+                continue
+            if not self.status_bucket.take(now):
+                break
+            self.writes.spawn(functools.partial(self._write_position, unit, position), key=key)
+        self.position_throttle.forget(where)
+
+    async def _write_position(self, unit: UnitRecord, position: int) -> None:
+        key = unit.key
+        try:
+            async with self.writes.locked(key):
+                written = await self.actions.write_position(unit, position)
+            if written is not None:
+                self.writes.assume(written.record)
+            self.position_throttle.written(key, position, self.clock())
+        except ApiError as error:
+            log.debug("position of %s not written: %s", key, error)
+
+    async def _write_queue(self, view: QueueView, now: float) -> None:
+        try:
+            await self.queue_writer.write(view, self.store.queues.get(view.name), now)
+        except ApiError as error:
+            log.warning("status of Queue %s not written: %s", view.name, error)
+
+    def _waiting_events(self, views: dict[str, QueueView], waiting: dict[str, list[Unit]]) -> None:
+        if self.events is None:
+            return
+        depth = self.waiting_event_depth
+        for name, units in waiting.items():
+            reason = views[name].reason if name in views else ""
+            for index, unit in enumerate(units[:depth]):
+                category = f"head:{reason}" if index == 0 else "behind"
+                if self._waiting_said.get(unit.key) == category:
+                    continue
+                record = self.unit(unit.key)
+                if record is None:
+                    continue
+                self._waiting_said[unit.key] = category
+                message = (f"waiting in queue {name}: {reason}" if index == 0
+                           else f"waiting in queue {name}: behind {index} units")
+                self.events.unit_event(record, "Normal", "Waiting", message, on_unit=False)
+        if self._waiting_said:
+            still = {unit.key for units in waiting.values()
+                     for unit in units[: self.position_depth]}
+            for key in [k for k in self._waiting_said if k not in still]:
+                del self._waiting_said[key]
+
+    async def run(self) -> None:
+        """Publish status every half interval (each object is throttled itself)."""
+        while True:
+            try:
+                await self.publish()
+            except Exception:
+                log.exception("status round failed")
+            await asyncio.sleep(max(0.05, self.interval / 2))

@@ -1,0 +1,215 @@
+"""The writes a cycle decides for a unit, carried out as the loop's
+in-flight writes (`arbiter.loop.inflight`): create a unit, bring its spec
+up to date, admit it (status first, then release its consumer), or take
+the step `units.decide` picked (a phase, release, hold, backoff).
+
+Each write assumes its result (so the next cycle sees it before the watch
+does), marks its unit for another look when it ends, and on an API error is
+retried after a backoff. A write refused because the unit changed under it
+marks that version outdated: the loop decides again on the newer one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from arbiter import metrics
+from arbiter.api import UnitPhase
+from arbiter.cache.ownership import ConsumerKey
+from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.core.fairshare import Unit
+from arbiter.kubeapi import ApiError
+from arbiter.loop.actions import Actions, ConsumerGone, Written
+from arbiter.loop.events import EventSink
+from arbiter.loop.inflight import InFlightWrites
+from arbiter.loop.units import Consumer, DesiredUnit, Step, consumer_key
+
+
+class WriteCounts(Protocol):
+    """Where the writes count what they did (the controller's `CycleStats`)."""
+
+    created: int
+    writes_failed: int
+
+
+class UnitWriter:
+    def __init__(
+        self,
+        actions: Actions,
+        writes: InFlightWrites,
+        stats: WriteCounts,
+        *,
+        unit: Callable[[str], UnitRecord | None],
+        consumer: Callable[[UnitRecord], tuple[Consumer, tuple[PodRecord, ...]]],
+        touch: Callable[[str], None],
+        touch_consumer: Callable[[ConsumerKey], None],
+        backoff_delay: Callable[[int], float],
+        events: EventSink | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.actions = actions
+        self.writes = writes
+        self.stats = stats
+        self.unit = unit
+        self.consumer = consumer
+        self.touch = touch
+        self.touch_consumer = touch_consumer
+        self.backoff_delay = backoff_delay
+        self.events = events
+        self.clock = clock
+        self.admitting: set[str] = set()  # admissions running (the engine has them already)
+        self.backoff_until: dict[str, float] = {}
+        self.create_retry: dict[str, ConsumerKey] = {}  # "create:<consumer>" -> consumer
+
+    # -- starting writes (from a cycle) -------------------------------------------------
+    def create(self, desired: DesiredUnit) -> None:
+        """Create the unit, unless a creation for its consumer is running or
+        waits for its retry."""
+        busy = f"create:{desired.consumer}"
+        if self.writes.busy(busy) or self.writes.retry_at(busy) > self.clock():
+            return
+        self.writes.spawn(functools.partial(self._create, busy, desired), key=busy)
+
+    def update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
+        self.writes.spawn(functools.partial(self._update_spec, unit, spec), key=unit.key)
+
+    def admit(self, unit: UnitRecord, chosen: Unit) -> None:
+        self.admitting.add(unit.key)
+        self.writes.spawn(functools.partial(self._admit, unit, chosen), key=unit.key)
+
+    def step(self, unit: UnitRecord, step: Step) -> None:
+        self.writes.spawn(functools.partial(self._step, unit, step), key=unit.key)
+
+    def forget(self, key: str) -> None:
+        self.backoff_until.pop(key, None)
+
+    def _failed(self, key: str, error: BaseException) -> None:
+        """A write failed: retry the key later (a "create:" key wakes its consumer)."""
+        self.writes.failed(key, error)
+        self.stats.writes_failed += 1
+
+    # -- the writes (tasks) ------------------------------------------------------------
+    async def _create(self, busy: str, desired: DesiredUnit) -> None:
+        try:
+            written = await self.actions.create_unit(desired)
+            if written is not None:
+                self.writes.assume(written.record)
+                self.stats.created += 1
+            self.writes.succeeded(busy)
+        except ApiError as error:
+            self.create_retry[busy] = desired.consumer
+            self._failed(busy, error)
+        finally:
+            self.touch_consumer(desired.consumer)
+
+    async def _update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
+        try:
+            written = await self.actions.update_spec(unit, spec)
+            if written is None:
+                self.writes.conflicted(unit)
+            else:
+                self.writes.assume(written.record)
+        except ApiError as error:
+            self._failed(unit.key, error)
+        finally:
+            self.touch(unit.key)
+
+    async def _admit(self, unit: UnitRecord, chosen: Unit) -> None:
+        """Status first (the admission record), then release the consumer."""
+        key = unit.key
+        admitted = False
+        try:
+            async with self.writes.locked(key):
+                # A position write may have run meanwhile: start from its result.
+                unit = self.unit(key) or unit
+                now = self.clock()
+                written = await self.actions.admit(unit, now)
+            if written is None:
+                # Changed under us (or gone): decide again on the newer version.
+                self.writes.conflicted(unit)
+                return
+            admitted = True
+            self.writes.assume(written.record)
+            self.writes.succeeded(key)
+            metrics.admitted_units_total.labels(unit.queue).inc()
+            if unit.admissions == 0 and chosen.created:
+                metrics.admission_wait_seconds.labels(unit.queue).observe(
+                    max(0.0, now - chosen.created))
+            if self.events is not None:
+                # On the Job or pod (where users look); on the unit only when
+                # it has none: its status says it already, and every Event
+                # is an apiserver write competing with admissions.
+                self.events.unit_event(written.record, "Normal", "Admitted",
+                                       f"admitted by queue {unit.queue}", on_unit=False)
+            await self._release(written.record)
+        except ApiError as error:
+            if not admitted:
+                self._failed(key, error)
+        finally:
+            self.admitting.discard(key)
+            self.touch(key)
+
+    async def _release(self, unit: UnitRecord) -> None:
+        key = consumer_key(unit)
+        state, pods = self.consumer(unit)
+        try:
+            await self.actions.release(unit, pods)
+        except ConsumerGone:
+            # Gone (the watch will say so): do not try again meanwhile.
+            if key is not None:
+                self.writes.override(key, Consumer.MISSING, state)
+            return
+        except ApiError as error:
+            self._failed(unit.key, error)
+            return
+        if key is not None and state is Consumer.HELD:
+            self.writes.override(key, Consumer.RELEASED, Consumer.HELD)
+
+    async def _step(self, unit: UnitRecord, step: Step) -> None:
+        key = unit.key
+        try:
+            if step.kind == "release":
+                await self._release(unit)
+            elif step.kind == "hold":
+                await self._hold(unit)
+            elif step.kind == "phase" and step.phase is not None:
+                await self._set_phase(unit, step.phase, step.message)
+            elif step.kind == "backoff":
+                written = await self._set_phase(unit, "TimeoutBackoff", step.message)
+                if written is not None:
+                    delay = self.backoff_delay(written.record.attempts)
+                    self.backoff_until[key] = self.clock() + delay
+                    if self.events is not None:
+                        self.events.unit_event(
+                            written.record, "Warning", "Backoff",
+                            f"{step.message}; next try in {delay:.0f}s "
+                            f"(attempt {written.record.attempts})")
+                    await self._hold(written.record)
+        except ApiError as error:
+            self._failed(key, error)
+        finally:
+            self.touch(key)
+
+    async def _set_phase(self, unit: UnitRecord, phase: UnitPhase, message: str) -> Written | None:
+        written = await self.actions.set_phase(unit, phase, message)
+        if written is None:
+            self.writes.conflicted(unit)
+            return None
+        self.writes.assume(written.record)
+        self.writes.succeeded(unit.key)
+        return written
+
+    async def _hold(self, unit: UnitRecord) -> None:
+        key = consumer_key(unit)
+        state, _ = self.consumer(unit)
+        try:
+            await self.actions.hold(unit)
+        except ConsumerGone:
+            if key is not None:
+                self.writes.override(key, Consumer.MISSING, state)
+            return
+        self.writes.succeeded(unit.key)
+        if key is not None and state in (Consumer.RELEASED, Consumer.RUNNING):
+            self.writes.override(key, Consumer.HELD, state)

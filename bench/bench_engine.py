@@ -32,7 +32,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `arbiter` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit, deserved
+from arbiter.core.deserved import deserved
+from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 
 GI = 2**30

@@ -1,0 +1,236 @@
+"""Node fit for admission (DESIGN.md §10): which nodes could hold a unit's pods.
+
+Pure: no I/O. The engine keeps one `NodeIndex`; it knows every node's free
+resources (allocatable - used - planned pods of admitted units) and answers
+"where would these pods go" by first-fit decreasing: the pods, largest
+dominant share first, each on the first node (by name) of the node set with
+room for it. Equal pods are placed together, as many per node as fit.
+
+A *node set* is one pool's nodes narrowed by a queue's nodeSelector; sets are
+built when first asked for and kept up to date after that. Per set:
+
+* free amounts per resource as flat lists (one int per node, in name order);
+* blocks of 64 nodes with the largest free amount of each resource in the
+  block: a search skips a block in one comparison when no node in it can hold
+  the pod ("largest free slot" per block, updated in O(1) except when a
+  block's largest node shrinks: one C-level max over 64 ints);
+* a *cursor* per pod shape: no node before it has room for one such pod.
+  Free space only shrinks while admitting, so first-fit searches resume
+  there (amortised O(nodes) per shape between releases); a node that grows
+  is logged and pulls every cursor back to it before its next use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from arbiter.core.model import DEFAULT_POOL, Node, Pool
+
+__all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs"]
+
+Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
+Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
+
+_BLOCK = 6  # log2 of the nodes per block
+_LOG_LIMIT = 1024  # cursors are dropped rather than pulled back past this many growths
+
+
+class NodeSet:
+    """The nodes of one pool that a nodeSelector allows, in name order."""
+
+    __slots__ = ("bmax", "cursors", "fr", "log", "members", "names", "pool")
+
+    pool: str
+    members: list[int]  # global node positions
+    names: list[str]
+    fr: list[list[int]]  # per resource index: free amount per member
+    bmax: list[list[int]]  # per resource index: largest free amount per block
+    cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
+    log: list[int]  # members that grew, in order
+
+    def __init__(self, pool: str, members: list[int], names: list[str],
+                 free: list[list[int]]) -> None:
+        self.pool = pool
+        self.members = members
+        self.names = names
+        self.fr = [[column[g] for g in members] for column in free]
+        self.bmax = [self._block_max(column) for column in self.fr]
+        self.cursors = {}
+        self.log = []
+
+    @staticmethod
+    def _block_max(column: list[int]) -> list[int]:
+        size = 1 << _BLOCK
+        return [max(column[b : b + size]) for b in range(0, len(column), size)]
+
+    def add_resource(self) -> None:
+        self.fr.append([0] * len(self.members))
+        self.bmax.append(self._block_max(self.fr[-1]))
+
+    def set_free(self, local: int, r: int, amount: int) -> None:
+        column = self.fr[r]
+        old = column[local]
+        if amount == old:
+            return
+        column[local] = amount
+        b = local >> _BLOCK
+        top = self.bmax[r]
+        if amount > old:
+            if amount > top[b]:
+                top[b] = amount
+            self.log.append(local)
+        elif old == top[b]:
+            start = b << _BLOCK
+            top[b] = max(column[start : start + (1 << _BLOCK)])
+
+    def cursor(self, pairs: Pairs) -> int:
+        got = self.cursors.get(pairs)
+        if got is None:
+            return 0
+        at, seen = got
+        log = self.log
+        if seen < len(log):
+            at = min(at, min(log[seen:]))
+        return at
+
+    def _set_cursor(self, pairs: Pairs, at: int) -> None:
+        if len(self.log) > _LOG_LIMIT:
+            self.log = []
+            self.cursors = {}
+        self.cursors[pairs] = (at, len(self.log))
+
+    def place(self, runs: Runs) -> list[list[int]] | None:
+        """First-fit decreasing of `runs` (already in placement order): per run,
+        the member index of each pod; None when some pod finds no room."""
+        n = len(self.members)
+        fr = self.fr
+        bmax = self.bmax
+        nblocks = len(bmax[0]) if bmax else 0
+        size = 1 << _BLOCK
+        taken: dict[int, dict[int, int]] | None = {} if len(runs) > 1 else None
+        out: list[list[int]] = []
+        for ri, (count, pairs) in enumerate(runs):
+            got: list[int] = []
+            out.append(got)
+            if count <= 0:
+                continue
+            if not pairs:  # requests nothing: any node holds it
+                if n == 0:
+                    return None
+                got.extend([0] * count)
+                continue
+            at = self.cursor(pairs)
+            first = -1
+            b = at >> _BLOCK
+            while count and b < nblocks:
+                for r, a in pairs:
+                    if bmax[r][b] < a:
+                        break
+                else:
+                    end = min(n, (b + 1) * size)
+                    while at < end:
+                        k = count
+                        extra = taken.get(at) if taken else None
+                        for r, a in pairs:
+                            f = fr[r][at]
+                            if extra:
+                                f -= extra.get(r, 0)
+                            if f < a:
+                                k = 0
+                                break
+                            if f < a * k:
+                                k = f // a
+                        if k > 0:
+                            if first < 0:
+                                first = at
+                            got.extend([at] * k)
+                            count -= k
+                            if taken is not None:
+                                use = taken.setdefault(at, {})
+                                for r, a in pairs:
+                                    use[r] = use.get(r, 0) + a * k
+                            if not count:
+                                break
+                        at += 1
+                    if not count:
+                        break
+                b += 1
+                at = b * size
+            if ri == 0:  # committed state only: later runs see tentative use
+                self._set_cursor(pairs, first if first >= 0 else n)
+            if count:
+                return None
+        return out
+
+    def largest(self, r: int) -> tuple[int, str]:
+        """The largest free amount of resource `r` and the node holding it."""
+        column = self.fr[r]
+        if not column:
+            return 0, ""
+        best = max(range(len(column)), key=column.__getitem__)
+        return column[best], self.names[best]
+
+
+class NodeIndex:
+    """Every node's free resources, its pool, and the node sets asked for so far."""
+
+    def __init__(self, nodes: Iterable[Node], pools: Iterable[Pool], nres: int) -> None:
+        ordered = sorted(nodes, key=lambda node: node.name)
+        self.pools = sorted(pools, key=lambda pool: pool.name)
+        names = [pool.name for pool in self.pools]
+        # every pool by name, `default` last (DESIGN §10)
+        self.pool_order: tuple[str, ...] = (
+            *[name for name in names if name != DEFAULT_POOL], DEFAULT_POOL)
+        self.names: list[str] = [node.name for node in ordered]
+        self.position: dict[str, int] = {name: g for g, name in enumerate(self.names)}
+        if len(self.position) != len(self.names):
+            raise ValueError("node names must be unique")
+        self.labels: list[Mapping[str, str]] = [node.labels for node in ordered]
+        self.pool_of: list[str] = [self._pool_for(node.labels) for node in ordered]
+        self.nodes: list[Node] = ordered
+        self.free: list[list[int]] = [[0] * len(ordered) for _ in range(nres)]
+        self.sets: dict[tuple[str, tuple[tuple[str, str], ...]], NodeSet] = {}
+        # per node: (node set, its index there)
+        self.member_of: list[list[tuple[NodeSet, int]]] = [[] for _ in ordered]
+
+    def _pool_for(self, labels: Mapping[str, str]) -> str:
+        for pool in self.pools:
+            if pool.selects(labels):
+                return pool.name
+        return DEFAULT_POOL
+
+    def add_resource(self) -> None:
+        self.free.append([0] * len(self.names))
+        for node_set in self.sets.values():
+            node_set.add_resource()
+
+    def node_set(self, pool: str, selector: tuple[tuple[str, str], ...]) -> NodeSet:
+        key = (pool, selector)
+        found = self.sets.get(key)
+        if found is not None:
+            return found
+        members = [
+            g for g, name in enumerate(self.pool_of)
+            if name == pool and all(self.labels[g].get(k) == v for k, v in selector)
+        ]
+        found = NodeSet(pool, members, [self.names[g] for g in members], self.free)
+        self.sets[key] = found
+        for local, g in enumerate(members):
+            self.member_of[g].append((found, local))
+        return found
+
+    def change(self, g: int, delta: Iterable[tuple[int, int]]) -> bool:
+        """Add the signed `delta` to node g's free amounts; True when something grew."""
+        free = self.free
+        grew = False
+        memberships = self.member_of[g]
+        for r, a in delta:
+            if not a:
+                continue
+            amount = free[r][g] + a
+            free[r][g] = amount
+            if a > 0:
+                grew = True
+            for node_set, local in memberships:
+                node_set.set_free(local, r, amount)
+        return grew

@@ -26,6 +26,28 @@ Quantities are canonical Kubernetes strings and list every resource of the
 capacity (zeros included); shares are rounded to 4 places; `deserved` is
 computed over each queue's total demand (all its units). Bad input exits 2
 with one line on stderr naming the field.
+
+Node fit (DESIGN.md §10), all optional; without `nodes` nothing changes:
+
+    nodes:                             # instead of capacity
+      - {name: gpu, count: 2, labels: {accel: a100}, allocatable: {cpu: "8", nvidia.com/gpu: 4}}
+      - {name: cpu-node, allocatable: {cpu: "1"}, used: {cpu: 600m}}
+    pools:
+      - {name: gpu, nodeSelector: {accel: a100}}
+    queues:
+      - name: A
+        pools: [gpu, default]          # preference (default: every pool by name, default last)
+        nodeSelector: {zone: a}        # narrows the nodes further
+        units:
+          - {count: 3, pods: 2, requests: {cpu: "1"}}   # 3 units of 2 pods x 1 cpu
+
+A node entry with `count: N` stands for N nodes named `<name>-0` ...
+`<name>-<N-1>`; `used` is what already runs there. The capacity is then the
+sum of allocatable - used over the nodes (a top-level `capacity` is refused),
+and a unit is admitted only where all its pods (`pods` per unit, default 1,
+each requesting `requests`) fit on the nodes of one of its queue's pools.
+Each queue's output adds `pools` (admitted units per pool) and `waiting` (why
+its first pending unit waits, e.g. the largest free slot on its nodes).
 """
 
 from __future__ import annotations
@@ -40,23 +62,34 @@ from typing import Any
 
 import yaml
 
+from arbiter.core.deserved import deserved
 from arbiter.core.fairshare import (
     QUEUE_POLICIES,
     AdmissionEngine,
+    Node,
+    PodSet,
+    Pool,
     QueuePolicy,
     QueueSpec,
     Unit,
-    deserved,
     format_share,
 )
+from arbiter.core.model import DEFAULT_POOL, MAIN_POD_SET
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
 
 MAX_UNITS = 1_000_000  # expanded units per scenario (a typo in a count should not eat the RAM)
 
-_TOP_FIELDS = ("capacity", "queues")
-_QUEUE_FIELDS = ("name", "weight", "guarantee", "capability", "blocking", "queuePolicy", "units")
-_UNIT_FIELDS = ("count", "requests", "priority", "name")
+MAX_NODES = 100_000  # expanded nodes per scenario
+
+_TOP_FIELDS = ("capacity", "queues", "nodes", "pools")
+_QUEUE_FIELDS = (
+    "name", "weight", "guarantee", "capability", "blocking", "queuePolicy", "units",
+    "pools", "nodeSelector",
+)
+_UNIT_FIELDS = ("count", "requests", "priority", "name", "pods")
+_NODE_FIELDS = ("name", "labels", "allocatable", "used", "count")
+_POOL_FIELDS = ("name", "nodeSelector")
 
 
 class ScenarioError(ValueError):
@@ -69,6 +102,8 @@ class Scenario:
     resources: tuple[str, ...]  # capacity's resource names as written (zeros included)
     queues: tuple[QueueSpec, ...]
     units: tuple[Unit, ...]
+    nodes: tuple[Node, ...] | None = None  # None: aggregate capacity only
+    pools: tuple[Pool, ...] = ()
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -172,18 +207,116 @@ def _name(value: object, field: str) -> str:
     return value
 
 
+def _labels(value: object, field: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ScenarioError(f"{field}: expected a mapping of label to value, got {_kind(value)}")
+    for key, label in value.items():
+        if not isinstance(key, str) or not key or not isinstance(label, str):
+            raise ScenarioError(
+                f"{field}.{key}: labels are non-empty strings with string values"
+            )
+    return dict(value)
+
+
+def _list(value: object, field: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ScenarioError(f"{field}: expected a list, got {_kind(value)}")
+    return value
+
+
+def _load_nodes(raw_nodes: object) -> tuple[Node, ...]:
+    nodes: list[Node] = []
+    seen: set[str] = set()
+    for ni, raw_node in enumerate(_list(raw_nodes, "nodes")):
+        nf = f"nodes[{ni}]"
+        entry = _mapping(raw_node, nf, _NODE_FIELDS)
+        if "name" not in entry:
+            raise ScenarioError(f"{nf}.name: required")
+        name = _name(entry["name"], f"{nf}.name")
+        if "allocatable" not in entry or not isinstance(entry["allocatable"], Mapping):
+            raise ScenarioError(f"{nf}.allocatable: required, a mapping of resource to quantity")
+        allocatable = _resources(entry["allocatable"], f"{nf}.allocatable")
+        used = _resources(entry.get("used"), f"{nf}.used")
+        labels = _labels(entry.get("labels"), f"{nf}.labels")
+        count = _integer(entry.get("count", 1), f"{nf}.count", minimum=1)
+        if len(nodes) + count > MAX_NODES:
+            raise ScenarioError(f"{nf}.count: more than {MAX_NODES} nodes in the scenario")
+        names = [name] if "count" not in entry else [f"{name}-{k}" for k in range(count)]
+        for node_name in names:
+            if node_name in seen:
+                raise ScenarioError(f"{nf}.name: duplicate node name {node_name!r}")
+            seen.add(node_name)
+            nodes.append(Node(node_name, labels, allocatable, used))
+    return tuple(nodes)
+
+
+def _load_pools(raw_pools: object) -> tuple[Pool, ...]:
+    pools: list[Pool] = []
+    seen: set[str] = set()
+    for pi, raw_pool in enumerate(_list(raw_pools, "pools")):
+        pf = f"pools[{pi}]"
+        entry = _mapping(raw_pool, pf, _POOL_FIELDS)
+        if "name" not in entry:
+            raise ScenarioError(f"{pf}.name: required")
+        name = _name(entry["name"], f"{pf}.name")
+        if name == DEFAULT_POOL:
+            raise ScenarioError(
+                f"{pf}.name: {DEFAULT_POOL!r} is the pool of the nodes no pool selects"
+            )
+        if name in seen:
+            raise ScenarioError(f"{pf}.name: duplicate pool name {name!r}")
+        seen.add(name)
+        pools.append(Pool(name, _labels(entry.get("nodeSelector"), f"{pf}.nodeSelector")))
+    return tuple(pools)
+
+
+def _queue_pools(entry: Mapping[str, Any], qf: str, known: set[str] | None) -> tuple[str, ...]:
+    if "pools" not in entry:
+        return ()
+    if known is None:
+        raise ScenarioError(f"{qf}.pools: needs top-level nodes")
+    raw = _list(entry["pools"], f"{qf}.pools")
+    names = tuple(_name(pool, f"{qf}.pools[{i}]") for i, pool in enumerate(raw))
+    for i, pool in enumerate(names):
+        if pool not in known:
+            raise ScenarioError(f"{qf}.pools[{i}]: unknown pool {pool!r}")
+    return names
+
+
 def load_scenario(document: object) -> Scenario:
     """Validate a parsed scenario document; ScenarioError names the bad field."""
     if document is None:
         raise ScenarioError("capacity: required (the scenario is empty)")
     top = _mapping(document, "", _TOP_FIELDS)
-    if "capacity" not in top:
-        raise ScenarioError("capacity: required")
-    raw_capacity = top["capacity"]
-    if not isinstance(raw_capacity, Mapping):
-        raise ScenarioError(f"capacity: expected a mapping, got {_kind(raw_capacity)}")
-    capacity = _resources(raw_capacity, "capacity")
-    resources = tuple(str(name) for name in raw_capacity)
+    nodes: tuple[Node, ...] | None = None
+    pools: tuple[Pool, ...] = ()
+    known_pools: set[str] | None = None
+    if "nodes" in top:
+        if "capacity" in top:
+            raise ScenarioError("capacity: not allowed with nodes (the capacity is their sum)")
+        nodes = _load_nodes(top["nodes"])
+        pools = _load_pools(top.get("pools"))
+        known_pools = {pool.name for pool in pools} | {DEFAULT_POOL}
+        capacity = EMPTY
+        names: dict[str, None] = {}
+        for node in nodes:
+            capacity = capacity + (node.allocatable - node.used)
+            names.update(dict.fromkeys(node.allocatable))
+        resources = tuple(names)
+    else:
+        if "pools" in top:
+            raise ScenarioError("pools: needs nodes")
+        if "capacity" not in top:
+            raise ScenarioError("capacity: required")
+        raw_capacity = top["capacity"]
+        if not isinstance(raw_capacity, Mapping):
+            raise ScenarioError(f"capacity: expected a mapping, got {_kind(raw_capacity)}")
+        capacity = _resources(raw_capacity, "capacity")
+        resources = tuple(str(name) for name in raw_capacity)
 
     raw_queues = top.get("queues")
     if raw_queues is None:
@@ -210,6 +343,8 @@ def load_scenario(document: object) -> Scenario:
         if policy not in QUEUE_POLICIES:
             raise ScenarioError(f"{qf}.queuePolicy: must be Priority or FIFO, got {policy!r}")
         queue_policy: QueuePolicy = "FIFO" if policy == "FIFO" else "Priority"
+        if "nodeSelector" in entry and nodes is None:
+            raise ScenarioError(f"{qf}.nodeSelector: needs top-level nodes")
         queues.append(
             QueueSpec(
                 name=name,
@@ -218,6 +353,8 @@ def load_scenario(document: object) -> Scenario:
                 capability=_resources(entry.get("capability"), f"{qf}.capability", keep_zero=True),
                 blocking=blocking,
                 policy=queue_policy,
+                pools=_queue_pools(entry, qf, known_pools),
+                node_selector=_labels(entry.get("nodeSelector"), f"{qf}.nodeSelector"),
             )
         )
         raw_units = entry.get("units")
@@ -237,6 +374,11 @@ def load_scenario(document: object) -> Scenario:
                     f"{uf}.requests: expected a mapping, got {_kind(unit['requests'])}"
                 )
             requests = _resources(unit["requests"], f"{uf}.requests")
+            pods: tuple[PodSet, ...] = ()
+            if "pods" in unit:
+                per_unit = _integer(unit["pods"], f"{uf}.pods", minimum=1)
+                pods = (PodSet(MAIN_POD_SET, per_unit, requests),)
+                requests = requests.scale(per_unit)
             priority = _integer(unit.get("priority", 0), f"{uf}.priority")
             base = f"unit-{ui}"
             if "name" in unit:
@@ -257,9 +399,10 @@ def load_scenario(document: object) -> Scenario:
                         demand=requests,
                         priority=priority,
                         created=float(len(units)),
+                        pods=pods,
                     )
                 )
-    return Scenario(capacity, resources, tuple(queues), tuple(units))
+    return Scenario(capacity, resources, tuple(queues), tuple(units), nodes, pools)
 
 
 # -- evaluation -------------------------------------------------------------
@@ -271,9 +414,19 @@ def _quantities(amounts: Resources, names: tuple[str, ...]) -> dict[str, str]:
 
 
 
+def _pools_of(engine: AdmissionEngine, queue: str) -> dict[str, int]:
+    """Admitted units of `queue` per pool (sorted by pool name)."""
+    counts: dict[str, int] = {}
+    for unit in engine.admitted(queue):
+        placement = engine.plan(unit.key)
+        if placement is not None:
+            counts[placement.pool] = counts.get(placement.pool, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def evaluate(scenario: Scenario, *, order: bool = False) -> dict[str, Any]:
     """Run the engine over the scenario; the JSON-ready result."""
-    engine = AdmissionEngine(scenario.capacity, scenario.queues)
+    engine = AdmissionEngine(scenario.capacity, scenario.queues, scenario.nodes, scenario.pools)
     for unit in scenario.units:
         engine.add_pending(unit)
     admitted = engine.admit_all()
@@ -294,6 +447,13 @@ def evaluate(scenario: Scenario, *, order: bool = False) -> dict[str, Any]:
         },
         "free": _quantities(engine.free(), names),
     }
+    if scenario.nodes is not None:
+        for spec in scenario.queues:
+            entry = out["queues"][spec.name]
+            entry["pools"] = _pools_of(engine, spec.name)
+            waiting = engine.explain(spec.name)
+            if waiting:
+                entry["waiting"] = waiting
     if order:
         out["order"] = [unit.key for unit in admitted]
     return out

@@ -1480,7 +1480,8 @@ class AdmissionEngine:
         cap = self._cap
         best: tuple[Fraction, int, int, str] | None = None  # (shortfall, r, free, node)
         for r, a in pairs:
-            free, node = max(ns.largest(r) for ns in sets if ns.members)
+            free, node = max((ns.largest(r) for ns in sets if ns.members),
+                             key=lambda slot: slot[0])
             short = Fraction(a - free, cap[r]) if cap[r] > 0 else Fraction(a - free)
             if best is None or short > best[0]:
                 best = (short, r, max(free, 0), node)

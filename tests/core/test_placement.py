@@ -200,8 +200,8 @@ class Checker:
         counts = {ps.name: ps.count for ps in unit.pods} or {"main": 1}
         assert {k: len(v) for k, v in placement.nodes.items()} == counts
         touched = set()
-        for pod_set, names in placement.nodes.items():
-            for name in names:
+        for pod_set, planned in placement.nodes.items():
+            for name in planned:
                 assert name in allowed[placement.pool]
                 for r, v in requests[pod_set].items():
                     self.free[name][r] = self.free[name].get(r, 0) - v
@@ -245,8 +245,8 @@ def test_admitted_units_fit_and_no_placeable_unit_waits(seed: int) -> None:
         engine.add_pending(unit)
     check = Checker(engine, nodes, pools, queues, capacity)
     for _ in range(3):
-        while (unit := engine.next()) is not None:
-            check.admitted(unit)
+        while (got := engine.next()) is not None:
+            check.admitted(got)
         check.nothing_left()
         # Free some room and go on: released plans give their nodes back.
         for key in rng.sample(sorted(check.plans), k=min(2, len(check.plans))):

@@ -35,16 +35,35 @@ _BLOCK = 6  # log2 of the nodes per block
 _LOG_LIMIT = 1024  # cursors are dropped rather than pulled back past this many growths
 
 
+_COARSE: dict[Pairs, Pairs] = {}
+
+
+def _coarse(pairs: Pairs) -> Pairs:
+    """`pairs` with each amount rounded down to its two leading bits: a pod
+    of `pairs` needs at least that much, so the coarse shape's cursor holds."""
+    got = _COARSE.get(pairs)
+    if got is None:
+        if len(_COARSE) > 65536:
+            _COARSE.clear()
+        rounded = []
+        for r, a in pairs:
+            drop = a.bit_length() - 2
+            rounded.append((r, a >> drop << drop) if drop > 0 else (r, a))
+        got = _COARSE[pairs] = tuple(rounded)
+    return got
+
+
 class NodeSet:
     """The nodes of one pool that a nodeSelector allows, in name order."""
 
-    __slots__ = ("bmax", "cursors", "fr", "log", "members", "names", "pool")
+    __slots__ = ("bmax", "cursors", "fr", "log", "members", "names", "pool", "total")
 
     pool: str
     members: list[int]  # global node positions
     names: list[str]
     fr: list[list[int]]  # per resource index: free amount per member
     bmax: list[list[int]]  # per resource index: largest free amount per block
+    total: list[int]  # per resource index: free amount summed over the members
     cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
     log: list[int]  # members that grew, in order
 
@@ -55,6 +74,7 @@ class NodeSet:
         self.names = names
         self.fr = [[column[g] for g in members] for column in free]
         self.bmax = [self._block_max(column) for column in self.fr]
+        self.total = [sum(column) for column in self.fr]
         self.cursors = {}
         self.log = []
 
@@ -66,6 +86,7 @@ class NodeSet:
     def add_resource(self) -> None:
         self.fr.append([0] * len(self.members))
         self.bmax.append(self._block_max(self.fr[-1]))
+        self.total.append(0)
 
     def set_free(self, local: int, r: int, amount: int) -> None:
         column = self.fr[r]
@@ -73,6 +94,7 @@ class NodeSet:
         if amount == old:
             return
         column[local] = amount
+        self.total[r] += amount - old
         b = local >> _BLOCK
         top = self.bmax[r]
         if amount > old:
@@ -107,6 +129,12 @@ class NodeSet:
         bmax = self.bmax
         nblocks = len(bmax[0]) if bmax else 0
         size = 1 << _BLOCK
+        total = self.total
+        if len(runs) == 1:
+            count, pairs = runs[0]
+            for r, a in pairs:
+                if a * count > total[r]:
+                    return None  # not even the set's total free is enough
         taken: dict[int, dict[int, int]] | None = {} if len(runs) > 1 else None
         out: list[list[int]] = []
         for ri, (count, pairs) in enumerate(runs):
@@ -119,16 +147,34 @@ class NodeSet:
                     return None
                 got.extend([0] * count)
                 continue
+            # Cursors: the shape's own, and that of its coarse shape (amounts
+            # rounded down, shared by many shapes): nodes before either have
+            # no room. While scanning from the coarse cursor, also find the
+            # first node with room for the coarse shape, to advance it.
+            coarse = _coarse(pairs)
             at = self.cursor(pairs)
+            cat = self.cursor(coarse) if coarse != pairs else -1
+            track = ri == 0 and cat >= at
+            if cat > at:
+                at = cat
+            probe = coarse if track else pairs  # block filter
             first = -1
+            cfirst = -1
             b = at >> _BLOCK
             while count and b < nblocks:
-                for r, a in pairs:
+                for r, a in probe:
                     if bmax[r][b] < a:
                         break
                 else:
                     end = min(n, (b + 1) * size)
                     while at < end:
+                        if track and cfirst < 0:
+                            for r, a in coarse:
+                                if fr[r][at] < a:
+                                    break
+                            else:
+                                cfirst = at
+                                probe = pairs
                         k = count
                         extra = taken.get(at) if taken else None
                         for r, a in pairs:
@@ -158,6 +204,8 @@ class NodeSet:
                 at = b * size
             if ri == 0:  # committed state only: later runs see tentative use
                 self._set_cursor(pairs, first if first >= 0 else n)
+                if track:
+                    self._set_cursor(coarse, cfirst if cfirst >= 0 else n)
             if count:
                 return None
         return out

@@ -1424,23 +1424,24 @@ class AdmissionEngine:
     def _commit(self, unit: Unit, shape: _Shape, fit: _Fit) -> None:
         node_set, got = fit
         names = node_set.names
-        nodes: dict[str, list[str]] = {ps.name: [] for ps in shape.pods}
-        per_member: dict[int, dict[int, int]] = {}
-        for (_, pairs), pod_set, members in zip(shape.runs, shape.runnames, got, strict=True):
-            listed = nodes.setdefault(pod_set, [])
-            for m in members:
-                listed.append(names[m])
-                amounts = per_member.setdefault(m, {})
-                for r, a in pairs:
-                    amounts[r] = amounts.get(r, 0) + a
+        members = node_set.members
         index = self._nodes
         assert index is not None
-        used: list[tuple[str, Pairs]] = []
-        for m, amounts in per_member.items():
-            g = node_set.members[m]
-            pairs = tuple(amounts.items())
-            index.change(g, [(r, -a) for r, a in pairs])
-            used.append((index.names[g], pairs))
+        nodes: dict[str, list[str]] = {ps.name: [] for ps in shape.pods}
+        held: dict[int, dict[int, int]] = {}
+        for (_, pairs), pod_set, placed in zip(shape.runs, shape.runnames, got, strict=True):
+            nodes.setdefault(pod_set, []).extend(names[m] for m in placed)
+            count = 0
+            for at, m in enumerate(placed):  # runs of equal members: one take per node
+                count += 1
+                if at + 1 == len(placed) or placed[at + 1] != m:
+                    g = members[m]
+                    index.take(g, pairs, count)
+                    amounts = held.setdefault(g, {})
+                    for r, a in pairs:
+                        amounts[r] = amounts.get(r, 0) + a * count
+                    count = 0
+        used = [(index.names[g], tuple(amounts.items())) for g, amounts in held.items()]
         placement = Placement(node_set.pool, {k: tuple(v) for k, v in nodes.items()})
         self._plans[unit.key] = (placement, used)
 

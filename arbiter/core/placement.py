@@ -31,7 +31,7 @@ __all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs"]
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
 
-_BLOCK = 6  # log2 of the nodes per block
+_BLOCK = 3  # log2 of the nodes per block
 _LOG_LIMIT = 1024  # cursors are dropped rather than pulled back past this many growths
 
 
@@ -56,7 +56,9 @@ def _coarse(pairs: Pairs) -> Pairs:
 class NodeSet:
     """The nodes of one pool that a nodeSelector allows, in name order."""
 
-    __slots__ = ("bmax", "cursors", "fr", "log", "members", "names", "pool", "total")
+    __slots__ = (
+        "bmax", "cursors", "fails", "fr", "log", "members", "names", "pool", "total",
+    )
 
     pool: str
     members: list[int]  # global node positions
@@ -66,6 +68,9 @@ class NodeSet:
     total: list[int]  # per resource index: free amount summed over the members
     cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
     log: list[int]  # members that grew, in order
+    # (count, pairs) of one pod set that found no room -> (log length then,
+    # an upper bound of how many such pods the members could hold)
+    fails: dict[tuple[int, Pairs], tuple[int, int]]
 
     def __init__(self, pool: str, members: list[int], names: list[str],
                  free: list[list[int]]) -> None:
@@ -77,6 +82,7 @@ class NodeSet:
         self.total = [sum(column) for column in self.fr]
         self.cursors = {}
         self.log = []
+        self.fails = {}
 
     @staticmethod
     def _block_max(column: list[int]) -> list[int]:
@@ -119,7 +125,30 @@ class NodeSet:
         if len(self.log) > _LOG_LIMIT:
             self.log = []
             self.cursors = {}
+            self.fails = {}
         self.cursors[pairs] = (at, len(self.log))
+
+    def _still_full(self, run: tuple[int, Pairs]) -> bool:
+        """A pod set that found no room still finds none: only the nodes that
+        grew since could add room, and they do not add enough."""
+        failed = self.fails.get(run)
+        if failed is None:
+            return False
+        seen, bound = failed
+        log = self.log
+        count, pairs = run
+        fr = self.fr
+        for m in set(log[seen:]):  # a node that grew may hold this many more
+            k = count
+            for r, a in pairs:
+                q = fr[r][m] // a
+                if q < k:
+                    k = q
+            bound += max(k, 0)
+        if bound >= count:
+            return False
+        self.fails[run] = (len(log), bound)
+        return True
 
     def place(self, runs: Runs) -> list[list[int]] | None:
         """First-fit decreasing of `runs` (already in placement order): per run,
@@ -135,6 +164,8 @@ class NodeSet:
             for r, a in pairs:
                 if a * count > total[r]:
                     return None  # not even the set's total free is enough
+            if self._still_full(runs[0]):
+                return None
         taken: dict[int, dict[int, int]] | None = {} if len(runs) > 1 else None
         out: list[list[int]] = []
         for ri, (count, pairs) in enumerate(runs):
@@ -158,6 +189,8 @@ class NodeSet:
             if cat > at:
                 at = cat
             probe = coarse if track else pairs  # block filter
+            cols = [(fr[r], a) for r, a in pairs]
+            ccols = [(fr[r], a) for r, a in coarse]
             first = -1
             cfirst = -1
             b = at >> _BLOCK
@@ -169,23 +202,23 @@ class NodeSet:
                     end = min(n, (b + 1) * size)
                     while at < end:
                         if track and cfirst < 0:
-                            for r, a in coarse:
-                                if fr[r][at] < a:
+                            for column, a in ccols:
+                                if column[at] < a:
                                     break
                             else:
                                 cfirst = at
                                 probe = pairs
                         k = count
-                        extra = taken.get(at) if taken else None
-                        for r, a in pairs:
-                            f = fr[r][at]
-                            if extra:
-                                f -= extra.get(r, 0)
-                            if f < a:
-                                k = 0
-                                break
-                            if f < a * k:
-                                k = f // a
+                        if taken:
+                            k = self._room(at, pairs, k, taken.get(at))
+                        else:
+                            for column, a in cols:
+                                f = column[at]
+                                if f < a:
+                                    k = 0
+                                    break
+                                if f < a * k:
+                                    k = f // a
                         if k > 0:
                             if first < 0:
                                 first = at
@@ -206,9 +239,22 @@ class NodeSet:
                 self._set_cursor(pairs, first if first >= 0 else n)
                 if track:
                     self._set_cursor(coarse, cfirst if cfirst >= 0 else n)
+                if count and len(runs) == 1:
+                    self.fails[runs[0]] = (len(self.log), len(got))
             if count:
                 return None
         return out
+
+    def _room(self, at: int, pairs: Pairs, k: int, extra: dict[int, int] | None) -> int:
+        """How many pods of `pairs` (at most k) member `at` holds beside `extra`."""
+        fr = self.fr
+        for r, a in pairs:
+            f = fr[r][at] - (extra.get(r, 0) if extra else 0)
+            if f < a:
+                return 0
+            if f < a * k:
+                k = f // a
+        return k
 
     def largest(self, r: int) -> tuple[int, str]:
         """The largest free amount of resource `r` and the node holding it."""
@@ -282,3 +328,13 @@ class NodeIndex:
             for node_set, local in memberships:
                 node_set.set_free(local, r, amount)
         return grew
+
+    def take(self, g: int, pairs: Pairs, count: int) -> None:
+        """`count` pods of `pairs` are planned on node g (shrinks only)."""
+        free = self.free
+        memberships = self.member_of[g]
+        for r, a in pairs:
+            amount = free[r][g] - a * count
+            free[r][g] = amount
+            for node_set, local in memberships:
+                node_set.set_free(local, r, amount)

@@ -228,15 +228,20 @@ def _list(value: object, field: str) -> list[Any]:
     return value
 
 
+def _named(raw: object, field: str, allowed: tuple[str, ...]) -> tuple[Mapping[str, Any], str]:
+    """A list entry with a required `name`: the entry and its name."""
+    entry = _mapping(raw, field, allowed)
+    if "name" not in entry:
+        raise ScenarioError(f"{field}.name: required")
+    return entry, _name(entry["name"], f"{field}.name")
+
+
 def _load_nodes(raw_nodes: object) -> tuple[Node, ...]:
     nodes: list[Node] = []
     seen: set[str] = set()
     for ni, raw_node in enumerate(_list(raw_nodes, "nodes")):
         nf = f"nodes[{ni}]"
-        entry = _mapping(raw_node, nf, _NODE_FIELDS)
-        if "name" not in entry:
-            raise ScenarioError(f"{nf}.name: required")
-        name = _name(entry["name"], f"{nf}.name")
+        entry, name = _named(raw_node, nf, _NODE_FIELDS)
         if "allocatable" not in entry or not isinstance(entry["allocatable"], Mapping):
             raise ScenarioError(f"{nf}.allocatable: required, a mapping of resource to quantity")
         allocatable = _resources(entry["allocatable"], f"{nf}.allocatable")
@@ -259,10 +264,7 @@ def _load_pools(raw_pools: object) -> tuple[Pool, ...]:
     seen: set[str] = set()
     for pi, raw_pool in enumerate(_list(raw_pools, "pools")):
         pf = f"pools[{pi}]"
-        entry = _mapping(raw_pool, pf, _POOL_FIELDS)
-        if "name" not in entry:
-            raise ScenarioError(f"{pf}.name: required")
-        name = _name(entry["name"], f"{pf}.name")
+        entry, name = _named(raw_pool, pf, _POOL_FIELDS)
         if name == DEFAULT_POOL:
             raise ScenarioError(
                 f"{pf}.name: {DEFAULT_POOL!r} is the pool of the nodes no pool selects"

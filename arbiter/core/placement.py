@@ -65,7 +65,7 @@ class NodeSet:
     names: list[str]
     fr: list[list[int]]  # per resource index: free amount per member
     bmax: list[list[int]]  # per resource index: largest free amount per block
-    total: list[int]  # per resource index: free amount summed over the members
+    total: list[int]  # per resource index: free amount summed over the members (>= 0)
     cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
     log: list[int]  # members that grew, in order
     # (count, pairs) of one pod set that found no room -> (log length then,
@@ -79,7 +79,7 @@ class NodeSet:
         self.names = names
         self.fr = [[column[g] for g in members] for column in free]
         self.bmax = [self._block_max(column) for column in self.fr]
-        self.total = [sum(column) for column in self.fr]
+        self.total = [sum(a for a in column if a > 0) for column in self.fr]
         self.cursors = {}
         self.log = []
         self.fails = {}
@@ -100,7 +100,7 @@ class NodeSet:
         if amount == old:
             return
         column[local] = amount
-        self.total[r] += amount - old
+        self.total[r] += max(amount, 0) - max(old, 0)  # over-committed nodes add nothing
         b = local >> _BLOCK
         top = self.bmax[r]
         if amount > old:

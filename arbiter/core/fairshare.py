@@ -252,8 +252,8 @@ class _Shape:
     """
 
     __slots__ = (
-        "head", "key", "pairs", "pods", "rejected", "rungen", "runnames", "runs", "tail",
-        "units", "unsorted", "ver",
+        "head", "key", "noroom", "pairs", "pods", "rejected", "rungen", "runnames", "runs",
+        "tail", "units", "unsorted", "ver",
     )
 
     key: ShapeKey  # its key in the queue's `shapes`
@@ -268,6 +268,7 @@ class _Shape:
     runs: Runs  # node fit: (pod count, pairs of one pod), largest dominant share first
     runnames: tuple[str, ...]  # the pod set of each run
     rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
+    noroom: bool  # rejected because no node had room
 
     def __init__(self, key: ShapeKey, pairs: Pairs, pods: tuple[PodSet, ...] = ()) -> None:
         self.key = key
@@ -276,6 +277,7 @@ class _Shape:
         self.runs = ()
         self.runnames = ()
         self.rungen = -1
+        self.noroom = False
         self.units = []
         self.head = 0
         self.tail = None
@@ -1055,6 +1057,7 @@ class AdmissionEngine:
         sheap: list[_ShapeEntry] = []
         seq = self._seq
         empty: list[ShapeKey] = []
+        noroom: list[_Shape] = []
         for skey, shape in q.shapes.items():
             if shape.unsorted or (shape.head > TIDY_MIN and shape.head * 2 > len(shape.units)):
                 shape.tidy(order)
@@ -1062,6 +1065,10 @@ class AdmissionEngine:
             if unit is None:
                 empty.append(skey)
                 continue
+            if shape.noroom and not q.blocking and self._still_no_room(q, shape):
+                noroom.append(shape)  # cheaper than offering it and placing it again
+                continue
+            shape.noroom = False
             shape.rejected = False
             seq += 1
             shape.ver = seq
@@ -1071,6 +1078,8 @@ class AdmissionEngine:
             del q.shapes[skey]
         heapq.heapify(sheap)
         q.sheap = sheap
+        for shape in noroom:
+            self._node_reject(q, shape)
         if q.blocking:
             self._find_blocking(q)
         else:
@@ -1451,6 +1460,7 @@ class AdmissionEngine:
             q.nodeshape = shape
         else:
             shape.rejected = True
+        shape.noroom = True
         smallest: dict[int, int] | None = q.nodemins
         for _, pairs in shape.runs:
             if smallest is None:
@@ -1460,6 +1470,14 @@ class AdmissionEngine:
                 smallest = {r: min(a, pod[r]) for r, a in smallest.items() if r in pod}
         q.nodemins = smallest
         self._nodewait[q.name] = q
+
+    def _still_no_room(self, q: _Queue, shape: _Shape) -> bool:
+        """A shape that found no room still finds none (checked on the nodes
+        that grew since, see NodeSet.still_full); False when unsure."""
+        if self._nodes is None or q.nsgen != self._nodegen or len(shape.runs) != 1:
+            return False
+        run = shape.runs[0]
+        return all(ns.still_full(run) for ns in q.nsets if ns.members)
 
     def _optimistic_flag(self, q: _Queue) -> int:
         """0 when some shape it may still offer keeps q within its guarantee."""

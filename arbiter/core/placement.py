@@ -69,8 +69,8 @@ class NodeSet:
     cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
     log: list[int]  # members that grew, in order
     # (count, pairs) of one pod set that found no room -> (log length then,
-    # an upper bound of how many such pods the members could hold)
-    fails: dict[tuple[int, Pairs], tuple[int, int]]
+    # the members that could hold some (None: not known), how many in all)
+    fails: dict[tuple[int, Pairs], tuple[int, list[int] | None, int]]
 
     def __init__(self, pool: str, members: list[int], names: list[str],
                  free: list[list[int]]) -> None:
@@ -128,26 +128,39 @@ class NodeSet:
             self.fails = {}
         self.cursors[pairs] = (at, len(self.log))
 
-    def _still_full(self, run: tuple[int, Pairs]) -> bool:
-        """A pod set that found no room still finds none: only the nodes that
-        grew since could add room, and they do not add enough."""
+    def still_full(self, run: tuple[int, Pairs]) -> bool:
+        """A pod set that found no room still finds none.
+
+        Since it failed, only the logged nodes grew; every other node only
+        shrank. So the pods it could hold now are at most what the nodes that
+        held some then (fewer than `count` nodes) and the grown nodes hold
+        now: exact, and O(count + growths) instead of a scan."""
         failed = self.fails.get(run)
         if failed is None:
             return False
-        seen, bound = failed
+        seen, holders, bound = failed
         log = self.log
         count, pairs = run
         fr = self.fr
-        for m in set(log[seen:]):  # a node that grew may hold this many more
+        if holders is None:  # only a bound on the total is known
+            nodes: set[int] = set(log[seen:])
+        else:
+            nodes = set(holders)
+            nodes.update(log[seen:])
+            bound = 0
+        kept: list[int] = []
+        for m in nodes:
             k = count
             for r, a in pairs:
                 q = fr[r][m] // a
                 if q < k:
                     k = q
-            bound += max(k, 0)
+            if k > 0:
+                bound += k
+                kept.append(m)
         if bound >= count:
             return False
-        self.fails[run] = (len(log), bound)
+        self.fails[run] = (len(log), kept if holders is not None else None, bound)
         return True
 
     def place(self, runs: Runs) -> list[list[int]] | None:
@@ -162,9 +175,10 @@ class NodeSet:
         if len(runs) == 1:
             count, pairs = runs[0]
             for r, a in pairs:
-                if a * count > total[r]:
-                    return None  # not even the set's total free is enough
-            if self._still_full(runs[0]):
+                if a * count > total[r]:  # not even the set's total free is enough
+                    self.fails[runs[0]] = (len(self.log), None, total[r] // a)
+                    return None
+            if self.still_full(runs[0]):
                 return None
         taken: dict[int, dict[int, int]] | None = {} if len(runs) > 1 else None
         out: list[list[int]] = []
@@ -240,7 +254,7 @@ class NodeSet:
                 if track:
                     self._set_cursor(coarse, cfirst if cfirst >= 0 else n)
                 if count and len(runs) == 1:
-                    self.fails[runs[0]] = (len(self.log), len(got))
+                    self.fails[runs[0]] = (len(self.log), sorted(set(got)), len(got))
             if count:
                 return None
         return out

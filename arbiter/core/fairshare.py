@@ -332,6 +332,7 @@ class _Queue:
         "name",
         "nodemins",
         "nodeshape",
+        "noroom",
         "nsets",
         "nsgen",
         "optflag",
@@ -374,6 +375,7 @@ class _Queue:
     nadmitted: int
     nodemins: dict[int, int] | None  # element-wise min pod of shapes with no node room
     nodeshape: _Shape | None  # blocking: the head's shape when no node has room for it
+    noroom: list[_Shape]  # its shapes no node had room for
     nsets: list[NodeSet]  # node sets of its pools, in preference order
     nsgen: int  # node generation `nsets` were built for (-1: not yet)
 
@@ -405,6 +407,7 @@ class _Queue:
         self.nadmitted = 0
         self.nodemins = None
         self.nodeshape = None
+        self.noroom = []
         self.nsets = []
         self.nsgen = -1
 
@@ -1051,6 +1054,7 @@ class AdmissionEngine:
         if q.nodemins is not None or q.nodeshape is not None:
             q.nodemins = None
             q.nodeshape = None
+            q.noroom = []
             self._nodewait.pop(q.name, None)
         q.share = self._share_of(q)
         order = q.order
@@ -1381,15 +1385,33 @@ class AdmissionEngine:
         index = self._nodes
         assert index is not None
         free = index.free
-        sets = [node_set for node_set, _ in index.member_of[g]]
+        grown = [node_set for node_set, _ in index.member_of[g]]
         for name, q in list(self._nodewait.items()):
             mins = q.nodemins
             if mins is not None and any(free[r][g] < a for r, a in mins.items()):
                 continue
-            if q.nsgen == self._nodegen and not any(ns in sets for ns in q.nsets):
-                continue
+            if q.nsgen == self._nodegen:
+                sets = [ns for ns in q.nsets if ns in grown]
+                if not sets or not self._may_fit(q, sets, g):
+                    continue
             del self._nodewait[name]
             self._mark_dirty(q)
+
+    def _may_fit(self, q: _Queue, sets: list[NodeSet], g: int) -> bool:
+        """Might one of q's shapes without room fit now that node g (in `sets`) grew?"""
+        assert self._nodes is not None
+        free = self._nodes.free
+        for shape in q.noroom:
+            if shape.head >= len(shape.units):
+                continue
+            if len(shape.runs) != 1:
+                return True
+            run = shape.runs[0]
+            if any(free[r][g] < a for r, a in run[1]):
+                continue  # not even one pod fits on g: nothing changed for it
+            if not all(ns.still_full(run) for ns in sets):
+                return True
+        return False
 
     def _runs(self, shape: _Shape) -> Runs:
         """The shape's pods as runs of equal pods, largest dominant share first
@@ -1461,6 +1483,7 @@ class AdmissionEngine:
         else:
             shape.rejected = True
         shape.noroom = True
+        q.noroom.append(shape)
         smallest: dict[int, int] | None = q.nodemins
         for _, pairs in shape.runs:
             if smallest is None:

@@ -142,7 +142,12 @@ class NodeSet:
         log = self.log
         count, pairs = run
         fr = self.fr
-        if holders is None:  # only a bound on the total is known
+        if holders is None:  # it failed on the set's total: does it still?
+            total = self.total
+            fresh = min((total[r] // a for r, a in pairs), default=count)
+            if fresh < count:
+                self.fails[run] = (len(log), None, fresh)
+                return True
             nodes: set[int] = set(log[seen:])
         else:
             nodes = set(holders)

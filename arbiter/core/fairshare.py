@@ -608,7 +608,7 @@ class AdmissionEngine:
         # Units of one demand share a shape (and its resource-index pairs).
         # Keyed by the demand's items as given: an equal demand spelt in
         # another order just makes a second shape, which is still correct.
-        skey = _shape_key(unit)
+        skey = _shape_key(unit) if unit.pods else tuple(unit.demand.items())
         shape = q.shapes.get(skey)
         if shape is None:
             shape = q.shapes[skey] = _Shape(skey, self._pairs(unit.demand), unit.pods)

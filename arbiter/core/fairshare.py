@@ -778,6 +778,33 @@ class AdmissionEngine:
             self._apply(held[1], 1)
         self._hold(unit, placement)
 
+    def plans(self) -> dict[str, Placement]:
+        """The plan of every admitted unit that has one, by unit key."""
+        return {key: held[0] for key, held in self._plans.items()}
+
+    def pool_usage(self) -> dict[str, tuple[Resources, Resources]]:
+        """Per pool: (capacity = its nodes' allocatable, allocated = planned pods).
+
+        O(nodes + plans): for status and metrics, not for every decision."""
+        index = self._nodes
+        if index is None:
+            return {}
+        capacity: dict[str, Resources] = {name: EMPTY for name in index.pool_order}
+        for g, node in enumerate(index.nodes):
+            pool = index.pool_of[g]
+            capacity[pool] = capacity.get(pool, EMPTY) + node.allocatable
+        allocated: dict[str, dict[str, int]] = {name: {} for name in capacity}
+        names = self._names
+        for _, used in self._plans.values():
+            for node_name, pairs in used:
+                at = index.position.get(node_name)
+                if at is None:
+                    continue
+                amounts = allocated[index.pool_of[at]]
+                for r, a in pairs:
+                    amounts[names[r]] = amounts.get(names[r], 0) + a
+        return {name: (capacity[name], Resources(allocated[name])) for name in capacity}
+
     def pool_of(self, node: str) -> str | None:
         """The pool node `node` belongs to (None: unknown node, or no nodes)."""
         index = self._nodes

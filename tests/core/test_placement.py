@@ -299,6 +299,11 @@ def test_queue_limited_to_two_nodes_gets_exactly_two(spec: QueueSpec) -> None:
     planned = sorted(n for u in admitted for n in engine.plan(u.key).nodes["main"])  # type: ignore[union-attr]
     assert planned == ["node-0", "node-1"]
     assert "largest free: 0 cpu on node-0" in engine.explain("q")
+    assert engine.pool_usage() == {
+        "two": (cpu(2000), cpu(2000)),
+        "default": (cpu(8000), EMPTY),
+    }
+    assert set(engine.plans()) == {u.key for u in admitted}
 
 
 def test_fragmented_nodes_hold_small_pods_not_big_ones() -> None:

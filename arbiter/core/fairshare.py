@@ -60,6 +60,17 @@ shapes), plus O(1) for each shape it finds no longer fits, once per pass):
 * Anything that changes a queue itself (its spec, a release from it, a new
   head) marks it dirty; dirty queues are re-examined from the start on the
   next call. A capacity change re-examines every queue.
+
+Node fit (DESIGN.md §10), only once `set_nodes` gave nodes: everything above
+still decides on aggregate fit; node fit is checked lazily, only for the
+queue about to win (`_next_placed`), by first-fit decreasing over the node
+sets of its pools (`arbiter.core.placement`). A shape with no room is
+rejected like one that does not fit in aggregate, and stays so through
+re-examination until a node it could use grows (its queue is woken only when
+an exact re-check on that node says it may fit). Heap keys stay lower bounds
+of the true keys: a queue with a guarantee is keyed by the best flag it may
+still offer, and held aside while a queue with a smaller exact key wins.
+Admitting a unit commits its plan on the nodes; `release` gives it back.
 """
 
 from __future__ import annotations

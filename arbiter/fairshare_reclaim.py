@@ -30,7 +30,13 @@ from typing import Any
 
 from arbiter.core.fairshare import Unit
 from arbiter.core.reclaim_sim import Simulation
-from arbiter.fairshare_cli import Scenario, ScenarioError, evaluate, load_scenario, read_document
+from arbiter.fairshare_scenario import (
+    Scenario,
+    ScenarioError,
+    evaluate,
+    load_scenario,
+    read_document,
+)
 
 RUNNING = "running"
 

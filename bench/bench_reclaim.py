@@ -34,7 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arbiter.cache.records import QueueRecord
-from arbiter.core.fairshare import QueueSpec, Unit, deserved
+from arbiter.core.deserved import deserved
+from arbiter.core.fairshare import QueueSpec, Unit
 from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
 from arbiter.core.resources import Resources
 from arbiter.loop.mirror import EngineMirror

@@ -32,7 +32,8 @@ from typing import Literal
 
 from arbiter.api import FINISHED_PHASES
 from arbiter.cache.records import PodRecord, QueueRecord
-from arbiter.core.fairshare import QueueSpec, deserved
+from arbiter.core.deserved import deserved
+from arbiter.core.fairshare import QueueSpec
 from arbiter.core.resources import EMPTY, Resources
 from extender.state import ExtenderState
 from extender.wire import ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaVictims, Victim

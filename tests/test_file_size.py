@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("arbiter", "webhook", "extender", "certs")
 EXEMPT = frozenset({Path("arbiter/core/fairshare.py")})
@@ -30,9 +28,6 @@ def test_every_package_is_counted() -> None:
     assert not EXEMPT & set(counts)
 
 
-# lead removes xfail after merge: controller.py, sandbox/cluster.py and demo.py
-# are split on other branches.
-@pytest.mark.xfail(strict=False, reason="files split on other branches (issue 12)")
 def test_largest_file_is_under_the_limit() -> None:
     too_long = {str(path): lines for path, lines in line_counts().items() if lines >= MAX_LINES}
     assert too_long == {}

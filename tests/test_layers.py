@@ -45,10 +45,6 @@ TESTING = "arbiter.testing"
 # TEMPORARY (issue 12): violations that branches merging now remove. The lead
 # empties this after merging them; `test_known_violations_still_exist` fails
 # as soon as one is fixed, naming the entry to delete. Never add to it.
-KNOWN_VIOLATIONS_FIXED_ELSEWHERE: frozenset[str] = frozenset({
-    # core engine helper: deserved.py and fairshare.py stop importing each other.
-    "cycle: arbiter.core.deserved, arbiter.core.fairshare",
-})
 
 
 def module_name(path: Path) -> str:
@@ -234,13 +230,6 @@ def cycles(modules: Mapping[str, set[str]] = MODULES) -> dict[str, str]:
             for component in strongly_connected(graph)}
 
 
-def current_violations() -> set[str]:
-    every = set(cycles())
-    for rule in RULES:
-        every |= rule_violations(rule)
-    return every
-
-
 # -- the rules ------------------------------------------------------------------------
 def test_every_package_is_seen() -> None:
     for layer in ("arbiter.core", "arbiter.api", "arbiter.cache", "arbiter.loop",
@@ -252,19 +241,13 @@ def test_every_package_is_seen() -> None:
 
 @pytest.mark.parametrize("rule", RULES, ids=[rule.name for rule in RULES])
 def test_layer_imports_nothing_above_it(rule: Rule) -> None:
-    assert sorted(rule_violations(rule) - KNOWN_VIOLATIONS_FIXED_ELSEWHERE) == []
+    assert sorted(rule_violations(rule)) == []
 
 
 def test_no_import_cycle_between_files() -> None:
-    found = {name: path for name, path in cycles().items()
-             if name not in KNOWN_VIOLATIONS_FIXED_ELSEWHERE}
+    found = cycles()
     assert found == {}, "import cycles (break each: move the shared part down a layer):\n" + \
         "\n".join(found.values())
-
-
-def test_known_violations_still_exist() -> None:
-    fixed = KNOWN_VIOLATIONS_FIXED_ELSEWHERE - current_violations()
-    assert not fixed, f"fixed, remove from KNOWN_VIOLATIONS_FIXED_ELSEWHERE: {sorted(fixed)}"
 
 
 # -- the checker itself -----------------------------------------------------------------

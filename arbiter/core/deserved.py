@@ -44,12 +44,9 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
+from arbiter.core.model import QueueSpec
 from arbiter.core.resources import EMPTY, Resources
-
-if TYPE_CHECKING:
-    from arbiter.core.fairshare import QueueSpec
 
 _DEMAND = 0
 _CAP = 1

@@ -60,68 +60,56 @@ shapes), plus O(1) for each shape it finds no longer fits, once per pass):
 * Anything that changes a queue itself (its spec, a release from it, a new
   head) marks it dirty; dirty queues are re-examined from the start on the
   next call. A capacity change re-examines every queue.
+
+Node fit (DESIGN.md §10), only once `set_nodes` gave nodes: everything above
+still decides on aggregate fit; node fit is checked lazily, only for the
+queue about to win (`_next_placed`), by first-fit decreasing over the node
+sets of its pools (`arbiter.core.placement`). A shape with no room is
+rejected like one that does not fit in aggregate, and stays so through
+re-examination until a node it could use grows (its queue is woken only when
+an exact re-check on that node says it may fit). Heap keys stay lower bounds
+of the true keys: a queue with a guarantee is keyed by the best flag it may
+still offer, and held aside while a queue with a smaller exact key wins.
+Admitting a unit commits its plan on the nodes; `release` gives it back.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from fractions import Fraction
 from operator import attrgetter
-from typing import Literal
 
-from arbiter.core.deserved import deserved
+from arbiter.core.model import (
+    MAIN_POD_SET,
+    QUEUE_POLICIES,
+    Node,
+    Placement,
+    PodSet,
+    Pool,
+    QueuePolicy,
+    QueueSpec,
+    Unit,
+)
+from arbiter.core.placement import NodeIndex, NodeSet, Runs
+from arbiter.core.quantities import format_quantity
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
     "QUEUE_POLICIES",
     "AdmissionEngine",
+    "Node",
+    "Placement",
+    "PodSet",
+    "Pool",
     "QueuePolicy",
     "QueueSpec",
     "Unit",
     "admission_order",
-    "deserved",
     "dominant_share_of",
     "order_key",
 ]
-
-QueuePolicy = Literal["Priority", "FIFO"]
-QUEUE_POLICIES: tuple[QueuePolicy, ...] = ("Priority", "FIFO")
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSpec:
-    """A tenant's queue as the engine sees it."""
-
-    name: str
-    weight: int = 1  # > 0
-    guarantee: Resources = EMPTY
-    capability: Resources = EMPTY  # resources absent from capability are unlimited
-    blocking: bool = False
-    policy: QueuePolicy = "Priority"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.weight, bool) or not isinstance(self.weight, int) or self.weight <= 0:
-            raise ValueError(f"queue {self.name}: weight must be a positive integer")
-        if self.policy not in QUEUE_POLICIES:
-            raise ValueError(f"queue {self.name}: policy must be Priority or FIFO")
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """The unit of admission: one Job, pod, pod group or reservation."""
-
-    key: str  # unique across all queues, e.g. "ns/name"
-    queue: str
-    demand: Resources
-    priority: int = 0
-    created: float = 0.0
-
-    def __post_init__(self) -> None:
-        if any(amount < 0 for amount in self.demand.values()):
-            raise ValueError(f"unit {self.key}: demand must not be negative")
 
 
 OrderKey = tuple[int, float, str] | tuple[float, str]
@@ -226,7 +214,7 @@ _IDLE = 2  # unknown queue (no spec)
 _DIRTY = 3  # must be re-examined from scratch before the next decision
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount), amounts > 0
-ShapeKey = tuple[tuple[str, int], ...]  # a demand's items, as given
+ShapeKey = tuple[Hashable, ...]  # a demand's items, as given (plus its pod sets)
 KeyFunc = Callable[[Unit], OrderKey]
 
 
@@ -241,6 +229,15 @@ def _fifo_key(unit: Unit) -> OrderKey:
 _KEY_FUNCS: dict[str, KeyFunc] = {"Priority": _priority_key, "FIFO": _fifo_key}
 _BY_CREATED = attrgetter("created", "key")
 _BY_PRIORITY = attrgetter("priority")
+
+
+def _shape_key(unit: Unit) -> ShapeKey:
+    """Units with equal keys fit or fail together (in aggregate and on nodes)."""
+    key: ShapeKey = tuple(unit.demand.items())
+    if unit.pods:
+        pods = tuple((ps.name, ps.count, tuple(ps.requests.items())) for ps in unit.pods)
+        key = (*key, pods)
+    return key
 
 
 def _sort_units(units: list[Unit], order: KeyFunc) -> None:
@@ -261,7 +258,10 @@ class _Shape:
     deleted from the list), sorted unless `unsorted`.
     """
 
-    __slots__ = ("head", "key", "pairs", "rejected", "tail", "units", "unsorted", "ver")
+    __slots__ = (
+        "head", "key", "noroom", "pairs", "pods", "rejected", "rungen", "runnames", "runs",
+        "tail", "units", "unsorted", "ver",
+    )
 
     key: ShapeKey  # its key in the queue's `shapes`
     pairs: Pairs
@@ -271,10 +271,20 @@ class _Shape:
     unsorted: bool
     rejected: bool
     ver: int  # the valid entry of this shape in its queue's heap
+    pods: tuple[PodSet, ...]  # of every unit in the shape
+    runs: Runs  # node fit: (pod count, pairs of one pod), largest dominant share first
+    runnames: tuple[str, ...]  # the pod set of each run
+    rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
+    noroom: bool  # rejected because no node had room
 
-    def __init__(self, key: ShapeKey, pairs: Pairs) -> None:
+    def __init__(self, key: ShapeKey, pairs: Pairs, pods: tuple[PodSet, ...] = ()) -> None:
         self.key = key
         self.pairs = pairs
+        self.pods = pods
+        self.runs = ()
+        self.runnames = ()
+        self.rungen = -1
+        self.noroom = False
         self.units = []
         self.head = 0
         self.tail = None
@@ -327,6 +337,11 @@ class _Queue:
         "mins",
         "nadmitted",
         "name",
+        "nodemins",
+        "nodeshape",
+        "noroom",
+        "nsets",
+        "nsgen",
         "optflag",
         "order",
         "policy",
@@ -365,6 +380,11 @@ class _Queue:
     inwait: bool  # has a valid waiting-list entry
     wversion: int
     nadmitted: int
+    nodemins: dict[int, int] | None  # element-wise min pod of shapes with no node room
+    nodeshape: _Shape | None  # blocking: the head's shape when no node has room for it
+    noroom: list[_Shape]  # its shapes no node had room for
+    nsets: list[NodeSet]  # node sets of its pools, in preference order
+    nsgen: int  # node generation `nsets` were built for (-1: not yet)
 
     def __init__(self, name: str, nres: int) -> None:
         self.name = name
@@ -392,6 +412,11 @@ class _Queue:
         self.inwait = False
         self.wversion = 0
         self.nadmitted = 0
+        self.nodemins = None
+        self.nodeshape = None
+        self.noroom = []
+        self.nsets = []
+        self.nsgen = -1
 
     def units(self) -> list[Unit]:
         """Pending units in queue order."""
@@ -404,12 +429,22 @@ class _Queue:
 # queue): a waiting entry sorts before a heap entry of the same queue and key.
 _Entry = tuple[int, int, str, int, int, _Queue]
 _CandEntry = tuple[int, int, _Queue]  # (-demand, version, queue)
+# An admitted unit's placement, and what it holds on each node (by name).
+_Plan = tuple[Placement, list[tuple[str, Pairs]]]
+# A node-fit answer: the node set, and per run the member index of each pod.
+_Fit = tuple[NodeSet, list[list[int]]]
 
 
 class AdmissionEngine:
     """Incremental weighted-DRF admission over a changing set of queues and units."""
 
-    def __init__(self, capacity: Resources, queues: Iterable[QueueSpec] = ()) -> None:
+    def __init__(
+        self,
+        capacity: Resources,
+        queues: Iterable[QueueSpec] = (),
+        nodes: Iterable[Node] | None = None,
+        pools: Iterable[Pool] = (),
+    ) -> None:
         self._index: dict[str, int] = {}
         self._names: list[str] = []
         self._cap: list[int] = []
@@ -431,9 +466,17 @@ class AdmissionEngine:
         self._wlive = 0
         self._dirtyq: list[_Queue] = []
         self._seq = 0
+        # Node fit (DESIGN §10), only once nodes are given: None = aggregate only.
+        self._nodes: NodeIndex | None = None
+        self._nodegen = 0  # bumped when the node model is replaced
+        self._capgen = 0  # bumped when capacity changes (pod order of node fit)
+        self._plans: dict[str, _Plan] = {}
+        self._nodewait: dict[str, _Queue] = {}  # queues with shapes no node has room for
         self.set_capacity(capacity)
         for spec in queues:
             self.add_queue(spec)
+        if nodes is not None:
+            self.set_nodes(nodes, pools)
 
     # -- resources -----------------------------------------------------------
     def _res(self, name: str) -> int:
@@ -448,6 +491,8 @@ class AdmissionEngine:
         self._candheaps.append([])
         self._candon.append(False)
         self._candmax.append(0)
+        if self._nodes is not None:
+            self._nodes.add_resource()
         for q in self._queues.values():
             q.alloc.append(0)
             q.capl.append(_UNLIMITED)
@@ -489,6 +534,7 @@ class AdmissionEngine:
         used = [c - f for c, f in zip(self._cap, self._free, strict=True)]
         self._cap = [capacity.get(name, 0) for name in self._names]
         self._free = [c - u for c, u in zip(self._cap, used, strict=True)]
+        self._capgen += 1
         self._recompute_shift()
         self._reset_structures()
 
@@ -500,6 +546,7 @@ class AdmissionEngine:
         self._candheaps = [[] for _ in self._names]
         self._candon = [False] * len(self._names)
         self._candmax = [0] * len(self._names)
+        self._nodewait = {}
         for q in self._queues.values():
             q.inwait = False
             if q.spec is not None:
@@ -533,6 +580,7 @@ class AdmissionEngine:
             self._recompute_shift()
             self._reset_structures()
         self._set_divs(q)
+        q.nsgen = -1  # its pools or nodeSelector may have changed
         self._mark_dirty(q)
 
     def remove_queue(self, name: str) -> None:
@@ -567,10 +615,10 @@ class AdmissionEngine:
         # Units of one demand share a shape (and its resource-index pairs).
         # Keyed by the demand's items as given: an equal demand spelt in
         # another order just makes a second shape, which is still correct.
-        skey: ShapeKey = tuple(unit.demand.items())
+        skey = _shape_key(unit) if unit.pods else tuple(unit.demand.items())
         shape = q.shapes.get(skey)
         if shape is None:
-            shape = q.shapes[skey] = _Shape(skey, self._pairs(unit.demand))
+            shape = q.shapes[skey] = _Shape(skey, self._pairs(unit.demand), unit.pods)
         self._pending[key] = unit
         okey = q.order(unit)
         units = shape.units
@@ -603,6 +651,8 @@ class AdmissionEngine:
         self._push_shape(q, shape)
         cand = q.cand
         if cand is not None and not okey < q.order(cand):
+            if self._nodes is not None and q.hasguar and q.status == _CAND:
+                self._push_cand(q)  # its optimistic guarantee flag may drop
             return  # comes after the unit the queue offers now
         if self._fits(q, shape.pairs):
             q.cand = unit
@@ -620,7 +670,7 @@ class AdmissionEngine:
         if unit is None:
             return
         q = self._queues[unit.queue]
-        shape = q.shapes[tuple(unit.demand.items())]
+        shape = q.shapes[_shape_key(unit)]
         at = shape.index(unit, q.order)
         assert at >= 0
         del shape.units[at]
@@ -634,8 +684,11 @@ class AdmissionEngine:
         elif unit is q.cand:
             self._find(q)
 
-    def add_admitted(self, unit: Unit) -> None:
-        """Record a unit that is already admitted: it counts in its queue's allocation."""
+    def add_admitted(self, unit: Unit, placement: Placement | None = None) -> None:
+        """Record a unit that is already admitted: it counts in its queue's allocation.
+
+        With `placement` (its recorded plan) its pods also count on those nodes;
+        without, the caller counts its bound pods in the nodes' `used`."""
         key = unit.key
         if key in self._admitted:
             self.release(key)
@@ -644,6 +697,8 @@ class AdmissionEngine:
         q = self._queue(unit.queue)
         pairs = self._pairs(unit.demand)
         self._admitted[key] = unit
+        if placement is not None:
+            self._hold(unit, placement)
         q.nadmitted += 1
         alloc = q.alloc
         free = self._free
@@ -666,46 +721,116 @@ class AdmissionEngine:
         for i, amount in self._pairs(unit.demand):
             alloc[i] -= amount
             free[i] += amount
+        held = self._plans.pop(key, None)
+        if held is not None:
+            self._apply(held[1], 1)
         self._cursor = 0  # free capacity grew: rejected units may fit again
         if q.spec is not None:
             self._mark_dirty(q)
 
+    # -- nodes (DESIGN §10) --------------------------------------------------
+    def set_nodes(self, nodes: Iterable[Node] | None, pools: Iterable[Pool] = ()) -> None:
+        """Replace the node model (None: aggregate fit only, as without nodes).
+
+        From then on a unit is admitted only where its pods fit on nodes.
+        Plans of admitted units are kept and count again on nodes of the same
+        name. Every queue is re-examined."""
+        self._nodes = None
+        self._nodegen += 1
+        if nodes is not None:
+            nodes = list(nodes)
+            for node in nodes:
+                for name in node.allocatable:
+                    self._res(name)
+                for name in node.used:
+                    self._res(name)
+            index = NodeIndex(nodes, pools, len(self._names))
+            for g, node in enumerate(index.nodes):
+                for name, amount in (node.allocatable - node.used).items():
+                    index.free[self._index[name]][g] = amount
+            self._nodes = index
+            for held in self._plans.values():
+                self._apply(held[1], -1)
+        self._nodewait = {}
+        for q in self._queues.values():
+            if q.spec is not None:
+                self._mark_dirty(q)
+
+    def set_node_used(self, name: str, used: Resources) -> None:
+        """What node `name` runs that the engine holds no plan for changed
+        (pods bound or finished); ValueError for an unknown node."""
+        index = self._nodes
+        g = None if index is None else index.position.get(name)
+        if index is None or g is None:
+            raise ValueError(f"unknown node {name}")
+        node = index.nodes[g]
+        delta = [(self._res(r), node.used.get_amount(r) - used.get_amount(r))
+                 for r in set(node.used) | set(used)]
+        index.nodes[g] = Node(node.name, node.labels, node.allocatable, used)
+        if index.change(g, delta):
+            self._wake(g)
+
+    def plan(self, key: str) -> Placement | None:
+        """Where the admitted unit `key` goes (None: not admitted, or no nodes)."""
+        held = self._plans.get(key)
+        return None if held is None else held[0]
+
+    def replan(self, key: str, placement: Placement) -> None:
+        """The admitted unit's pods go elsewhere (they bound to other nodes)."""
+        unit = self._admitted.get(key)
+        if unit is None:
+            raise ValueError(f"unit {key} is not admitted")
+        held = self._plans.pop(key, None)
+        if held is not None:
+            self._apply(held[1], 1)
+        self._hold(unit, placement)
+
+    def plans(self) -> dict[str, Placement]:
+        """The plan of every admitted unit that has one, by unit key."""
+        return {key: held[0] for key, held in self._plans.items()}
+
+    def pool_usage(self) -> dict[str, tuple[Resources, Resources]]:
+        """Per pool: (capacity = its nodes' allocatable, allocated = planned pods).
+
+        O(nodes + plans): for status and metrics, not for every decision."""
+        index = self._nodes
+        if index is None:
+            return {}
+        capacity: dict[str, Resources] = {name: EMPTY for name in index.pool_order}
+        for g, node in enumerate(index.nodes):
+            pool = index.pool_of[g]
+            capacity[pool] = capacity.get(pool, EMPTY) + node.allocatable
+        allocated: dict[str, dict[str, int]] = {name: {} for name in capacity}
+        names = self._names
+        for _, used in self._plans.values():
+            for node_name, pairs in used:
+                at = index.position.get(node_name)
+                if at is None:
+                    continue
+                amounts = allocated[index.pool_of[at]]
+                for r, a in pairs:
+                    amounts[names[r]] = amounts.get(names[r], 0) + a
+        return {name: (capacity[name], Resources(allocated[name])) for name in capacity}
+
+    def pool_of(self, node: str) -> str | None:
+        """The pool node `node` belongs to (None: unknown node, or no nodes)."""
+        index = self._nodes
+        g = None if index is None else index.position.get(node)
+        return None if index is None or g is None else index.pool_of[g]
+
     # -- decisions -----------------------------------------------------------
     def next(self) -> Unit | None:
-        """Admit the next unit per DESIGN.md §4 and return it; None when nothing fits."""
+        """Admit the next unit per DESIGN.md §4 and return it; None when nothing fits.
+
+        With nodes, "fits" also means its pods fit on the nodes of one of its
+        queue's pools (§10); `plan(key)` then tells where."""
         if self._dirtyq:
             self._process_dirty()
+        if self._nodes is not None:
+            return self._next_placed()
         while True:
-            # Compaction may replace these lists: re-read them every round.
-            heap = self._heap
-            wait = self._wait
-            top: _Entry | None = None
-            while heap:
-                top = heap[0]
-                if top[4] == top[5].version:
-                    break
-                heapq.heappop(heap)
-                top = None
-            c = self._cursor
-            end = len(wait)
-            free = self._free
-            hit: _Queue | None = None
-            while c < end:
-                entry = wait[c]
-                if top is not None and entry > top:
-                    break
-                q = entry[5]
-                if entry[4] == q.wversion:
-                    # Inlined first half of _qualifies: usually nothing passes.
-                    for i, t in q.thr.items():
-                        if free[i] >= t:
-                            if self._qualifies(q):
-                                hit = q
-                            break
-                    if hit is not None:
-                        break
-                c += 1
-            self._cursor = c
+            top = self._valid_top()
+            hit = self._scan_waiting(top)
             if hit is not None:
                 self._examine(hit)
                 continue
@@ -721,6 +846,93 @@ class AdmissionEngine:
             # Its entry stays on top: _push_cand replaces it in one step if the
             # queue has a next candidate (else it is dropped as stale later).
             return self._admit(best)
+
+    def _next_placed(self) -> Unit | None:
+        """`next` with node fit, checked lazily: only the queue about to win is placed.
+
+        A candidate was chosen on aggregate fit; nodes may have filled since.
+        So the winner is placed on nodes first: no room -> its shape is
+        rejected (until a node it could use grows) and its queue offers its
+        next unit. Heap keys stay lower bounds of the true keys (see
+        `_push_cand`); a queue whose exact key is worse than its entry is
+        *held* aside, placed, until it is the smallest of held and heap.
+        """
+        held: list[tuple[_Entry, _Entry, _Fit]] = []  # (exact entry, heap entry, fit)
+        while True:
+            top = self._valid_top()
+            if held:
+                held = [h for h in held if h[1][4] == h[1][5].version]
+            limit = top
+            first = min(held) if held else None
+            if first is not None and (top is None or first[0] < top):
+                limit = first[0]
+            hit = self._scan_waiting(limit)
+            if hit is not None:
+                self._examine(hit)
+                continue
+            if first is not None and limit is not top:
+                for entry in held:
+                    if entry is not first:
+                        heapq.heappush(self._heap, entry[1])
+                return self._admit(first[1][5], first[2])
+            if top is None:
+                return None
+            q = top[5]
+            if q.inwait and self._qualifies(q):
+                self._examine(q)
+                continue
+            shape = q.cshape
+            assert shape is not None
+            fit = self._place(q, shape)
+            if fit is None:
+                self._node_reject(q, shape)
+                if q.blocking:
+                    self._find_blocking(q)
+                else:
+                    self._find(q)
+                continue
+            exact = self._flag(q, shape.pairs)
+            if exact <= top[0]:
+                for entry in held:
+                    heapq.heappush(self._heap, entry[1])
+                return self._admit(q, fit)
+            heapq.heappop(self._heap)
+            held.append(((exact, *top[1:]), top, fit))
+
+    def _valid_top(self) -> _Entry | None:
+        heap = self._heap
+        while heap:
+            top = heap[0]
+            if top[4] == top[5].version:
+                return top
+            heapq.heappop(heap)
+        return None
+
+    def _scan_waiting(self, top: _Entry | None) -> _Queue | None:
+        """Advance the waiting-list cursor up to `top`; a queue whose rejected
+        units may fit again stops it."""
+        wait = self._wait  # compaction may replace it: read it on every call
+        c = self._cursor
+        end = len(wait)
+        free = self._free
+        hit: _Queue | None = None
+        while c < end:
+            entry = wait[c]
+            if top is not None and entry > top:
+                break
+            q = entry[5]
+            if entry[4] == q.wversion:
+                # Inlined first half of _qualifies: usually nothing passes.
+                for i, t in q.thr.items():
+                    if free[i] >= t:
+                        if self._qualifies(q):
+                            hit = q
+                        break
+                if hit is not None:
+                    break
+            c += 1
+        self._cursor = c
+        return hit
 
     def admit_all(self) -> list[Unit]:
         """Admit until nothing fits; the admitted units in order."""
@@ -820,6 +1032,10 @@ class AdmissionEngine:
         full = [names[i] for i, a in pairs if a > self._free[i]]
         if full:
             return f"cluster full ({', '.join(full)})"
+        if self._nodes is not None:
+            shape = q.shapes.get(_shape_key(unit))
+            if shape is not None and self._place(q, shape) is None:
+                return self._no_room(q, shape)
         return _FITS
 
     # -- internals -----------------------------------------------------------
@@ -869,11 +1085,17 @@ class AdmissionEngine:
         q.thr = {}
         q.mins = None
         q.optflag = 2
+        if q.nodemins is not None or q.nodeshape is not None:
+            q.nodemins = None
+            q.nodeshape = None
+            q.noroom = []
+            self._nodewait.pop(q.name, None)
         q.share = self._share_of(q)
         order = q.order
         sheap: list[_ShapeEntry] = []
         seq = self._seq
         empty: list[ShapeKey] = []
+        noroom: list[_Shape] = []
         for skey, shape in q.shapes.items():
             if shape.unsorted or (shape.head > TIDY_MIN and shape.head * 2 > len(shape.units)):
                 shape.tidy(order)
@@ -881,6 +1103,10 @@ class AdmissionEngine:
             if unit is None:
                 empty.append(skey)
                 continue
+            if shape.noroom and not q.blocking and self._still_no_room(q, shape):
+                noroom.append(shape)  # cheaper than offering it and placing it again
+                continue
+            shape.noroom = False
             shape.rejected = False
             seq += 1
             shape.ver = seq
@@ -890,6 +1116,8 @@ class AdmissionEngine:
             del q.shapes[skey]
         heapq.heapify(sheap)
         q.sheap = sheap
+        for shape in noroom:
+            self._node_reject(q, shape)
         if q.blocking:
             self._find_blocking(q)
         else:
@@ -990,6 +1218,11 @@ class AdmissionEngine:
         q.version = version
         heap = self._heap
         flag = self._flag(q, pairs) if q.hasguar else (1 if pairs else 0)
+        if flag and q.hasguar and self._nodes is not None:
+            # Node fit is checked only when the queue wins; if its candidate
+            # then has no room, a later unit within its guarantee may be next.
+            # Keep the key a lower bound of what the queue may offer.
+            flag = self._optimistic_flag(q)
         entry: _Entry = (flag, q.share, q.name, 1, version, q)
         if heap and heap[0][5] is q:
             heapq.heapreplace(heap, entry)  # its own, now stale, entry
@@ -1065,14 +1298,15 @@ class AdmissionEngine:
         q.mins = None
         q.optflag = 2
         q.head = found.units[found.head] if found is not None else None
-        if found is not None and self._fits(q, found.pairs):
+        noroom = found is not None and found is q.nodeshape
+        if found is not None and not noroom and self._fits(q, found.pairs):
             q.cand = q.head
             q.cshape = found
             q.status = _CAND
             self._push_cand(q)
             return
         self._park(q)
-        if found is not None:
+        if found is not None and not noroom:
             self._skip(q, found.pairs)
             if q.thr:
                 self._wait_insert(q)
@@ -1099,10 +1333,12 @@ class AdmissionEngine:
             kept.extend(e for e in wait[cursor:] if e[4] == e[5].wversion)
             self._wait = kept
 
-    def _admit(self, q: _Queue) -> Unit:
+    def _admit(self, q: _Queue, fit: _Fit | None = None) -> Unit:
         unit = q.cand
         shape = q.cshape
         assert unit is not None and shape is not None
+        if fit is not None:
+            self._commit(unit, shape, fit)
         pairs = shape.pairs
         q.nadmitted += 1
         key = unit.key
@@ -1151,6 +1387,188 @@ class AdmissionEngine:
             self._find(q)
         self._invalidate(pairs)
         return unit
+
+    # -- node fit --------------------------------------------------------------
+    def _hold(self, unit: Unit, placement: Placement) -> None:
+        """Record `placement` for the admitted `unit` and count its pods on its nodes."""
+        requests = {ps.name: ps.requests for ps in unit.pods} or {MAIN_POD_SET: unit.demand}
+        per_node: dict[str, dict[int, int]] = {}
+        for pod_set, names in placement.nodes.items():
+            pairs = self._pairs(requests.get(pod_set, EMPTY))
+            for name in names:
+                amounts = per_node.setdefault(name, {})
+                for r, a in pairs:
+                    amounts[r] = amounts.get(r, 0) + a
+        used = [(name, tuple(amounts.items())) for name, amounts in per_node.items()]
+        self._plans[unit.key] = (placement, used)
+        self._apply(used, -1)
+
+    def _apply(self, used: list[tuple[str, Pairs]], sign: int) -> None:
+        """Take (sign -1) or give back (+1) what a plan holds on its nodes."""
+        index = self._nodes
+        if index is None:
+            return
+        for name, pairs in used:
+            g = index.position.get(name)
+            if g is not None and index.change(g, [(r, sign * a) for r, a in pairs]):
+                self._wake(g)
+
+    def _wake(self, g: int) -> None:
+        """Node g grew: re-examine the queues whose shapes found no room and
+        might use it (its pool and selector are theirs, their smallest pod fits)."""
+        index = self._nodes
+        assert index is not None
+        free = index.free
+        grown = [node_set for node_set, _ in index.member_of[g]]
+        for name, q in list(self._nodewait.items()):
+            mins = q.nodemins
+            if mins is not None and any(free[r][g] < a for r, a in mins.items()):
+                continue
+            if q.nsgen == self._nodegen:
+                sets = [ns for ns in q.nsets if ns in grown]
+                if not sets or not self._may_fit(q, sets, g):
+                    continue
+            del self._nodewait[name]
+            self._mark_dirty(q)
+
+    def _may_fit(self, q: _Queue, sets: list[NodeSet], g: int) -> bool:
+        """Might one of q's shapes without room fit now that node g (in `sets`) grew?"""
+        assert self._nodes is not None
+        free = self._nodes.free
+        for shape in q.noroom:
+            if shape.head >= len(shape.units):
+                continue
+            if len(shape.runs) != 1:
+                return True
+            run = shape.runs[0]
+            if any(free[r][g] < a for r, a in run[1]):
+                continue  # not even one pod fits on g: nothing changed for it
+            if not all(ns.still_full(run) for ns in sets):
+                return True
+        return False
+
+    def _runs(self, shape: _Shape) -> Runs:
+        """The shape's pods as runs of equal pods, largest dominant share first
+        (ties: pod set order): the order first-fit decreasing places them in."""
+        if shape.rungen != self._capgen:
+            cap = self._cap
+            items = [(ps.count, self._pairs(ps.requests), ps.name) for ps in shape.pods]
+            if not shape.pods:
+                items = [(1, shape.pairs, MAIN_POD_SET)]
+
+            def dominant(item: tuple[int, Pairs, str]) -> Fraction:
+                return max((Fraction(a, cap[r]) for r, a in item[1] if cap[r] > 0),
+                           default=Fraction(0))
+
+            items.sort(key=dominant, reverse=True)  # stable for equal shares
+            shape.runs = tuple((count, pairs) for count, pairs, _ in items)
+            shape.runnames = tuple(name for _, _, name in items)
+            shape.rungen = self._capgen
+        return shape.runs
+
+    def _queue_sets(self, q: _Queue) -> list[NodeSet]:
+        if q.nsgen != self._nodegen:
+            index = self._nodes
+            assert index is not None and q.spec is not None
+            order = q.spec.pools or index.pool_order
+            selector = q.spec.selector_key()
+            q.nsets = [index.node_set(pool, selector) for pool in dict.fromkeys(order)]
+            q.nsgen = self._nodegen
+        return q.nsets
+
+    def _place(self, q: _Queue, shape: _Shape) -> _Fit | None:
+        """First pool of q's order where a unit of `shape` fits on nodes."""
+        runs = self._runs(shape)
+        for node_set in self._queue_sets(q):
+            if node_set.members:
+                got = node_set.place(runs)
+                if got is not None:
+                    return node_set, got
+        return None
+
+    def _commit(self, unit: Unit, shape: _Shape, fit: _Fit) -> None:
+        node_set, got = fit
+        names = node_set.names
+        members = node_set.members
+        index = self._nodes
+        assert index is not None
+        nodes: dict[str, list[str]] = {ps.name: [] for ps in shape.pods}
+        held: dict[int, dict[int, int]] = {}
+        for (_, pairs), pod_set, placed in zip(shape.runs, shape.runnames, got, strict=True):
+            nodes.setdefault(pod_set, []).extend(names[m] for m in placed)
+            count = 0
+            for at, m in enumerate(placed):  # runs of equal members: one take per node
+                count += 1
+                if at + 1 == len(placed) or placed[at + 1] != m:
+                    g = members[m]
+                    index.take(g, pairs, count)
+                    amounts = held.setdefault(g, {})
+                    for r, a in pairs:
+                        amounts[r] = amounts.get(r, 0) + a * count
+                    count = 0
+        used = [(index.names[g], tuple(amounts.items())) for g, amounts in held.items()]
+        placement = Placement(node_set.pool, {k: tuple(v) for k, v in nodes.items()})
+        self._plans[unit.key] = (placement, used)
+
+    def _node_reject(self, q: _Queue, shape: _Shape) -> None:
+        """No node has room for `shape` now: skip it until a node it could use grows."""
+        if q.blocking:
+            q.nodeshape = shape
+        else:
+            shape.rejected = True
+        shape.noroom = True
+        q.noroom.append(shape)
+        smallest: dict[int, int] | None = q.nodemins
+        for _, pairs in shape.runs:
+            if smallest is None:
+                smallest = dict(pairs)
+            else:
+                pod = dict(pairs)
+                smallest = {r: min(a, pod[r]) for r, a in smallest.items() if r in pod}
+        q.nodemins = smallest
+        self._nodewait[q.name] = q
+
+    def _still_no_room(self, q: _Queue, shape: _Shape) -> bool:
+        """A shape that found no room still finds none (checked on the nodes
+        that grew since, see NodeSet.still_full); False when unsure."""
+        if self._nodes is None or q.nsgen != self._nodegen or len(shape.runs) != 1:
+            return False
+        run = shape.runs[0]
+        return all(ns.still_full(run) for ns in q.nsets if ns.members)
+
+    def _optimistic_flag(self, q: _Queue) -> int:
+        """0 when some shape it may still offer keeps q within its guarantee."""
+        for shape in q.shapes.values():
+            if (not shape.rejected and shape.head < len(shape.units)
+                    and not self._flag(q, shape.pairs)):
+                return 0
+        return 1
+
+    def _no_room(self, q: _Queue, shape: _Shape) -> str:
+        """Why no node holds a unit of `shape`: the largest free slot it could use."""
+        sets = self._queue_sets(q)
+        pools = ", ".join(ns.pool for ns in sets)
+        if not any(ns.members for ns in sets):
+            return f"no nodes in its pools ({pools})"
+        runs = self._runs(shape)
+        pods = sum(count for count, _ in runs)
+        _, pairs = runs[0]
+        cap = self._cap
+        best: tuple[Fraction, int, int, str] | None = None  # (shortfall, r, free, node)
+        for r, a in pairs:
+            free, node = max((ns.largest(r) for ns in sets if ns.members),
+                             key=lambda slot: slot[0])
+            short = Fraction(a - free, cap[r]) if cap[r] > 0 else Fraction(a - free)
+            if best is None or short > best[0]:
+                best = (short, r, max(free, 0), node)
+        if best is None:
+            return f"no node in its pools ({pools})"
+        _, r, free, node = best
+        name = self._names[r]
+        need = dict(pairs)[r]
+        text = (f"no node has room: largest free: {format_quantity(name, free)} {name} on "
+                f"{node}; needs {format_quantity(name, need)} {name} per pod")
+        return text + (f" for {pods} pods" if pods > 1 else "")
 
     def _activate(self, i: int) -> None:
         """Start keeping the candidate heap of resource `i`."""

@@ -16,7 +16,8 @@ from typing import Literal
 
 from arbiter.cache.records import PodRecord, QueueRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
-from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit, deserved
+from arbiter.core.deserved import deserved
+from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.index import LoopIndex, consumer_state
 from arbiter.loop.units import Disposition, demand_of, disposition

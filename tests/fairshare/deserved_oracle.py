@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from arbiter.core.resources import EMPTY, Resources
 
 if TYPE_CHECKING:
-    from arbiter.core.fairshare import QueueSpec
+    from arbiter.core.model import QueueSpec
 
 _DEMAND = 0
 _CAP = 1

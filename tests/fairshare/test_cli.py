@@ -305,3 +305,62 @@ def test_zero_capability_is_a_real_cap(capsys: pytest.CaptureFixture[str], tmp_p
     assert result["queues"]["a"]["admitted"] == 0
     assert result["queues"]["b"]["admitted"] == 2
     assert result["queues"]["a"]["deserved"]["cpu"] == "0"
+
+
+def test_pools_example_places_by_pool_and_explains_waiting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["fairshare", str(EXAMPLES / "pools.yaml")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    queues = result["queues"]
+    assert (queues["narrow"]["admitted"], queues["narrow"]["pools"]) == (2, {"fast": 2})
+    assert (queues["wide"]["admitted"], queues["wide"]["pools"]) == (2, {"default": 2})
+    assert queues["fragments"]["admitted"] == 1  # the 4 x 300m unit, not the 2 x 1 cpu one
+    assert queues["fragments"]["waiting"] == (
+        "no node has room: largest free: 100m cpu on small-0; needs 1 cpu per pod for 2 pods"
+    )
+    assert "waiting" not in queues["wide"]
+    assert result["free"] == {"cpu": "2400m", "memory": "40Gi"}
+
+
+NODE_DOCUMENTS = [
+    ({"capacity": {"cpu": "1"}, "nodes": []}, "capacity: not allowed with nodes"),
+    ({"nodes": [{"name": "n"}]}, "nodes[0].allocatable: required"),
+    ({"nodes": [{"allocatable": {"cpu": "1"}}]}, "nodes[0].name: required"),
+    ({"nodes": [{"name": "n", "allocatable": {"cpu": "x"}}]}, "nodes[0].allocatable.cpu"),
+    ({"nodes": [{"name": "n", "count": 0, "allocatable": {}}]}, "nodes[0].count"),
+    ({"nodes": [{"name": "n", "labels": {"a": 1}, "allocatable": {}}]}, "nodes[0].labels.a"),
+    (
+        {"nodes": [{"name": "n", "count": 2, "allocatable": {}},
+                   {"name": "n-1", "allocatable": {}}]},
+        "nodes[1].name: duplicate node name 'n-1'",
+    ),
+    ({"nodes": [], "pools": [{"name": "default"}]}, "pools[0].name"),
+    ({"capacity": {}, "pools": []}, "pools: needs nodes"),
+    ({"nodes": [], "queues": [{"name": "a", "pools": ["gpu"]}]},
+     "queues[0].pools[0]: unknown pool"),
+    ({"capacity": {}, "queues": [{"name": "a", "nodeSelector": {}}]},
+     "queues[0].nodeSelector: needs top-level nodes"),
+    ({"capacity": {}, "queues": [{"name": "a", "units": [{"pods": 0, "requests": {}}]}]},
+     "queues[0].units[0].pods"),
+]
+
+
+@pytest.mark.parametrize(("document", "expected"), NODE_DOCUMENTS)
+def test_bad_node_input_exits_2_naming_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, document: object, expected: str
+) -> None:
+    code, out, err = run_cli(capsys, tmp_path, document)
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and expected in err, err
+
+
+def test_pods_per_unit_without_nodes_only_scale_the_demand(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    unit = {"count": 3, "pods": 2, "requests": {"cpu": "1"}}
+    document = {"capacity": {"cpu": "4"}, "queues": [{"name": "a", "units": [unit]}]}
+    code, out, _ = run_cli(capsys, tmp_path, document)
+    assert code == 0
+    assert json.loads(out)["queues"]["a"]["admitted"] == 2
+    assert "pools" not in json.loads(out)["queues"]["a"]

@@ -9,7 +9,8 @@ from fractions import Fraction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.fairshare import QueueSpec, deserved
+from arbiter.core.deserved import deserved
+from arbiter.core.fairshare import QueueSpec
 from arbiter.core.resources import EMPTY, Resources
 from tests.fairshare.deserved_oracle import deserved_reference
 from tests.fairshare.gen import QUEUE_NAMES, RESOURCES

@@ -13,7 +13,8 @@ from fractions import Fraction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.fairshare import QueueSpec, deserved
+from arbiter.core.deserved import deserved
+from arbiter.core.fairshare import QueueSpec
 from arbiter.core.reclaim import (
     Admitted,
     ReclaimQueue,

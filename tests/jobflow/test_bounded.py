@@ -18,6 +18,12 @@ from tests.jobflow.test_webhook import check, jobflow, make_store
 CRD = Path(__file__).resolve().parents[2] / "manifests" / "crds" / "jobflow.yaml"
 
 
+# The quadratic checks these replace took 1.3-3.3 s on 10k steps; linear ones
+# take ~30-60 ms on a quiet machine. The bound sits between the two with room
+# for a loaded CI machine, so it catches a return to list scans, not noise.
+LINEAR_BOUND = 0.6
+
+
 def fastest(call: Callable[[], Any], runs: int = 3) -> float:
     best = float("inf")
     for _ in range(runs):
@@ -66,14 +72,14 @@ def test_webhook_denies_the_66_kib_flow_quickly_with_one_line() -> None:
     elapsed = fastest(lambda: check(obj, store))
     decision = check(obj, store)
     assert not decision.allowed and len(decision.message) <= 1000
-    assert elapsed < 0.1, elapsed
+    assert elapsed < LINEAR_BOUND, elapsed
 
 
 def test_a_10k_step_chain_is_validated_and_ordered_in_linear_time() -> None:
     steps = chain(10_000)
     assert validate_steps(steps, "f") == []
-    assert fastest(lambda: validate_steps(steps, "f")) < 0.1
-    assert fastest(lambda: topological_order(steps)) < 0.1
+    assert fastest(lambda: validate_steps(steps, "f")) < LINEAR_BOUND
+    assert fastest(lambda: topological_order(steps)) < LINEAR_BOUND
 
 
 def test_a_10k_step_cycle_is_found_quickly_and_named_briefly() -> None:
@@ -81,7 +87,7 @@ def test_a_10k_step_cycle_is_found_quickly_and_named_briefly() -> None:
     problems = validate_steps(steps, "f")
     assert len(problems) == 1 and str(problems[0]).startswith("spec.flows: cycle s0 -> s1 -> ")
     assert len(str(problems[0])) < 1000 and "10000 steps" in str(problems[0])
-    assert fastest(lambda: validate_steps(steps, "f")) < 0.1
+    assert fastest(lambda: validate_steps(steps, "f")) < LINEAR_BOUND
 
 
 def test_the_crd_bounds_every_list_and_name_of_a_step() -> None:

@@ -155,7 +155,9 @@ def test_a_5000_deep_parent_chain_is_checked_in_linear_time() -> None:
     elapsed = max(elapsed, time.perf_counter() - started)
     assert not cycle.allowed and "would create a cycle" in cycle.message
     assert len(cycle.message) <= 1000
-    assert elapsed < 0.05, elapsed
+    # Quadratic took up to 0.8 s here, linear ~3 ms: the bound tells them apart
+    # with room for a loaded machine.
+    assert elapsed < 0.3, elapsed
 
 
 @pytest.mark.parametrize("name", ["CPU", "cpu ", " cpu", "a/b/c", "Memory", "gpu",

@@ -29,6 +29,7 @@ from aiohttp import web
 from arbiter import debug
 from arbiter.cache.store import ClusterStore
 from arbiter.config import ServeConfig
+from arbiter.httpserve import HANDLER_ARGS
 from arbiter.jobflow.controller import run_leader as run_jobflow_controller
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.leader import LeaseTiming
@@ -63,7 +64,8 @@ def build_app(ctx: ServerContext, *, background: bool = True) -> web.Application
     config = ctx.config
     leadership = Leadership()
     app = web.Application(client_max_size=max(config.max_body_bytes,
-                                              config.extender_max_body_bytes))
+                                              config.extender_max_body_bytes),
+                          handler_args=HANDLER_ARGS)
     app[CONTEXT] = ctx
     add_health_routes(app, ctx)
     add_metrics_route(app)

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 from arbiter.core.resources import EMPTY, Resources
 
-
 # Entries at most: ~30 s of approvals at over 1,000 pods/s.
 MAX_ENTRIES = 50_000
 

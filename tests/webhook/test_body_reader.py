@@ -16,9 +16,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from arbiter import httpserve
-from arbiter.app import build_app
 from arbiter.config import ServeConfig
 from arbiter.server import ServerContext
+from tests.hostile import one_port_app
 from tests.webhook.admission_samples import (
     kubectl_run_pod,
     make_store,
@@ -38,7 +38,7 @@ async def client() -> AsyncIterator[Client]:
     store = make_store(queues=[queue_obj("team-a", namespaces=["team-a"])],
                        namespaces=[namespace_obj("team-a")])
     ctx = ServerContext(config=ServeConfig(), store=store)
-    app = build_app(ctx, background=False)
+    app = one_port_app(ctx)
     async with TestClient(TestServer(app, host="127.0.0.1")) as test_client:
         yield test_client
 

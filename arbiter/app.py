@@ -3,13 +3,16 @@
     build_app(ctx)                  the aiohttp application on --port
       /healthz /readyz /metrics     health and metrics (root routes)
       /webhook/...                  admission reviews   (webhook.http.webhook_app)
-      /debug/...                    read-only queue API (arbiter.debug.debug_app)
+    build_metrics_app(ctx)          the application on --metrics-port
+      /healthz /readyz /metrics     health and metrics
+      /debug/...                    read-only queue API (arbiter.debug.debug_app),
+                                    only with --debug-api loopback|token
     build_extender_app(ctx)         the application on --extender-port, its own
                                     listener: only kube-scheduler calls it, with a
                                     client certificate of --extender-client-ca
       /healthz /readyz              health
       /scheduler/...                scheduler extender  (extender.routes.extender_app)
-    start_listeners(ctx, tls)       both, each on its own TLS listener
+    start_listeners(ctx, tls)       all three, each on its own TLS listener
     background_tasks(ctx, leadership)   run while the app runs; restarted after a failure
     leader_tasks(ctx)                   run beside the admission controller while this
                                         replica leads; cancelled when it stops
@@ -69,7 +72,7 @@ def build_app(ctx: ServerContext, *, background: bool = True) -> web.Application
     """Every surface, and (unless `background` is False) every background
     task tied to the application's life."""
     config = ctx.config
-    leadership = Leadership()
+    leadership = ctx.leadership
     app = web.Application(client_max_size=max(config.max_body_bytes,
                                               config.extender_max_body_bytes),
                           handler_args=HANDLER_ARGS)
@@ -78,8 +81,6 @@ def build_app(ctx: ServerContext, *, background: bool = True) -> web.Application
     add_metrics_route(app)
     app.add_subapp(webhook_http.PREFIX, webhook_http.webhook_app(
         env=ctx.admission_env, max_body=config.max_body_bytes))
-    app.add_subapp(debug.PREFIX, debug.debug_app(
-        store=ctx.store, overcommit=config.overcommit, leadership=leadership))
     if background:
         run_while_serving(app, background_tasks(ctx, leadership))
     return app
@@ -94,6 +95,25 @@ def build_extender_app(ctx: ServerContext) -> web.Application:
     add_health_routes(app, ctx)
     app.add_subapp(extender_routes.PREFIX, extender_routes.extender_app(
         extender_state(ctx.store, config), max_body=config.extender_max_body_bytes))
+    return app
+
+
+def build_metrics_app(ctx: ServerContext) -> web.Application:
+    """Health, metrics and (when enabled) the debug API, for the metrics listener."""
+    config = ctx.config
+    app = web.Application(handler_args=HANDLER_ARGS)
+    app[CONTEXT] = ctx
+    add_health_routes(app, ctx)
+    add_metrics_route(app)
+    access = config.debug_api
+    if access in ("loopback", "token"):
+        check = debug.TokenReviewer(ctx.api) if access == "token" and ctx.api is not None \
+            else None
+        app.add_subapp(debug.PREFIX, debug.debug_app(
+            store=ctx.store, overcommit=config.overcommit, leadership=ctx.leadership,
+            access=access, check_token=check))
+    elif access != "off":
+        raise ValueError(f"--debug-api must be off, loopback or token, not {access!r}")
     return app
 
 
@@ -116,6 +136,7 @@ async def start_listeners(ctx: ServerContext, tls: ReloadingTLS, *,
     listeners = {
         "webhook": (build_app(ctx, background=background), config.port, tls.context),
         "extender": (build_extender_app(ctx), config.extender_port, extender_tls(ctx, tls)),
+        "metrics": (build_metrics_app(ctx), config.metrics_port, tls.context),
     }
     runners: dict[str, web.AppRunner] = {}
     try:

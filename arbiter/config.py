@@ -46,6 +46,11 @@ class ServeConfig:
     # None: any client is served, with a warning at start.
     extender_port: int = 9444
     extender_client_ca: Path | None = None
+    # The metrics/health HTTPS listener (/metrics, /healthz, /readyz and, when
+    # debug_api is not "off", /debug/...: "loopback" answers clients on this
+    # host only, "token" bearer tokens reviewed with the apiserver).
+    metrics_port: int = 9445
+    debug_api: str = "off"
     # Webhook server and certificates (webhook/, certs/, arbiter/app.py).
     # Secret (in `namespace`) that stores the CA and serving certificate, so
     # replicas share them and restarts keep the caBundle; None: cert_dir only.

@@ -150,6 +150,14 @@ def add_parser(subparsers: Any) -> None:
         help="CA file: the extender then requires a client certificate it signed "
              "(kube-scheduler's tlsConfig certFile/keyFile); without it any client may "
              "call the extender and a warning is logged at start")
+    add("--metrics-port", type=int,
+        default=int(_env("metrics_port", str(defaults.metrics_port)) or 0),
+        help="HTTPS port of /metrics, /healthz, /readyz and the debug API")
+    add("--debug-api", default=_env("debug_api", defaults.debug_api),
+        choices=["off", "loopback", "token"],
+        help="the read-only /debug API on the metrics port: off; loopback (clients on "
+             "this host only); token (a bearer token the apiserver accepts, for a user "
+             "who may get Queues)")
     add("--extender-locality-weight", type=int,
         default=int(_env("extender_locality_weight",
                          str(defaults.extender_locality_weight)) or 0),
@@ -186,6 +194,8 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         max_body_bytes=args.max_body_bytes,
         extender_assume_ttl=args.extender_assume_ttl,
         extender_port=args.extender_port,
+        metrics_port=args.metrics_port,
+        debug_api=args.debug_api,
         extender_client_ca=Path(args.extender_client_ca) if args.extender_client_ca else None,
         extender_locality_weight=args.extender_locality_weight,
         extender_binpack_weight=args.extender_binpack_weight,

@@ -136,6 +136,13 @@ class Sandbox:
             raise SandboxError(f"no arbiter process named {name!r} in {self.dir}")
         return f"https://127.0.0.1:{record.ports['https']}"
 
+    def arbiter_metrics_url(self, name: str = ARBITER_PRIMARY) -> str:
+        """The metrics listener of an arbiter process (/metrics, /debug/...)."""
+        record = self.processes().get(name)
+        if record is None or "metrics" not in record.ports:
+            raise SandboxError(f"no arbiter process named {name!r} in {self.dir}")
+        return f"https://127.0.0.1:{record.ports['metrics']}"
+
     # ---- state -----------------------------------------------------------
 
     def _load_state(self) -> dict[str, Any]:
@@ -401,12 +408,16 @@ class Sandbox:
         if extender_port is None:
             extender_port = (previous.ports.get("extender") if previous is not None else None) \
                 or process.free_port()
+        metrics_port = (previous.ports.get("metrics") if previous is not None else None) \
+            or process.free_port()
         self._arbiter_certificates()
         args = components.arbiter_args(
-            extender_port=extender_port, client_ca=self.pki.ca_cert, kubeconfig=self.dir / "kubeconfigs" / "kube-arbiter.conf", port=port,
+            extender_port=extender_port, metrics_port=metrics_port,
+            client_ca=self.pki.ca_cert, kubeconfig=self.dir / "kubeconfigs" / "kube-arbiter.conf", port=port,
             cert_dir=self.arbiter_cert_dir, webhook_port=primary, namespace=ARBITER_NAMESPACE,
             extra_args=extra_args)
-        record = self._spawn(name, args, ports={"https": port, "extender": extender_port},
+        record = self._spawn(name, args, ports={"https": port, "extender": extender_port,
+                                                "metrics": metrics_port},
                              health_url=f"https://127.0.0.1:{port}/readyz",
                              env=components.arbiter_env(env), cwd=repo_root())
         if wait_ready:

@@ -32,7 +32,7 @@ def _client_pair(directory: Path, ca_name: str) -> tuple[Path, Path, Path]:
 
 
 async def _listeners(tmp_path: Path, client_ca: Path | None) -> AsyncIterator[dict[str, int]]:
-    config = ServeConfig(host="127.0.0.1", port=0, extender_port=0,
+    config = ServeConfig(host="127.0.0.1", port=0, extender_port=0, metrics_port=0,
                          cert_dir=tmp_path / "serving", extender_client_ca=client_ca)
     certs = CertManager(config.cert_dir, ["localhost"], ["127.0.0.1"])
     ctx = ServerContext(config=config, store=ClusterStore(), certs=certs)
@@ -66,7 +66,8 @@ async def test_the_extender_requires_a_client_certificate_of_the_configured_ca(
     ca, cert, key = _client_pair(tmp_path, "scheduler-clients")
     _, rogue_cert, rogue_key = _client_pair(tmp_path, "rogue")
     async for ports in _listeners(tmp_path, ca):
-        assert set(ports) == {"webhook", "extender"} and ports["webhook"] != ports["extender"]
+        assert set(ports) == {"webhook", "extender", "metrics"}
+        assert len(set(ports.values())) == 3
         # kube-scheduler's certificate gets through (503: the cache has not synced).
         assert await _filter(ports["extender"], _context(tmp_path, (cert, key))) == 503
         # A forged call without a certificate, or with one of another CA, is refused.

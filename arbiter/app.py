@@ -105,15 +105,19 @@ def build_metrics_app(ctx: ServerContext) -> web.Application:
     app[CONTEXT] = ctx
     add_health_routes(app, ctx)
     add_metrics_route(app)
-    access = config.debug_api
-    if access in ("loopback", "token"):
-        check = debug.TokenReviewer(ctx.api) if access == "token" and ctx.api is not None \
-            else None
-        app.add_subapp(debug.PREFIX, debug.debug_app(
-            store=ctx.store, overcommit=config.overcommit, leadership=ctx.leadership,
-            access=access, check_token=check))
-    elif access != "off":
-        raise ValueError(f"--debug-api must be off, loopback or token, not {access!r}")
+    access: debug.DebugAccess
+    if config.debug_api == "loopback":
+        access = "loopback"
+    elif config.debug_api == "token":
+        access = "token"
+    elif config.debug_api == "off":
+        return app
+    else:
+        raise ValueError(f"--debug-api must be off, loopback or token, not {config.debug_api!r}")
+    check = debug.TokenReviewer(ctx.api) if access == "token" and ctx.api is not None else None
+    app.add_subapp(debug.PREFIX, debug.debug_app(
+        store=ctx.store, overcommit=config.overcommit, leadership=ctx.leadership,
+        access=access, check_token=check))
     return app
 
 

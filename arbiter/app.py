@@ -3,8 +3,16 @@
     build_app(ctx)                  the aiohttp application on --port
       /healthz /readyz /metrics     health and metrics (root routes)
       /webhook/...                  admission reviews   (webhook.http.webhook_app)
+    build_metrics_app(ctx)          the application on --metrics-port
+      /healthz /readyz /metrics     health and metrics
+      /debug/...                    read-only queue API (arbiter.debug.debug_app),
+                                    only with --debug-api loopback|token
+    build_extender_app(ctx)         the application on --extender-port, its own
+                                    listener: only kube-scheduler calls it, with a
+                                    client certificate of --extender-client-ca
+      /healthz /readyz              health
       /scheduler/...                scheduler extender  (extender.routes.extender_app)
-      /debug/...                    read-only queue API (arbiter.debug.debug_app)
+    start_listeners(ctx, tls)       all three, each on its own TLS listener
     background_tasks(ctx, leadership)   run while the app runs; restarted after a failure
     leader_tasks(ctx)                   run beside the admission controller while this
                                         replica leads; cancelled when it stops
@@ -12,7 +20,7 @@
 Every dependency is passed by keyword, so reading this module tells what
 runs and what it is given; a component that is missing is an import error.
 Each surface is its own sub-application with its own startup and cleanup,
-so it can later be served on a listener of its own (DESIGN §13) without
+so it is served on the listener its callers need (DESIGN §13) without
 changing the surface itself.
 """
 
@@ -21,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 from functools import partial
 from typing import Any
 
@@ -29,6 +38,7 @@ from aiohttp import web
 from arbiter import debug
 from arbiter.cache.store import ClusterStore
 from arbiter.config import ServeConfig
+from arbiter.httpserve import HANDLER_ARGS
 from arbiter.jobflow.controller import run_leader as run_jobflow_controller
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.leader import LeaseTiming
@@ -50,6 +60,7 @@ from arbiter.server import (
     watch_cluster,
 )
 from certs.manager import CertManager
+from certs.reload import ReloadingTLS
 from extender import routes as extender_routes
 from extender.state import ExtenderState
 from webhook import http as webhook_http
@@ -61,21 +72,91 @@ def build_app(ctx: ServerContext, *, background: bool = True) -> web.Application
     """Every surface, and (unless `background` is False) every background
     task tied to the application's life."""
     config = ctx.config
-    leadership = Leadership()
+    leadership = ctx.leadership
     app = web.Application(client_max_size=max(config.max_body_bytes,
-                                              config.extender_max_body_bytes))
+                                              config.extender_max_body_bytes),
+                          handler_args=HANDLER_ARGS)
     app[CONTEXT] = ctx
     add_health_routes(app, ctx)
     add_metrics_route(app)
     app.add_subapp(webhook_http.PREFIX, webhook_http.webhook_app(
         env=ctx.admission_env, max_body=config.max_body_bytes))
-    app.add_subapp(extender_routes.PREFIX, extender_routes.extender_app(
-        extender_state(ctx.store, config), max_body=config.extender_max_body_bytes))
-    app.add_subapp(debug.PREFIX, debug.debug_app(
-        store=ctx.store, overcommit=config.overcommit, leadership=leadership))
     if background:
         run_while_serving(app, background_tasks(ctx, leadership))
     return app
+
+
+def build_extender_app(ctx: ServerContext) -> web.Application:
+    """The scheduler extender and health, for the extender's own listener."""
+    config = ctx.config
+    app = web.Application(client_max_size=config.extender_max_body_bytes,
+                          handler_args=HANDLER_ARGS)
+    app[CONTEXT] = ctx
+    add_health_routes(app, ctx)
+    app.add_subapp(extender_routes.PREFIX, extender_routes.extender_app(
+        extender_state(ctx.store, config), max_body=config.extender_max_body_bytes))
+    return app
+
+
+def build_metrics_app(ctx: ServerContext) -> web.Application:
+    """Health, metrics and (when enabled) the debug API, for the metrics listener."""
+    config = ctx.config
+    app = web.Application(handler_args=HANDLER_ARGS)
+    app[CONTEXT] = ctx
+    add_health_routes(app, ctx)
+    add_metrics_route(app)
+    access: debug.DebugAccess
+    if config.debug_api == "loopback":
+        access = "loopback"
+    elif config.debug_api == "token":
+        access = "token"
+    elif config.debug_api == "off":
+        return app
+    else:
+        raise ValueError(f"--debug-api must be off, loopback or token, not {config.debug_api!r}")
+    check = debug.TokenReviewer(ctx.api) if access == "token" and ctx.api is not None else None
+    app.add_subapp(debug.PREFIX, debug.debug_app(
+        store=ctx.store, overcommit=config.overcommit, leadership=ctx.leadership,
+        access=access, check_token=check))
+    return app
+
+
+def extender_tls(ctx: ServerContext, tls: ReloadingTLS) -> ssl.SSLContext:
+    """The extender's TLS: client certificates of --extender-client-ca
+    required, or (without the flag) anyone served, with a warning."""
+    client_ca = ctx.config.extender_client_ca
+    if client_ca is None:
+        log.warning("the scheduler extender accepts calls from any client: its answers "
+                    "change shared state (assumed pods), so set --extender-client-ca to "
+                    "the CA of kube-scheduler's client certificate")
+        return tls.context
+    return tls.requiring_clients_of(client_ca)
+
+
+async def start_listeners(ctx: ServerContext, tls: ReloadingTLS, *,
+                          background: bool = True) -> dict[str, web.AppRunner]:
+    """Every listener, started: name -> its runner (cleanup stops it)."""
+    config = ctx.config
+    listeners = {
+        "webhook": (build_app(ctx, background=background), config.port, tls.context),
+        "extender": (build_extender_app(ctx), config.extender_port, extender_tls(ctx, tls)),
+        "metrics": (build_metrics_app(ctx), config.metrics_port, tls.context),
+    }
+    runners: dict[str, web.AppRunner] = {}
+    try:
+        for name, (application, port, context) in listeners.items():
+            runner = web.AppRunner(application, access_log=None, shutdown_timeout=20.0)
+            await runner.setup()
+            runners[name] = runner
+            site = web.TCPSite(runner, config.host, port, ssl_context=context, backlog=1024)
+            await site.start()
+            log.info("serving", extra={"listener": name, "host": config.host,
+                                       "port": runner.addresses[0][1]})
+    except BaseException:
+        for runner in runners.values():
+            await runner.cleanup()
+        raise
+    return runners
 
 
 def background_tasks(ctx: ServerContext, leadership: Leadership) -> dict[str, Task]:
@@ -153,15 +234,11 @@ async def serve(config: ServeConfig, *, api: Any | None = None,
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, ctx.stopping.set)
-        runner = web.AppRunner(build_app(ctx), access_log=None, shutdown_timeout=20.0)
-        await runner.setup()
-        site = web.TCPSite(runner, config.host, config.port, ssl_context=tls.context,
-                           backlog=1024)
-        await site.start()
-        log.info("serving", extra={"host": config.host, "port": config.port})
+        runners = await start_listeners(ctx, tls)
         await ctx.stopping.wait()
         log.info("shutting down")
-        await runner.cleanup()
+        for runner in runners.values():
+            await runner.cleanup()
     finally:
         if owns_api:
             await api.close()

@@ -11,6 +11,7 @@ from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
     host: str = "0.0.0.0"
+    # The webhook's HTTPS listener (also /healthz, /readyz, /metrics).
     port: int = 9443
     cert_dir: Path = Path("/tmp/arbiter-certs")
     # Where the apiserver reaches the webhook (https://host:port). When set,
@@ -40,6 +41,16 @@ class ServeConfig:
     extender_binpack_weight: int = 1
     # Bodies with full Node lists (an extender not nodeCacheCapable) are large.
     extender_max_body_bytes: int = 64 * 1024 * 1024
+    # The extender's own HTTPS listener (DESIGN §13), and the CA whose client
+    # certificates it requires (kube-scheduler's tlsConfig certFile/keyFile);
+    # None: any client is served, with a warning at start.
+    extender_port: int = 9444
+    extender_client_ca: Path | None = None
+    # The metrics/health HTTPS listener (/metrics, /healthz, /readyz and, when
+    # debug_api is not "off", /debug/...: "loopback" answers clients on this
+    # host only, "token" bearer tokens reviewed with the apiserver).
+    metrics_port: int = 9445
+    debug_api: str = "off"
     # Webhook server and certificates (webhook/, certs/, arbiter/app.py).
     # Secret (in `namespace`) that stores the CA and serving certificate, so
     # replicas share them and restarts keep the caBundle; None: cert_dir only.

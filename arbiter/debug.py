@@ -1,4 +1,5 @@
-"""Read-only JSON debug API: a sub-application mounted at `/debug`.
+"""Read-only JSON debug API: a sub-application mounted at `/debug` on the
+metrics listener, off by default (`--debug-api`).
 
 - `GET /debug/queues`: every queue as Queue status shows it (allocated,
   deserved, dominantShare, pending, admitted, pendingUnits) plus why its
@@ -6,23 +7,50 @@
 - `GET /debug/queues/{name}/pending[?limit=N]`: that queue's waiting units
   in admission order, with each one's position and reason (default 100).
 
+Who may call it (DESIGN §13): with `--debug-api loopback` only clients on
+this host (a peer address of 127.0.0.0/8 or ::1); with `token` a bearer
+token the apiserver accepts (TokenReview) for a user allowed to `get`
+Queues (SubjectAccessReview); answers are cached for a minute, so a client
+polling the API does not cost the apiserver a review per request.
+
 On the leader the numbers come from the running loop's engine; on another
-replica from an engine rebuilt from its own cache, so every replica
-answers. Both are rendered by `arbiter.loop.status.queue_views`, the same
-function that writes Queue status and the `arbiter_queue_*` gauges.
+replica from a `KeptView`: one engine kept in step with the cache's change
+notifications, each request applying only what changed since the last
+(in slices, yielding the event loop), never a rebuild. Both are rendered by
+`arbiter.loop.status.queue_views`, the same function that writes Queue
+status and the `arbiter_queue_*` gauges.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import hashlib
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 import orjson
 from aiohttp import web
 
-from arbiter.cache.store import ClusterStore
-from arbiter.loop.mirror import EngineMirror, mirror_from_store
+from arbiter.cache.ownership import ConsumerKey
+from arbiter.cache.store import ClusterStore, Kind
+from arbiter.kubeapi import ApiError, request_json
+from arbiter.loop.index import LoopIndex, consumer_state
+from arbiter.loop.mirror import EngineMirror, engine_unit, submitted
 from arbiter.loop.runtime import Leadership
 from arbiter.loop.status import queue_views, split_key
+from arbiter.loop.units import disposition
+
+log = logging.getLogger(__name__)
+
+DebugAccess = Literal["off", "loopback", "token"]
+# Units applied to a KeptView between two yields of the event loop.
+SLICE = 500
+# Seconds a token's positive review is reused; tokens remembered at most.
+TOKEN_TTL = 60.0
+MAX_TOKENS = 1000
 
 PREFIX = "/debug"
 DEFAULT_LIMIT = 100
@@ -34,12 +62,162 @@ def _json(body: Any, status: int = 200) -> web.Response:
                         content_type="application/json")
 
 
-def _mirror(store: ClusterStore, overcommit: float,
-            leadership: Leadership) -> tuple[EngineMirror, bool]:
+class KeptView:
+    """An engine over the cache's units, kept in step with the store's change
+    notifications (for replicas that do not lead). `refreshed()` applies
+    what changed since its last call, `SLICE` units at a time."""
+
+    def __init__(self, store: ClusterStore, overcommit: float) -> None:
+        self.store = store
+        self.overcommit = overcommit
+        self.mirror = EngineMirror()
+        self.index = LoopIndex()
+        self._units: set[str] = set()
+        self._consumers: set[ConsumerKey] = set()
+        self._queues_dirty = self._capacity_dirty = True
+        self._following = False
+        self._lock = asyncio.Lock()
+
+    def on_change(self, kind: Kind, key: str) -> None:
+        store = self.store
+        if kind == "QueueUnit":
+            self._units.add(key)
+            self.index.on_unit(key, store.units.get(key))
+        elif kind == "Job":
+            namespace, _, name = key.partition("/")
+            self._consumers.add(ConsumerKey("Job", namespace, name))
+        elif kind == "Pod":
+            touched, capacity = self.index.on_pod(key, store.pods.get(key))
+            self._consumers.update(touched)
+            self._capacity_dirty = self._capacity_dirty or capacity
+        elif kind == "Queue":
+            self._queues_dirty = True
+        elif kind == "Node" and self.index.on_node(key, store.nodes.get(key)):
+            self._capacity_dirty = True
+
+    def close(self) -> None:
+        if self._following:
+            self.store.listeners.remove(self.on_change)
+            self._following = False
+
+    async def refreshed(self) -> EngineMirror:
+        async with self._lock:
+            store, mirror = self.store, self.mirror
+            if not self._following:
+                # Once: follow the store, then index and classify everything.
+                store.listeners.append(self.on_change)
+                self._following = True
+                await self.index.fill(store, chunk=SLICE)
+                self._units.update(store.units)
+            if self._queues_dirty:
+                self._queues_dirty = False
+                mirror.set_queues(store.queues)
+            if self._capacity_dirty:
+                self._capacity_dirty = False
+                mirror.set_capacity(store.capacity(self.overcommit))
+            while self._consumers:
+                self._units.update(self.index.units_for(self._consumers.pop()))
+            applied = 0
+            while self._units:
+                key = self._units.pop()
+                unit = store.units.get(key)
+                if unit is None:
+                    mirror.set(key, None, None)
+                else:
+                    state, pods = consumer_state(store, self.index, unit)
+                    mirror.set(key, disposition(unit, state),
+                               engine_unit(unit, submitted(store, unit, pods)))
+                applied += 1
+                if applied % SLICE == 0:
+                    await asyncio.sleep(0)
+            return mirror
+
+
+async def _mirror(view: KeptView, leadership: Leadership) -> tuple[EngineMirror, bool]:
     controller = leadership.controller
     if controller is not None:
         return controller.mirror, True
-    return mirror_from_store(store, overcommit), False
+    return await view.refreshed(), False
+
+
+# A bearer token -> whether it may read the debug API.
+TokenCheck = Callable[[str], Awaitable[bool]]
+
+
+class TokenReviewer:
+    """Bearer tokens checked with the apiserver: TokenReview (who is it),
+    then SubjectAccessReview (may they `get` Queues). Answers are cached
+    for `ttl` seconds by the token's SHA-256 (positive and negative alike,
+    so a flood of one bad token costs one review a minute)."""
+
+    def __init__(self, api: Any, *, ttl: float = TOKEN_TTL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.api = api
+        self.ttl = ttl
+        self.clock = clock
+        self._answers: dict[str, tuple[float, bool]] = {}
+
+    async def __call__(self, token: str) -> bool:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        now = self.clock()
+        cached = self._answers.get(digest)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        allowed = await self._review(token)
+        if len(self._answers) >= MAX_TOKENS:
+            self._answers.clear()
+        self._answers[digest] = (now + self.ttl, allowed)
+        return allowed
+
+    async def _review(self, token: str) -> bool:
+        try:
+            review = await request_json(
+                self.api, "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+                body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                      "spec": {"token": token}})
+            status = review.get("status") or {}
+            user = status.get("user") or {}
+            if not status.get("authenticated") or not isinstance(user.get("username"), str):
+                return False
+            access = await request_json(
+                self.api, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                      "spec": {"user": user["username"], "groups": user.get("groups") or [],
+                               "uid": user.get("uid") or "",
+                               "resourceAttributes": {"group": "arbiter.dev",
+                                                      "resource": "queues", "verb": "get"}}})
+            return bool((access.get("status") or {}).get("allowed"))
+        except (ApiError, OSError, ValueError) as error:
+            log.warning("debug API token review failed", extra={"error": str(error)})
+            return False
+
+
+def _is_loopback(address: str | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def access_guard(access: DebugAccess, check_token: TokenCheck | None) -> Any:
+    """The middleware that lets only allowed callers through."""
+    @web.middleware
+    async def guard(request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        if access == "loopback":
+            if not _is_loopback(request.remote):
+                return _json({"error": "the debug API answers on loopback only"}, 403)
+        else:
+            header = request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                return _json({"error": "a bearer token is required"}, 401)
+            if check_token is None or not await check_token(token.strip()):
+                return _json({"error": "the token may not read the debug API"}, 403)
+        return await handler(request)
+
+    return guard
 
 
 def queues_document(mirror: EngineMirror, *, leader: bool) -> dict[str, Any]:
@@ -77,11 +255,14 @@ def pending_document(mirror: EngineMirror, name: str, limit: int) -> dict[str, A
     }
 
 
-def debug_app(*, store: ClusterStore, overcommit: float,
-              leadership: Leadership) -> web.Application:
-    """The sub-application mounted at `PREFIX`."""
+def debug_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
+              access: DebugAccess = "loopback",
+              check_token: TokenCheck | None = None) -> web.Application:
+    """The sub-application mounted at `PREFIX`, for callers `access` allows."""
+    view = KeptView(store, overcommit)
+
     async def queues(_: web.Request) -> web.Response:
-        mirror, leader = _mirror(store, overcommit, leadership)
+        mirror, leader = await _mirror(view, leadership)
         return _json(queues_document(mirror, leader=leader))
 
     async def pending(request: web.Request) -> web.Response:
@@ -90,13 +271,18 @@ def debug_app(*, store: ClusterStore, overcommit: float,
         except ValueError:
             return _json({"error": "limit must be an integer"}, 400)
         limit = max(0, min(limit, MAX_LIMIT))
-        mirror, _ = _mirror(store, overcommit, leadership)
+        mirror, _ = await _mirror(view, leadership)
         document = pending_document(mirror, request.match_info["name"], limit)
         if document is None:
             return _json({"error": f"no queue {request.match_info['name']!r}"}, 404)
         return _json(document)
 
-    app = web.Application()
+    app = web.Application(middlewares=[access_guard(access, check_token)])
     app.router.add_get("/queues", queues)
     app.router.add_get("/queues/{name}/pending", pending)
+
+    async def close(_: web.Application) -> None:
+        view.close()
+
+    app.on_cleanup.append(close)
     return app

@@ -4,16 +4,25 @@ counters.
 
 Both answer a body they cannot read with 400 and a one-line reason, each in
 its own error type: a body over the limit (whether or not the client sent a
-Content-Length), one that is not in the Content-Encoding it declares
-(aiohttp decodes gzip and deflate; anything else is refused), and one that
-stops arriving (a client holding a connection open with part of a declared
-body).
+Content-Length, and before or after decoding), one that is not in the
+Content-Encoding it declares, and one that stops arriving (a client holding
+a connection open with part of a declared body).
+
+aiohttp's own decoding is off on every listener (`HANDLER_ARGS`): it decodes
+deflate, br and zstd before any handler runs, and a malformed body then
+fails there with a multi-line 400 and a logged traceback. `read_limited`
+gets the raw bytes and decodes gzip and deflate itself, never inflating
+past the body limit (a small "zip bomb" costs the limit, no more); any
+other encoding is refused. Neither the apiserver nor kube-scheduler
+compresses what it sends, so this is for other clients only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import Counter
@@ -21,8 +30,10 @@ from prometheus_client import Counter
 # Seconds a whole body may take to arrive; the apiserver's webhook timeout
 # is at most 30 s and kube-scheduler's extender timeout is shorter still.
 BODY_READ_TIMEOUT = 10.0
-# What aiohttp's parser decodes before the body reaches us.
+# Encodings read_limited decodes (the rest is refused).
 DECODED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
+# The aiohttp request-handler arguments of every listener: bodies are read raw.
+HANDLER_ARGS: dict[str, Any] = {"auto_decompress": False}
 
 
 async def read_limited(request: web.Request, limit: int,
@@ -53,11 +64,35 @@ async def read_limited(request: web.Request, limit: int,
         # The client went away mid-body; nobody will read the answer.
         raise error(f"connection closed after {size} bytes of the body") from None
     except web.RequestPayloadError as payload_error:
-        # e.g. Content-Encoding: gzip on a body that is not gzip.
+        # e.g. a chunked body whose framing breaks off.
         _close_after_reply(request)
         reason = " ".join(str(payload_error).split())
         raise error(f"body cannot be read: {reason[:200]}") from None
-    return b"".join(chunks)
+    body = b"".join(chunks)
+    if encoding in ("gzip", "deflate"):
+        return inflate(body, encoding, limit, error)
+    return body
+
+
+def inflate(data: bytes, encoding: str, limit: int,
+            error: Callable[[str], Exception]) -> bytes:
+    """`data` decoded from gzip or deflate (zlib-wrapped, or raw as some
+    clients send it), never producing more than `limit` bytes."""
+    if encoding == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    else:
+        zlib_header = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+        wbits = zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS
+    decoder = zlib.decompressobj(wbits)
+    try:
+        out = decoder.decompress(data, limit + 1)
+    except zlib.error as failure:
+        raise error(f"body is not valid {encoding}: {one_line(str(failure), 200)}") from None
+    if len(out) > limit:
+        raise error(f"body exceeds the {limit}-byte limit once decoded ({encoding})")
+    if not decoder.eof:
+        raise error(f"body is not valid {encoding}: the compressed stream is truncated")
+    return out
 
 
 def _close_after_reply(request: web.Request) -> None:

@@ -93,7 +93,7 @@ def add_parser(subparsers: Any) -> None:
         help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     add("--host", default=_env("host", defaults.host), help="address to listen on")
     add("--port", type=int, default=int(_env("port", str(defaults.port)) or defaults.port),
-        help="HTTPS port for webhook, extender, metrics and health")
+        help="HTTPS port of the webhook (and of /healthz, /readyz, /metrics)")
     add("--cert-dir", type=Path, default=Path(_env("cert_dir", str(defaults.cert_dir)) or "."),
         help="directory with ca.crt/ca.key/tls.crt/tls.key; generated when empty; used as "
              "is (and reloaded on change) when it holds tls.crt/tls.key but no ca.key")
@@ -143,6 +143,21 @@ def add_parser(subparsers: Any) -> None:
         default=float(_env("extender_assume_ttl", str(defaults.extender_assume_ttl)) or 30.0),
         help="seconds a pod the scheduler extender approved counts against its queue's "
              "capability before its binding is seen")
+    add("--extender-port", type=int,
+        default=int(_env("extender_port", str(defaults.extender_port)) or 0),
+        help="HTTPS port of the scheduler extender (/scheduler/...), its own listener")
+    add("--extender-client-ca", type=Path, default=_env("extender_client_ca"),
+        help="CA file: the extender then requires a client certificate it signed "
+             "(kube-scheduler's tlsConfig certFile/keyFile); without it any client may "
+             "call the extender and a warning is logged at start")
+    add("--metrics-port", type=int,
+        default=int(_env("metrics_port", str(defaults.metrics_port)) or 0),
+        help="HTTPS port of /metrics, /healthz, /readyz and the debug API")
+    add("--debug-api", default=_env("debug_api", defaults.debug_api),
+        choices=["off", "loopback", "token"],
+        help="the read-only /debug API on the metrics port: off; loopback (clients on "
+             "this host only); token (a bearer token the apiserver accepts, for a user "
+             "who may get Queues)")
     add("--extender-locality-weight", type=int,
         default=int(_env("extender_locality_weight",
                          str(defaults.extender_locality_weight)) or 0),
@@ -178,6 +193,10 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         usernames=tuple(args.username),
         max_body_bytes=args.max_body_bytes,
         extender_assume_ttl=args.extender_assume_ttl,
+        extender_port=args.extender_port,
+        metrics_port=args.metrics_port,
+        debug_api=args.debug_api,
+        extender_client_ca=Path(args.extender_client_ca) if args.extender_client_ca else None,
         extender_locality_weight=args.extender_locality_weight,
         extender_binpack_weight=args.extender_binpack_weight,
         log_level=args.log_level.upper(),

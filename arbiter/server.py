@@ -26,6 +26,7 @@ from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.cache.watch import run_watchers
 from arbiter.config import ServeConfig
 from arbiter.kubeapi import ApiError, self_usernames
+from arbiter.loop.runtime import Leadership
 from arbiter.metrics import REGISTRY
 from certs.manager import CertManager
 from certs.publish import publish_ca_bundle
@@ -52,6 +53,8 @@ class ServerContext:
     ready_checks: list[Callable[[], bool]] = field(default_factory=list)
     # With --webhook-url: set once arbiter's webhook configurations exist.
     webhooks_installed: bool = False
+    # The admission controller while this replica leads (the debug API reads it).
+    leadership: Leadership = field(default_factory=Leadership)
 
     @property
     def admission_env(self) -> AdmissionEnv:

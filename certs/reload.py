@@ -38,6 +38,10 @@ class ReloadingTLS:
         self.cert_file = cert_file
         self.key_file = key_file
         self.context = _server_context()
+        # Further contexts serving the same pair (e.g. one requiring client
+        # certificates), reloaded with it.
+        self._derived: list[ssl.SSLContext] = []
+        self._pair: tuple[bytes, bytes] | None = None
         self._digest = ""
         if not self.reload():
             raise ssl.SSLError(f"cannot load {cert_file} / {key_file}")
@@ -63,20 +67,38 @@ class ReloadingTLS:
         digest = hashlib.sha256(cert + b"\0" + key).hexdigest()
         if digest == self._digest:
             return False
-        with tempfile.TemporaryDirectory(prefix="arbiter-tls-") as scratch:
-            cert_copy = Path(scratch, "tls.crt")
-            key_copy = Path(scratch, "tls.key")
-            cert_copy.write_bytes(cert)
-            write_private(key_copy, key)
-            try:
-                _server_context().load_cert_chain(cert_copy, key_copy)
-            except (ssl.SSLError, OSError, ValueError) as error:
-                log.warning("new serving certificate not loaded (kept the old one)",
-                            extra={"error": str(error)})
-                return False
-            self.context.load_cert_chain(cert_copy, key_copy)
+        try:
+            _load_pair([_server_context()], cert, key)  # validated first
+        except (ssl.SSLError, OSError, ValueError) as error:
+            log.warning("new serving certificate not loaded (kept the old one)",
+                        extra={"error": str(error)})
+            return False
+        _load_pair([self.context, *self._derived], cert, key)
+        self._pair = pair
         first = not self._digest
         self._digest = digest
         if not first:
             log.info("reloaded serving certificate", extra={"cert": str(self.cert_file)})
         return True
+
+    def requiring_clients_of(self, client_ca: Path) -> ssl.SSLContext:
+        """A context serving the same certificate (reloaded with it) that
+        completes a handshake only with a client certificate `client_ca`
+        signed."""
+        context = _server_context()
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cafile=str(client_ca))
+        assert self._pair is not None  # loaded in __init__
+        _load_pair([context], *self._pair)
+        self._derived.append(context)
+        return context
+
+
+def _load_pair(contexts: list[ssl.SSLContext], cert: bytes, key: bytes) -> None:
+    """Load the pair into `contexts` from private copies of exactly these bytes."""
+    with tempfile.TemporaryDirectory(prefix="arbiter-tls-") as scratch:
+        cert_copy, key_copy = Path(scratch, "tls.crt"), Path(scratch, "tls.key")
+        cert_copy.write_bytes(cert)
+        write_private(key_copy, key)
+        for context in contexts:
+            context.load_cert_chain(cert_copy, key_copy)

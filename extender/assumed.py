@@ -9,6 +9,11 @@ An entry ends when the cache sees the pod bound or deleted, or after a TTL:
 approval is not placement (another plugin, the bind call or a later
 extender may still fail the pod), and a stale entry must not block its
 queue forever. Same idea as kube-scheduler's own assumed-pod cache.
+
+Expired entries are dropped on every insert as well as on every read, so
+approvals for queues nobody reads (no capability) go too; and the table
+holds at most `max_entries`, dropping the oldest first, so a flood of
+approvals costs bounded memory.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from arbiter.core.resources import EMPTY, Resources
+
+# Entries at most: ~30 s of approvals at over 1,000 pods/s.
+MAX_ENTRIES = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +44,22 @@ class AssumedPods:
     renewed entry moves to the end), so expiring is popping from the front.
     """
 
-    def __init__(self, ttl: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 *, max_entries: int = MAX_ENTRIES) -> None:
         if ttl <= 0:
             raise ValueError(f"assume TTL must be positive, got {ttl}")
+        if max_entries < 1:
+            raise ValueError(f"the assumed-pod bound must be positive, got {max_entries}")
         self.ttl = ttl
+        self.max_entries = max_entries
         self._clock = clock
         self._entries: OrderedDict[str, AssumedPod] = OrderedDict()
         self._by_queue: dict[str, Resources] = {}
+
+    @property
+    def stored(self) -> int:
+        """Entries held now, expired or not."""
+        return len(self._entries)
 
     def __len__(self) -> int:
         self.expire()
@@ -53,8 +70,13 @@ class AssumedPods:
         return uid in self._entries
 
     def assume(self, uid: str, queue: str, requests: Resources) -> None:
-        """Record (or renew) an approval."""
+        """Record (or renew) an approval; expired entries go first, and the
+        oldest beyond the bound (each insert pops at most what it adds, plus
+        what expired: amortised O(1))."""
         self.forget(uid)
+        self.expire()
+        while len(self._entries) >= self.max_entries:
+            self.forget(next(iter(self._entries)))
         entry = AssumedPod(uid, queue, requests, self._clock() + self.ttl)
         self._entries[uid] = entry
         self._by_queue[queue] = self._by_queue.get(queue, EMPTY) + requests

@@ -20,8 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aiohttp import web
 
+from arbiter.app import build_app, extender_state
 from arbiter.cache.store import ClusterStore
+from arbiter.server import ServerContext
+from extender import routes as extender_routes
 from tests.extender import builders as b
 from tests.webhook.admission_samples import (
     QUEUE_LABEL,
@@ -166,6 +170,16 @@ def extender_bases() -> list[tuple[str, Json]]:
             "node-0": {"Pods": [b.pod("v", node_name="node-0", queue_name="b")],
                        "NumPDBViolations": 0}}}),
     ]
+
+
+def one_port_app(ctx: ServerContext) -> web.Application:
+    """The webhook's application with the extender mounted beside it, so
+    one plain-HTTP port answers both surfaces (`arbiter serve` gives the
+    extender a listener of its own)."""
+    app = build_app(ctx, background=False)
+    app.add_subapp(extender_routes.PREFIX, extender_routes.extender_app(
+        extender_state(ctx.store, ctx.config), max_body=ctx.config.extender_max_body_bytes))
+    return app
 
 
 def world() -> ClusterStore:

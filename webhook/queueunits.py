@@ -6,8 +6,10 @@ by the shared resolver; the unit carries its queue as a label.
 
 Validating: 1–8 pod sets with unique names, counts ≥ 1, 1 ≤ minCount ≤
 count, valid quantities; users (not arbiter) may only reserve in an
-existing, Open queue, and may not change the queue or pod sets of an
-admitted unit.
+existing, Open queue, may not change the queue or pod sets of an
+admitted unit, and may not set or change `spec.consumerRef`: the unit
+named by it is the one the loop admits in the consumer's stead, so only
+arbiter (which creates those units) may write it.
 """
 
 from __future__ import annotations
@@ -154,6 +156,9 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
                     code=422)
     if env.is_arbiter(request):
         return ALLOW
+    if consumer is not None and not _same_consumer(request, consumer):
+        return deny(f'QueueUnit "{namespace}/{name}": spec.consumerRef is set by kube-arbiter '
+                    "only; leave it out of units you create", code=403)
     assert isinstance(queue, str)
     if request.operation == "UPDATE":
         return _validate_update(request, env, namespace, name, spec)
@@ -161,6 +166,14 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if waiting is not None:
         return waiting
     return check_open(env, queue, namespace, labels, "QueueUnit") or ALLOW
+
+
+def _same_consumer(request: AdmissionRequest, consumer: Any) -> bool:
+    """An UPDATE that keeps the unit's existing consumerRef as it was."""
+    if request.operation != "UPDATE":
+        return False
+    old_spec = require_object(request, old=True).get("spec")
+    return isinstance(old_spec, dict) and json_equal(consumer, old_spec.get("consumerRef"))
 
 
 def _validate_update(request: AdmissionRequest, env: AdmissionEnv, namespace: str,

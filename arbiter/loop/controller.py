@@ -312,11 +312,9 @@ class AdmissionController:
         uid = consumer_uid(self.store, consumer)
         if uid is None or not self.store.is_managed_namespace(consumer.namespace):
             return
-        mine = [
-            u for u in existing
-            if u.consumer is not None
-            and (not u.consumer.uid or not uid or u.consumer.uid == uid)
-        ]
+        # Only a unit naming this very consumer (its uid; "" for a pod
+        # group) stands for it: a unit without the uid may be anyone's.
+        mine = [u for u in existing if u.consumer is not None and u.consumer.uid == uid]
         if mine:
             # Only a waiting Job's unit follows its consumer (parallelism);
             # a pod's requests and a group's members are fixed once created.

@@ -288,7 +288,7 @@ class Consumer(Enum):
 
 
 def job_state(job: JobRecord | None, uid: str) -> Consumer:
-    if job is None or (uid and job.uid != uid):
+    if job is None or job.uid != uid:  # no uid: not known to be this Job's
         return Consumer.MISSING
     if job.outcome == "Complete":
         return Consumer.SUCCEEDED
@@ -302,7 +302,7 @@ def job_state(job: JobRecord | None, uid: str) -> Consumer:
 
 
 def pod_state(pod: PodRecord | None, uid: str) -> Consumer:
-    if pod is None or (uid and pod.uid != uid):
+    if pod is None or pod.uid != uid:  # no uid: not known to be this Pod's
         return Consumer.MISSING
     if pod.phase == "Succeeded":
         return Consumer.SUCCEEDED

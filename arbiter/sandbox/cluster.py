@@ -38,7 +38,7 @@ from arbiter.sandbox.process import ProcessRecord
 DEFAULT_DIR = Path(".sandbox")
 ARBITER_NAMESPACE = "arbiter-system"
 ARBITER_PRIMARY = "arbiter"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: arbiter's extender has a port of its own
 # Entries of DIR that the sandbox owns: `down` and a restart remove exactly
 # these (never the directory itself, which may be a user's directory).
 MANAGED_ENTRIES = ("state.json", "kubeconfig", "bin", "pki", "kubeconfigs", "etcd",
@@ -121,6 +121,12 @@ class Sandbox:
         return int(port) if port is not None else None
 
     @property
+    def extender_port(self) -> int | None:
+        """The primary arbiter's extender listener, which kube-scheduler calls."""
+        port = self._state.get("extender_port")
+        return int(port) if port is not None else None
+
+    @property
     def node_shape(self) -> NodeShape:
         return NodeShape(**self._state.get("nodes", {}))
 
@@ -129,6 +135,13 @@ class Sandbox:
         if record is None or "https" not in record.ports:
             raise SandboxError(f"no arbiter process named {name!r} in {self.dir}")
         return f"https://127.0.0.1:{record.ports['https']}"
+
+    def arbiter_metrics_url(self, name: str = ARBITER_PRIMARY) -> str:
+        """The metrics listener of an arbiter process (/metrics, /debug/...)."""
+        record = self.processes().get(name)
+        if record is None or "metrics" not in record.ports:
+            raise SandboxError(f"no arbiter process named {name!r} in {self.dir}")
+        return f"https://127.0.0.1:{record.ports['metrics']}"
 
     # ---- state -----------------------------------------------------------
 
@@ -204,12 +217,13 @@ class Sandbox:
         toolchain = build.ensure_built()
         names = [*CONTROL_PLANE, "etcd-peer"]
         ports = dict(zip(names, process.free_ports(len(names)), strict=True))
-        arbiter_port = process.free_port() if arbiter else None
+        arbiter_port, extender_port = process.free_ports(2) if arbiter else (None, None)
         self._state = {
             "version": STATE_VERSION,
             "toolchain": str(toolchain.root),
             "ports": ports,
             "arbiter_port": arbiter_port,
+            "extender_port": extender_port,
             "nodes": dataclasses.asdict(shape),
             "processes": {},
         }
@@ -227,7 +241,7 @@ class Sandbox:
         if arbiter_port is not None:
             ca_file = self._arbiter_certificates()
         self._start_controller_manager(toolchain)
-        self._write_scheduler_config(arbiter_port, ca_file)
+        self._write_scheduler_config(extender_port, ca_file)
         self._start_scheduler(toolchain)
         self._start_kwok(toolchain)
         self._install_crds()
@@ -289,12 +303,18 @@ class Sandbox:
             self.dir / "kubeconfigs" / "kube-controller-manager.conf", port)
         self._spawn_https("kube-controller-manager", args, port, "/healthz")
 
-    def _write_scheduler_config(self, arbiter_port: int | None, ca_file: Path | None) -> None:
-        extender = None if arbiter_port is None else f"https://127.0.0.1:{arbiter_port}/scheduler"
+    def _write_scheduler_config(self, extender_port: int | None, ca_file: Path | None) -> None:
+        """kube-scheduler calls the primary arbiter's extender port, trusting
+        arbiter's CA and proving itself with its own client certificate
+        (arbiter requires one signed by the sandbox's CA)."""
+        extender = None if extender_port is None else f"https://127.0.0.1:{extender_port}/scheduler"
+        keys = self.pki
         document = config.scheduler_config(
             extender,
             None if ca_file is None else str(ca_file),
             kubeconfig_path=str(self.dir / "kubeconfigs" / "kube-scheduler.conf"),
+            client_cert=(str(keys.client_cert("kube-scheduler")),
+                         str(keys.client_key("kube-scheduler"))),
         )
         self.write_scheduler_config(document)
 
@@ -384,13 +404,22 @@ class Sandbox:
                 port = previous.ports["https"]
             else:
                 port = process.free_port()
+        extender_port = self.extender_port if name == ARBITER_PRIMARY else None
+        if extender_port is None:
+            extender_port = (previous.ports.get("extender") if previous is not None else None) \
+                or process.free_port()
+        metrics_port = (previous.ports.get("metrics") if previous is not None else None) \
+            or process.free_port()
         self._arbiter_certificates()
         args = components.arbiter_args(
-            kubeconfig=self.dir / "kubeconfigs" / "kube-arbiter.conf", port=port,
+            extender_port=extender_port, metrics_port=metrics_port,
+            client_ca=self.pki.ca_cert, kubeconfig=self.dir / "kubeconfigs" / "kube-arbiter.conf", port=port,
             cert_dir=self.arbiter_cert_dir, webhook_port=primary, namespace=ARBITER_NAMESPACE,
             extra_args=extra_args)
-        record = self._spawn_https(name, args, port, "/readyz", env=components.arbiter_env(env),
-                                   cwd=repo_root())
+        record = self._spawn(name, args, ports={"https": port, "extender": extender_port,
+                                                "metrics": metrics_port},
+                             health_url=f"https://127.0.0.1:{port}/readyz",
+                             env=components.arbiter_env(env), cwd=repo_root())
         if wait_ready:
             self._wait_healthy(name, time.monotonic() + timeout, watch=[name])
         return record.pid

@@ -152,15 +152,23 @@ def kwok_args(binary: Path, kubeconfig: Path, port: int, stages: Sequence[Path])
     ]
 
 
-def arbiter_args(*, kubeconfig: Path, port: int, cert_dir: Path, webhook_port: int,
-                 namespace: str, extra_args: Sequence[str]) -> list[str]:
-    """`arbiter serve` on 127.0.0.1:`port`; the webhook configurations point
-    at `webhook_port` (the primary replica's)."""
+def arbiter_args(*, kubeconfig: Path, port: int, extender_port: int, metrics_port: int,
+                 client_ca: Path, cert_dir: Path, webhook_port: int, namespace: str,
+                 extra_args: Sequence[str]) -> list[str]:
+    """`arbiter serve` on 127.0.0.1:`port`, its extender on `extender_port`
+    answering only clients whose certificate `client_ca` signed
+    (kube-scheduler's), and metrics with the debug API (loopback: everything
+    here is local) on `metrics_port`; the webhook configurations point at
+    `webhook_port` (the primary replica's)."""
     return [
         *arbiter_command(), "serve",
         "--kubeconfig", str(kubeconfig),
         "--host", "127.0.0.1",
         "--port", str(port),
+        "--extender-port", str(extender_port),
+        "--extender-client-ca", str(client_ca),
+        "--metrics-port", str(metrics_port),
+        "--debug-api", "loopback",
         "--cert-dir", str(cert_dir),
         "--webhook-url", f"https://127.0.0.1:{webhook_port}",
         "--namespace", namespace,

@@ -55,6 +55,7 @@ def scheduler_config(
     ca_file: str | None,
     *,
     kubeconfig_path: str = "",
+    client_cert: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """KubeSchedulerConfiguration for the sandbox's kube-scheduler.
 
@@ -62,7 +63,8 @@ def scheduler_config(
     an extender at the top level (extenders apply to every profile), with the
     stanza of manifests/scheduler/kube-scheduler-config.yaml (the choices are
     explained there; tests/extender keeps the two equal); `ca_file` is the CA
-    that signed arbiter's serving certificate.
+    that signed arbiter's serving certificate; `client_cert` (certificate,
+    key) what kube-scheduler proves itself with to the extender.
     No extender when `extender_url` is None.
     """
     config: dict[str, Any] = {
@@ -92,8 +94,13 @@ def scheduler_config(
             "httpTimeout": "2s",
             "ignorable": True,
         }
+        tls: dict[str, str] = {}
         if ca_file is not None:
-            extender["tlsConfig"] = {"caFile": ca_file}
+            tls["caFile"] = ca_file
+        if client_cert is not None:
+            tls["certFile"], tls["keyFile"] = client_cert
+        if tls:
+            extender["tlsConfig"] = tls
         config["extenders"] = [extender]
     return config
 

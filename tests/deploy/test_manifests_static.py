@@ -114,14 +114,26 @@ def test_deployment_configuration_matches_the_server_and_the_image() -> None:
         assert flag in flags, f"{name} configures no flag of `arbiter serve`"
     port = int(variables["ARBITER_PORT"])
     assert port == ServeConfig().port
-    assert main["ports"] == [{"name": "https", "containerPort": port, "protocol": "TCP"}]
+    extender_port = int(variables["ARBITER_EXTENDER_PORT"])
+    assert extender_port == ServeConfig().extender_port
+    assert main["ports"] == [
+        {"name": "https", "containerPort": port, "protocol": "TCP"},
+        {"name": "extender", "containerPort": extender_port, "protocol": "TCP"}]
     _, (_, final) = stages()
-    assert final.last("EXPOSE").value == str(port)
+    assert final.last("EXPOSE").value == f"{port} {extender_port}"
     # The certificate directory is a writable volume (the root is read-only).
     mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
     assert variables["ARBITER_CERT_DIR"] in mounts
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert "emptyDir" in volumes[mounts[variables["ARBITER_CERT_DIR"]]]
+    # The extender requires kube-scheduler's client certificate, signed by a
+    # CA mounted from a Secret the installer creates (required: no silent
+    # fallback to an open extender).
+    client_ca = variables["ARBITER_EXTENDER_CLIENT_CA"]
+    ca_dir = client_ca.rsplit("/", 1)[0]
+    secret = volumes[mounts[ca_dir]]["secret"]
+    assert secret["secretName"] == "kube-arbiter-extender-client-ca"
+    assert not secret.get("optional", False)
     assert variables["ARBITER_CERT_SECRET"] == "kube-arbiter-certs"
     assert variables["ARBITER_SERVICE_NAME"] == one("Service")["metadata"]["name"]
     images = kustomization()["images"]
@@ -134,7 +146,8 @@ def test_service_pdb_and_webhooks_point_at_the_pods() -> None:
     service = one("Service")
     assert _labels_match(service["spec"]["selector"], pod_labels)
     assert service["spec"]["ports"] == [
-        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"},
+        {"name": "extender", "port": 9444, "targetPort": "extender", "protocol": "TCP"}]
     pdb = one("PodDisruptionBudget")
     assert _labels_match(pdb["spec"]["selector"]["matchLabels"], pod_labels)
     assert pdb["spec"]["minAvailable"] == 1

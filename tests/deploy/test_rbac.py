@@ -30,6 +30,9 @@ CLUSTER: set[Grant] = {
     ("", "events", "create", ""),
     *{("batch", "jobs", verb, "") for verb in
       ("get", "list", "watch", "create", "patch", "delete")},
+    # --debug-api token: who holds the bearer token, and may they get Queues.
+    ("authentication.k8s.io", "tokenreviews", "create", ""),
+    ("authorization.k8s.io", "subjectaccessreviews", "create", ""),
     ("scheduling.k8s.io", "priorityclasses", "list", ""),
     ("scheduling.k8s.io", "priorityclasses", "watch", ""),
     ("arbiter.dev", "queues", "get", ""), ("arbiter.dev", "queues", "list", ""),

@@ -184,7 +184,10 @@ def tenant(sandbox: Sandbox, prefix: str, *, settle: float = QUEUE_SETTLE, wait:
 
 def arbiter_get(sandbox: Sandbox, path: str, name: str = "arbiter") -> tuple[int, bytes]:
     context = ssl.create_default_context(cafile=str(sandbox.arbiter_cert_dir / "ca.crt"))
-    return http_get(sandbox.arbiter_url(name) + path, context)
+    # The debug API is served on the metrics listener only (DESIGN §13).
+    base = sandbox.arbiter_metrics_url(name) if path.startswith("/debug/") \
+        else sandbox.arbiter_url(name)
+    return http_get(base + path, context)
 
 
 def debug_queues(sandbox: Sandbox, name: str = "arbiter") -> dict[str, Any]:

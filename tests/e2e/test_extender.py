@@ -5,6 +5,9 @@ kube-scheduler calls arbiter's /scheduler/{filter,prioritize,preempt}
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
+import ssl
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -227,3 +230,37 @@ def _extender_is_wired(sandbox: Sandbox) -> None:
     document = sandbox.scheduler_config()
     (extender,) = document["extenders"]
     assert extender["urlPrefix"].endswith("/scheduler")
+
+
+def _forged_filter(port: int, context: ssl.SSLContext) -> int | str:
+    """POST a filter call for a made-up pod; its status, or the error that ended it."""
+    body = json.dumps({"Pod": {"metadata": {"name": "forged", "namespace": "x", "uid": "f-1"}},
+                       "NodeNames": ["kwok-node-0"]})
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        connection.request("POST", "/scheduler/filter", body=body,
+                           headers={"Content-Type": "application/json"})
+        return connection.getresponse().status
+    except (ssl.SSLError, OSError) as error:
+        return type(error).__name__
+    finally:
+        connection.close()
+
+
+def test_a_forged_filter_call_without_a_client_certificate_is_refused(
+        sandbox: Sandbox) -> None:
+    """Only kube-scheduler (its client certificate, signed by the CA arbiter
+    is given with --extender-client-ca) reaches the extender; the webhook
+    port does not serve it at all."""
+    port = sandbox.extender_port
+    assert port is not None
+    trust = ssl.create_default_context(cafile=str(sandbox.arbiter_cert_dir / "ca.crt"))
+    status = _forged_filter(port, trust)
+    assert isinstance(status, str) or 400 <= status < 500, status
+    webhook_port = sandbox.arbiter_port
+    assert webhook_port is not None
+    assert _forged_filter(webhook_port, trust) == 404
+    # With the scheduler's own certificate the same call is answered.
+    keys = sandbox.pki
+    trust.load_cert_chain(keys.client_cert("kube-scheduler"), keys.client_key("kube-scheduler"))
+    assert _forged_filter(port, trust) == 200

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,3 +84,28 @@ def test_sums_match_live_entries(ops: list[tuple[str, int, str, int]]) -> None:
             live = [assumed.get(f"u{i}") for i in range(5)]
             expected = sum(e.requests.get_amount("cpu") for e in live if e and e.queue == name)
             assert assumed.usage(name).get_amount("cpu") == expected
+
+
+def test_every_queue_expires_on_insert_and_the_table_is_bounded() -> None:
+    """Approvals for queues nobody asks `usage()` of (no capability) expire
+    too: 2,000 random uids are gone once the TTL has passed, and the table
+    never holds more than its bound (the oldest entries go first)."""
+    clock = Clock()
+    assumed = AssumedPods(30, clock, max_entries=500)
+    rng = random.Random(13)
+    uids = [f"{rng.getrandbits(64):016x}" for _ in range(2000)]
+    for index, uid in enumerate(uids):
+        assumed.assume(uid, f"queue-{index % 7}", cpu(100))
+        assert assumed.stored <= 500
+        clock.now += 0.001
+    # The oldest were dropped first: the newest 500 are kept.
+    assert assumed.get(uids[-1]) is not None and assumed.get(uids[-501]) is None
+    clock.now += 31
+    assumed.assume("after-the-ttl", "other", cpu(1))
+    assert assumed.stored == 1
+    assert all(assumed.usage(f"queue-{q}").is_zero() for q in range(7))
+
+
+def test_bound_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        AssumedPods(10, max_entries=0)

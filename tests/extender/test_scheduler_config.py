@@ -35,6 +35,8 @@ def test_manifest_stanza_speaks_the_extender_protocol() -> None:
     assert extender["nodeCacheCapable"] is True
     assert extender["enableHTTPS"] is True
     assert extender["tlsConfig"]["caFile"]
+    # kube-scheduler proves who it is: the extender requires a client certificate.
+    assert extender["tlsConfig"]["certFile"] and extender["tlsConfig"]["keyFile"]
     assert isinstance(extender["ignorable"], bool)
     assert "managedResources" not in extender  # every pod is sent
     # A short timeout, as a Go duration.
@@ -43,11 +45,14 @@ def test_manifest_stanza_speaks_the_extender_protocol() -> None:
 
 
 def test_sandbox_uses_the_same_stanza() -> None:
-    document = sandbox_config.scheduler_config("https://127.0.0.1:1234/scheduler", "/x/ca.crt")
+    document = sandbox_config.scheduler_config("https://127.0.0.1:1234/scheduler", "/x/ca.crt",
+                                               client_cert=("/x/s.crt", "/x/s.key"))
     (sandbox,) = document["extenders"]
     manifest = manifest_extender()
     assert {k: v for k, v in sandbox.items() if k not in LOCAL} == {
         k: v for k, v in manifest.items() if k not in LOCAL
     }
-    assert sandbox["tlsConfig"] == {"caFile": "/x/ca.crt"}
+    assert sandbox["tlsConfig"] == {"caFile": "/x/ca.crt", "certFile": "/x/s.crt",
+                                    "keyFile": "/x/s.key"}
+    assert set(sandbox["tlsConfig"]) <= set(manifest["tlsConfig"])
     assert "extenders" not in document["profiles"][0]

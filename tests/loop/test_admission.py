@@ -253,3 +253,25 @@ async def test_a_waiting_event_names_the_reason() -> None:
     assert waiting["ns/pod-p-001"] == "waiting in queue q: cluster full (cpu)"
     assert waiting["ns/pod-p-002"] == "waiting in queue q: behind 1 units"
     assert all(not s.on_unit for s in c.events.said if s.reason == "Waiting")
+
+
+@pytest.mark.parametrize("forged_uid", [None, "someone-else"])
+async def test_a_unit_naming_another_consumer_is_not_adopted(forged_uid: str | None) -> None:
+    """A unit whose consumerRef does not carry the consumer's uid (a tenant's
+    forgery, or a namesake's leftover) neither stands for the Job nor
+    releases it: the Job gets its own unit with its real demand."""
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    ref: dict[str, str] = {"apiVersion": "batch/v1", "kind": "Job", "name": "victim"}
+    if forged_uid is not None:
+        ref["uid"] = forged_uid
+    await c.api.create(unit_path("ns"), {
+        "metadata": {"name": "forged", "namespace": "ns"},
+        "spec": {"queue": "q", "consumerRef": ref,
+                 "podSets": [{"name": "main", "count": 1, "requests": {"cpu": "100m"}}]},
+    })
+    await c.job("ns", "victim", "q", cpu="4")
+    await c.settle()
+    assert c.suspended("ns", "victim")  # 4 CPUs never fit on 1
+    assert c.unit_obj("ns", "job-victim")["spec"]["podSets"][0]["requests"] == {"cpu": "4"}

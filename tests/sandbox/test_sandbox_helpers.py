@@ -34,7 +34,8 @@ spec:
 
 
 def test_scheduler_config_with_extender() -> None:
-    document = config.scheduler_config("https://127.0.0.1:8443/scheduler", "/tmp/ca.crt")
+    document = config.scheduler_config("https://127.0.0.1:8443/scheduler", "/tmp/ca.crt",
+                                       client_cert=("/tmp/s.crt", "/tmp/s.key"))
     assert document["kind"] == "KubeSchedulerConfiguration"
     assert document["leaderElection"] == {"leaderElect": False}
     (extender,) = document["extenders"]
@@ -48,7 +49,8 @@ def test_scheduler_config_with_extender() -> None:
         "enableHTTPS": True,
         "httpTimeout": "2s",
         "ignorable": True,
-        "tlsConfig": {"caFile": "/tmp/ca.crt"},
+        "tlsConfig": {"caFile": "/tmp/ca.crt", "certFile": "/tmp/s.crt",
+                      "keyFile": "/tmp/s.key"},
     }
     # Extenders are top level, never inside a profile.
     assert all("extenders" not in profile for profile in document["profiles"])

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import arbiter.server as server
 from arbiter import app
-from arbiter.app import build_app
+from arbiter.app import build_app, build_extender_app, build_metrics_app
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.cli import build_parser
 from arbiter.config import ServeConfig
@@ -30,11 +30,24 @@ async def test_every_surface_is_served() -> None:
         assert (await client.get("/healthz")).status == 200
         assert (await client.get("/readyz")).status == 503  # nothing listed yet
         assert (await client.get("/metrics")).status == 200
-        assert (await client.get("/debug/queues")).status == 200
-        # Not synced yet: the extender says so; a bad review is a 400.
-        assert (await client.post("/scheduler/filter", data=b"{}")).status == 503
+        # The debug API is off by default, and never on the webhook port.
+        assert (await client.get("/debug/queues")).status == 404
+        # A bad review is a 400; the extender has a listener of its own.
         assert (await client.post("/webhook/validate/pods", data=b"x")).status == 400
         assert (await client.get("/webhook/nothing-here")).status == 404
+        assert (await client.post("/scheduler/filter", data=b"{}")).status == 404
+    async with TestClient(TestServer(build_metrics_app(ctx))) as client:
+        assert (await client.get("/readyz")).status == 503
+        assert (await client.get("/metrics")).status == 200
+        assert (await client.get("/debug/queues")).status == 404  # off by default
+    on = ServerContext(config=ServeConfig(debug_api="loopback"), store=ClusterStore())
+    async with TestClient(TestServer(build_metrics_app(on), host="127.0.0.1")) as client:
+        assert (await client.get("/debug/queues")).status == 200
+    async with TestClient(TestServer(build_extender_app(ctx))) as client:
+        assert (await client.get("/healthz")).status == 200
+        # Not synced yet: the extender says so.
+        assert (await client.post("/scheduler/filter", data=b"{}")).status == 503
+        assert (await client.post("/webhook/validate/pods", data=b"x")).status == 404
 
 
 def test_everything_that_runs_is_named() -> None:

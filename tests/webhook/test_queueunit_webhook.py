@@ -114,3 +114,29 @@ def test_pod_set_check_stops_at_the_limit() -> None:
     assert "100000 pod sets, at most 8 allowed" in decision.message
     errors = queueunits.check_pod_sets(spec)
     assert errors == ["spec.podSets: 100000 pod sets, at most 8 allowed"]
+
+
+def test_only_arbiter_may_set_the_consumer_ref() -> None:
+    """A tenant's unit naming someone's Job as its consumer could be admitted
+    in the Job's stead (with any demand): only arbiter's identity sets
+    `spec.consumerRef`, on CREATE and on UPDATE alike."""
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "victim", "uid": "u-1"}
+    spec = {"queue": "team-a", "podSets": [{"name": "main", "count": 1}], "consumerRef": ref}
+    denied = _validate(spec)
+    assert not denied.allowed
+    assert "spec.consumerRef" in denied.message and "\n" not in denied.message
+    assert _validate(spec, user=ARBITER_USER).allowed
+    # A user may edit arbiter's unit (labels, say) as long as the reference stays.
+    old = unit_obj("job-victim", "team-a", spec)
+    same = unit_obj("job-victim", "team-a", spec, labels={"team": "a"})
+    assert queueunits.validate(parse(review("QueueUnit", "UPDATE", same, old=old)),
+                               env_for(_store())).allowed
+    other = unit_obj("job-victim", "team-a", {**spec, "consumerRef": {**ref, "uid": "u-2"}})
+    changed = queueunits.validate(parse(review("QueueUnit", "UPDATE", other, old=old)),
+                                  env_for(_store()))
+    assert not changed.allowed and "spec.consumerRef" in changed.message
+    plain = {"queue": "team-a", "podSets": [{"name": "main", "count": 1}]}
+    added = queueunits.validate(
+        parse(review("QueueUnit", "UPDATE", unit_obj("r", "team-a", spec),
+                     old=unit_obj("r", "team-a", plain))), env_for(_store()))
+    assert not added.allowed and "spec.consumerRef" in added.message

@@ -1,0 +1,59 @@
+"""Who may read the debug API (DESIGN §13): loopback peers, or bearer
+tokens the apiserver accepts for a user who may get Queues."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from arbiter import debug
+from arbiter.cache.store import ClusterStore
+from arbiter.loop.runtime import Leadership
+
+
+def _app(access: debug.DebugAccess, check: debug.TokenCheck | None) -> web.Application:
+    app = web.Application()
+    app.add_subapp(debug.PREFIX, debug.debug_app(
+        store=ClusterStore(), overcommit=1.0, leadership=Leadership(), access=access,
+        check_token=check))
+    return app
+
+
+async def test_token_mode_needs_a_token_the_check_accepts() -> None:
+    seen: list[str] = []
+
+    async def check(token: str) -> bool:
+        seen.append(token)
+        return token == "good"
+
+    async with TestClient(TestServer(_app("token", check))) as client:
+        assert (await client.get("/debug/queues")).status == 401
+        bad = await client.get("/debug/queues", headers={"Authorization": "Bearer nope"})
+        assert bad.status == 403
+        good = await client.get("/debug/queues", headers={"Authorization": "Bearer good"})
+        assert good.status == 200
+    assert seen == ["nope", "good"]
+
+
+def test_loopback_mode_tells_loopback_peers_from_others() -> None:
+    assert debug._is_loopback("127.0.0.1") and debug._is_loopback("::1")
+    assert not debug._is_loopback("10.0.0.7") and not debug._is_loopback(None)
+    assert not debug._is_loopback("not-an-address")
+
+
+async def test_reviews_are_cached_for_a_while() -> None:
+    now = [0.0]
+    reviewer = debug.TokenReviewer(api=None, ttl=60.0, clock=lambda: now[0])
+    calls: list[str] = []
+
+    async def review(token: str) -> bool:
+        calls.append(token)
+        return token == "good"
+
+    reviewer._review = review  # type: ignore[method-assign]
+    for _ in range(100):
+        assert await reviewer("good") and not await reviewer("bad")
+    assert calls == ["good", "bad"]  # one review each, not one per request
+    now[0] = 61.0
+    assert await reviewer("good")
+    assert calls == ["good", "bad", "good"]

@@ -352,6 +352,7 @@ class _Queue:
         "status",
         "thr",
         "version",
+        "woken",
         "wversion",
     )
 
@@ -385,6 +386,7 @@ class _Queue:
     noroom: list[_Shape]  # its shapes no node had room for
     nsets: list[NodeSet]  # node sets of its pools, in preference order
     nsgen: int  # node generation `nsets` were built for (-1: not yet)
+    woken: bool  # has a valid entry in the engine's `_woken` heap
 
     def __init__(self, name: str, nres: int) -> None:
         self.name = name
@@ -417,6 +419,7 @@ class _Queue:
         self.noroom = []
         self.nsets = []
         self.nsgen = -1
+        self.woken = False
 
     def units(self) -> list[Unit]:
         """Pending units in queue order."""
@@ -472,6 +475,11 @@ class AdmissionEngine:
         self._capgen = 0  # bumped when capacity changes (pod order of node fit)
         self._plans: dict[str, _Plan] = {}
         self._nodewait: dict[str, _Queue] = {}  # queues with shapes no node has room for
+        # Queues taken from `_nodewait` because a node they could use grew,
+        # keyed (lowest guarantee flag of those shapes, share, name): a lower
+        # bound of what they may offer. Re-checked only before a decision
+        # that key could beat (see `_next_placed`).
+        self._woken: list[_Entry] = []
         self.set_capacity(capacity)
         for spec in queues:
             self.add_queue(spec)
@@ -547,6 +555,7 @@ class AdmissionEngine:
         self._candon = [False] * len(self._names)
         self._candmax = [0] * len(self._names)
         self._nodewait = {}
+        self._woken = []
         for q in self._queues.values():
             q.inwait = False
             if q.spec is not None:
@@ -752,6 +761,7 @@ class AdmissionEngine:
             for held in self._plans.values():
                 self._apply(held[1], -1)
         self._nodewait = {}
+        self._woken = []
         for q in self._queues.values():
             if q.spec is not None:
                 self._mark_dirty(q)
@@ -866,6 +876,8 @@ class AdmissionEngine:
             first = min(held) if held else None
             if first is not None and (top is None or first[0] < top):
                 limit = first[0]
+            if self._woken and self._take_woken(limit, top, held):
+                continue
             hit = self._scan_waiting(limit)
             if hit is not None:
                 self._examine(hit)
@@ -898,6 +910,27 @@ class AdmissionEngine:
                 return self._admit(q, fit)
             heapq.heappop(self._heap)
             held.append(((exact, *top[1:]), top, fit))
+
+    def _take_woken(self, limit: _Entry | None, top: _Entry | None,
+                    held: list[tuple[_Entry, _Entry, _Fit]]) -> bool:
+        """Re-check one woken queue that could come before `limit`, or whose
+        own decision is next (it may offer an earlier unit); True if one was."""
+        woken = self._woken
+        for entry in (top, *(h[0] for h in held)):
+            if entry is not None and entry[5].woken:
+                self._recheck(entry[5])
+                return True
+        while woken:
+            entry = woken[0]
+            if not entry[5].woken:
+                heapq.heappop(woken)
+                continue
+            if limit is not None and entry > limit:
+                return False
+            heapq.heappop(woken)
+            self._recheck(entry[5])
+            return True
+        return False
 
     def _valid_top(self) -> _Entry | None:
         heap = self._heap
@@ -1090,6 +1123,7 @@ class AdmissionEngine:
             q.nodeshape = None
             q.noroom = []
             self._nodewait.pop(q.name, None)
+        q.woken = False
         q.share = self._share_of(q)
         order = q.order
         sheap: list[_ShapeEntry] = []
@@ -1429,7 +1463,34 @@ class AdmissionEngine:
                 if not sets or not self._may_fit(q, sets, g):
                     continue
             del self._nodewait[name]
+            self._wake_queue(q)
+
+    def _wake_queue(self, q: _Queue) -> None:
+        """q's shapes without room may fit now: re-check them before any
+        decision that one of its units could beat (lazily, see `_recheck`)."""
+        if q.blocking or q.spec is None or q.status == _DIRTY:
             self._mark_dirty(q)
+            return
+        flag = 2
+        for shape in q.noroom:
+            if shape.head < len(shape.units):
+                flag = min(flag, self._flag(q, shape.pairs))
+        q.woken = True
+        self._seq += 1
+        heapq.heappush(self._woken, (flag, q.share, q.name, 0, self._seq, q))
+
+    def _recheck(self, q: _Queue) -> None:
+        """A woken queue: re-examine it if one of its shapes without room may
+        fit now, else it keeps waiting for a node to grow."""
+        q.woken = False
+        if q.status == _DIRTY or q.spec is None:
+            return
+        for shape in q.noroom:
+            if shape.head < len(shape.units) and not self._still_no_room(q, shape):
+                self._mark_dirty(q)
+                self._examine(q)
+                return
+        self._nodewait[q.name] = q
 
     def _may_fit(self, q: _Queue, sets: list[NodeSet], g: int) -> bool:
         """Might one of q's shapes without room fit now that node g (in `sets`) grew?"""

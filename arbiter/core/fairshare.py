@@ -352,6 +352,7 @@ class _Queue:
         "status",
         "thr",
         "version",
+        "waitmark",
         "woken",
         "wversion",
     )
@@ -387,6 +388,7 @@ class _Queue:
     nsets: list[NodeSet]  # node sets of its pools, in preference order
     nsgen: int  # node generation `nsets` were built for (-1: not yet)
     woken: bool  # has a valid entry in the engine's `_woken` heap
+    waitmark: int  # NodeIndex.grown_total when its shapes without room were all full
 
     def __init__(self, name: str, nres: int) -> None:
         self.name = name
@@ -420,6 +422,7 @@ class _Queue:
         self.nsets = []
         self.nsgen = -1
         self.woken = False
+        self.waitmark = 0
 
     def units(self) -> list[Unit]:
         """Pending units in queue order."""
@@ -1448,21 +1451,36 @@ class AdmissionEngine:
                 self._wake(g)
 
     def _wake(self, g: int) -> None:
-        """Node g grew: re-examine the queues whose shapes found no room and
-        might use it (its pool and selector are theirs, their smallest pod fits)."""
+        """Node g grew: wake the queues whose shapes found no room and might
+        use it (its pool and selector are theirs, one of their pods fits on
+        it); `_recheck` tells exactly, later."""
         index = self._nodes
         assert index is not None
         free = index.free
         grown = [node_set for node_set, _ in index.member_of[g]]
-        for name, q in list(self._nodewait.items()):
+        gen = self._nodegen
+        woken: list[_Queue] = []
+        for q in self._nodewait.values():
             mins = q.nodemins
-            if mins is not None and any(free[r][g] < a for r, a in mins.items()):
-                continue
-            if q.nsgen == self._nodegen:
-                sets = [ns for ns in q.nsets if ns in grown]
-                if not sets or not self._may_fit(q, sets, g):
+            if mins is not None:
+                for r, a in mins.items():
+                    if free[r][g] < a:
+                        break
+                else:
+                    mins = None
+                if mins is not None:
+                    continue  # not even its smallest pod fits on g
+            if q.nsgen == gen:
+                for node_set in q.nsets:
+                    if node_set in grown:
+                        break
+                else:
                     continue
-            del self._nodewait[name]
+                if not self._may_fit(q, g):
+                    continue
+            woken.append(q)
+        for q in woken:
+            del self._nodewait[q.name]
             self._wake_queue(q)
 
     def _wake_queue(self, q: _Queue) -> None:
@@ -1485,15 +1503,47 @@ class AdmissionEngine:
         q.woken = False
         if q.status == _DIRTY or q.spec is None:
             return
+        if self._still_waiting(q):
+            self._nodewait[q.name] = q
+            return
         for shape in q.noroom:
             if shape.head < len(shape.units) and not self._still_no_room(q, shape):
                 self._mark_dirty(q)
                 self._examine(q)
                 return
         self._nodewait[q.name] = q
+        assert self._nodes is not None
+        q.waitmark = self._nodes.grown_total
 
-    def _may_fit(self, q: _Queue, sets: list[NodeSet], g: int) -> bool:
-        """Might one of q's shapes without room fit now that node g (in `sets`) grew?"""
+    def _still_waiting(self, q: _Queue) -> bool:
+        """Cheap sufficient test that no shape of q without room fits now:
+        each was full (on every node set) when q began to wait; the nodes
+        that did not grow since only shrank, and none of those that grew
+        has room now even for q's smallest pod. (First fit of one run of
+        equal pods fails on less room; mixed runs are left to `_recheck`.)"""
+        index = self._nodes
+        mins = q.nodemins
+        if index is None or not mins:
+            return False
+        grown = index.grown_since(q.waitmark)
+        if grown is None or len(grown) > 64:
+            return False
+        for shape in q.noroom:
+            if len(shape.runs) != 1 and shape.head < len(shape.units):
+                return False
+        free = index.free
+        for g in grown:
+            for r, a in mins.items():
+                if free[r][g] < a:
+                    break
+            else:
+                return False
+        q.waitmark = index.grown_total
+        return True
+
+    def _may_fit(self, q: _Queue, g: int) -> bool:
+        """Might one of q's shapes without room fit now that node g grew?
+        Not when no pod of theirs fits on g: their room elsewhere is unchanged."""
         assert self._nodes is not None
         free = self._nodes.free
         for shape in q.noroom:
@@ -1501,10 +1551,10 @@ class AdmissionEngine:
                 continue
             if len(shape.runs) != 1:
                 return True
-            run = shape.runs[0]
-            if any(free[r][g] < a for r, a in run[1]):
-                continue  # not even one pod fits on g: nothing changed for it
-            if not all(ns.still_full(run) for ns in sets):
+            for r, a in shape.runs[0][1]:
+                if free[r][g] < a:
+                    break
+            else:
                 return True
         return False
 
@@ -1587,6 +1637,9 @@ class AdmissionEngine:
                 pod = dict(pairs)
                 smallest = {r: min(a, pod[r]) for r, a in smallest.items() if r in pod}
         q.nodemins = smallest
+        if q.name not in self._nodewait and not q.woken:
+            assert self._nodes is not None
+            q.waitmark = self._nodes.grown_total
         self._nodewait[q.name] = q
 
     def _still_no_room(self, q: _Queue, shape: _Shape) -> bool:

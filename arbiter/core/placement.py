@@ -37,6 +37,7 @@ _FAN = 1 << _BITS
 _MASK = _FAN - 1
 _SCAN_LEVEL = 2  # `find` scans blocks of 8**2 members ...
 _SCAN_BITS = _SCAN_LEVEL * _BITS  # ... and skips blocks by the tree above them
+_GROWN_KEPT = 1024  # growths NodeIndex remembers
 _LOG_LIMIT = 1024  # cursors are dropped rather than pulled back past this many growths
 # Packed free amounts: each resource in a field of _WIDTH bits whose top bit
 # (_GUARD) is always set, holding the free amount clamped to [0, _GUARD).
@@ -369,6 +370,10 @@ class NodeIndex:
         self.sets: dict[tuple[str, tuple[tuple[str, str], ...]], NodeSet] = {}
         # per node: (node set, its index there)
         self.member_of: list[list[tuple[NodeSet, int]]] = [[] for _ in ordered]
+        # The last nodes that grew, in order, and how many grew in all: who
+        # checked at grown_total = t can see which nodes grew since.
+        self.grown: list[int] = []
+        self.grown_total = 0
 
     def _pool_for(self, labels: Mapping[str, str]) -> str:
         for pool in self.pools:
@@ -410,7 +415,19 @@ class NodeIndex:
                 grew = True
             for node_set, local in memberships:
                 node_set.set_free(local, r, amount)
+        if grew:
+            if len(self.grown) >= _GROWN_KEPT:
+                del self.grown[: _GROWN_KEPT // 2]
+            self.grown.append(g)
+            self.grown_total += 1
         return grew
+
+    def grown_since(self, mark: int) -> list[int] | None:
+        """The nodes that grew since `grown_total` was `mark` (None: too many to tell)."""
+        back = self.grown_total - mark
+        if back > len(self.grown):
+            return None
+        return self.grown[len(self.grown) - back :] if back else []
 
     def take(self, g: int, pairs: Pairs, count: int) -> None:
         """`count` pods of `pairs` are planned on node g (shrinks only)."""

@@ -66,8 +66,11 @@ still decides on aggregate fit; node fit is checked lazily, only for the
 queue about to win (`_next_placed`), by first-fit decreasing over the node
 sets of its pools (`arbiter.core.placement`). A shape with no room is
 rejected like one that does not fit in aggregate, and stays so through
-re-examination until a node it could use grows (its queue is woken only when
-an exact re-check on that node says it may fit). Heap keys stay lower bounds
+re-examination until a node it could use grows. Its queue is then *woken*:
+kept in a heap keyed by a lower bound of what it may offer, and re-checked
+exactly only before a decision that key could beat (usually after the first
+woken queue took the room, when an O(grown nodes) test sends it back to
+waiting). Heap keys stay lower bounds
 of the true keys: a queue with a guarantee is keyed by the best flag it may
 still offer, and held aside while a queue with a smaller exact key wins.
 Admitting a unit commits its plan on the nodes; `release` gives it back.

@@ -66,8 +66,11 @@ still decides on aggregate fit; node fit is checked lazily, only for the
 queue about to win (`_next_placed`), by first-fit decreasing over the node
 sets of its pools (`arbiter.core.placement`). A shape with no room is
 rejected like one that does not fit in aggregate, and stays so through
-re-examination until a node it could use grows (its queue is woken only when
-an exact re-check on that node says it may fit). Heap keys stay lower bounds
+re-examination until a node it could use grows. Its queue is then *woken*:
+kept in a heap keyed by a lower bound of what it may offer, and re-checked
+exactly only before a decision that key could beat (usually after the first
+woken queue took the room, when an O(grown nodes) test sends it back to
+waiting). Heap keys stay lower bounds
 of the true keys: a queue with a guarantee is keyed by the best flag it may
 still offer, and held aside while a queue with a smaller exact key wins.
 Admitting a unit commits its plan on the nodes; `release` gives it back.
@@ -352,6 +355,8 @@ class _Queue:
         "status",
         "thr",
         "version",
+        "waitmark",
+        "woken",
         "wversion",
     )
 
@@ -385,6 +390,8 @@ class _Queue:
     noroom: list[_Shape]  # its shapes no node had room for
     nsets: list[NodeSet]  # node sets of its pools, in preference order
     nsgen: int  # node generation `nsets` were built for (-1: not yet)
+    woken: bool  # has a valid entry in the engine's `_woken` heap
+    waitmark: int  # NodeIndex.grown_total when its shapes without room were all full
 
     def __init__(self, name: str, nres: int) -> None:
         self.name = name
@@ -417,6 +424,8 @@ class _Queue:
         self.noroom = []
         self.nsets = []
         self.nsgen = -1
+        self.woken = False
+        self.waitmark = 0
 
     def units(self) -> list[Unit]:
         """Pending units in queue order."""
@@ -472,6 +481,11 @@ class AdmissionEngine:
         self._capgen = 0  # bumped when capacity changes (pod order of node fit)
         self._plans: dict[str, _Plan] = {}
         self._nodewait: dict[str, _Queue] = {}  # queues with shapes no node has room for
+        # Queues taken from `_nodewait` because a node they could use grew,
+        # keyed (lowest guarantee flag of those shapes, share, name): a lower
+        # bound of what they may offer. Re-checked only before a decision
+        # that key could beat (see `_next_placed`).
+        self._woken: list[_Entry] = []
         self.set_capacity(capacity)
         for spec in queues:
             self.add_queue(spec)
@@ -547,6 +561,7 @@ class AdmissionEngine:
         self._candon = [False] * len(self._names)
         self._candmax = [0] * len(self._names)
         self._nodewait = {}
+        self._woken = []
         for q in self._queues.values():
             q.inwait = False
             if q.spec is not None:
@@ -752,6 +767,7 @@ class AdmissionEngine:
             for held in self._plans.values():
                 self._apply(held[1], -1)
         self._nodewait = {}
+        self._woken = []
         for q in self._queues.values():
             if q.spec is not None:
                 self._mark_dirty(q)
@@ -866,6 +882,8 @@ class AdmissionEngine:
             first = min(held) if held else None
             if first is not None and (top is None or first[0] < top):
                 limit = first[0]
+            if self._woken and self._take_woken(limit, top, held):
+                continue
             hit = self._scan_waiting(limit)
             if hit is not None:
                 self._examine(hit)
@@ -898,6 +916,27 @@ class AdmissionEngine:
                 return self._admit(q, fit)
             heapq.heappop(self._heap)
             held.append(((exact, *top[1:]), top, fit))
+
+    def _take_woken(self, limit: _Entry | None, top: _Entry | None,
+                    held: list[tuple[_Entry, _Entry, _Fit]]) -> bool:
+        """Re-check one woken queue that could come before `limit`, or whose
+        own decision is next (it may offer an earlier unit); True if one was."""
+        woken = self._woken
+        for entry in (top, *(h[0] for h in held)):
+            if entry is not None and entry[5].woken:
+                self._recheck(entry[5])
+                return True
+        while woken:
+            entry = woken[0]
+            if not entry[5].woken:
+                heapq.heappop(woken)
+                continue
+            if limit is not None and entry > limit:
+                return False
+            heapq.heappop(woken)
+            self._recheck(entry[5])
+            return True
+        return False
 
     def _valid_top(self) -> _Entry | None:
         heap = self._heap
@@ -1090,6 +1129,7 @@ class AdmissionEngine:
             q.nodeshape = None
             q.noroom = []
             self._nodewait.pop(q.name, None)
+        q.woken = False
         q.share = self._share_of(q)
         order = q.order
         sheap: list[_ShapeEntry] = []
@@ -1414,25 +1454,99 @@ class AdmissionEngine:
                 self._wake(g)
 
     def _wake(self, g: int) -> None:
-        """Node g grew: re-examine the queues whose shapes found no room and
-        might use it (its pool and selector are theirs, their smallest pod fits)."""
+        """Node g grew: wake the queues whose shapes found no room and might
+        use it (its pool and selector are theirs, one of their pods fits on
+        it); `_recheck` tells exactly, later."""
         index = self._nodes
         assert index is not None
         free = index.free
         grown = [node_set for node_set, _ in index.member_of[g]]
-        for name, q in list(self._nodewait.items()):
+        gen = self._nodegen
+        woken: list[_Queue] = []
+        for q in self._nodewait.values():
             mins = q.nodemins
-            if mins is not None and any(free[r][g] < a for r, a in mins.items()):
-                continue
-            if q.nsgen == self._nodegen:
-                sets = [ns for ns in q.nsets if ns in grown]
-                if not sets or not self._may_fit(q, sets, g):
+            if mins is not None:
+                for r, a in mins.items():
+                    if free[r][g] < a:
+                        break
+                else:
+                    mins = None
+                if mins is not None:
+                    continue  # not even its smallest pod fits on g
+            if q.nsgen == gen:
+                for node_set in q.nsets:
+                    if node_set in grown:
+                        break
+                else:
                     continue
-            del self._nodewait[name]
-            self._mark_dirty(q)
+                if not self._may_fit(q, g):
+                    continue
+            woken.append(q)
+        for q in woken:
+            del self._nodewait[q.name]
+            self._wake_queue(q)
 
-    def _may_fit(self, q: _Queue, sets: list[NodeSet], g: int) -> bool:
-        """Might one of q's shapes without room fit now that node g (in `sets`) grew?"""
+    def _wake_queue(self, q: _Queue) -> None:
+        """q's shapes without room may fit now: re-check them before any
+        decision that one of its units could beat (lazily, see `_recheck`)."""
+        if q.blocking or q.spec is None or q.status == _DIRTY:
+            self._mark_dirty(q)
+            return
+        flag = 2
+        for shape in q.noroom:
+            if shape.head < len(shape.units):
+                flag = min(flag, self._flag(q, shape.pairs))
+        q.woken = True
+        self._seq += 1
+        heapq.heappush(self._woken, (flag, q.share, q.name, 0, self._seq, q))
+
+    def _recheck(self, q: _Queue) -> None:
+        """A woken queue: re-examine it if one of its shapes without room may
+        fit now, else it keeps waiting for a node to grow."""
+        q.woken = False
+        if q.status == _DIRTY or q.spec is None:
+            return
+        if self._still_waiting(q):
+            self._nodewait[q.name] = q
+            return
+        for shape in q.noroom:
+            if shape.head < len(shape.units) and not self._still_no_room(q, shape):
+                self._mark_dirty(q)
+                self._examine(q)
+                return
+        self._nodewait[q.name] = q
+        assert self._nodes is not None
+        q.waitmark = self._nodes.grown_total
+
+    def _still_waiting(self, q: _Queue) -> bool:
+        """Cheap sufficient test that no shape of q without room fits now:
+        each was full (on every node set) when q began to wait; the nodes
+        that did not grow since only shrank, and none of those that grew
+        has room now even for q's smallest pod. (First fit of one run of
+        equal pods fails on less room; mixed runs are left to `_recheck`.)"""
+        index = self._nodes
+        mins = q.nodemins
+        if index is None or not mins:
+            return False
+        grown = index.grown_since(q.waitmark)
+        if grown is None or len(grown) > 64:
+            return False
+        for shape in q.noroom:
+            if len(shape.runs) != 1 and shape.head < len(shape.units):
+                return False
+        free = index.free
+        for g in grown:
+            for r, a in mins.items():
+                if free[r][g] < a:
+                    break
+            else:
+                return False
+        q.waitmark = index.grown_total
+        return True
+
+    def _may_fit(self, q: _Queue, g: int) -> bool:
+        """Might one of q's shapes without room fit now that node g grew?
+        Not when no pod of theirs fits on g: their room elsewhere is unchanged."""
         assert self._nodes is not None
         free = self._nodes.free
         for shape in q.noroom:
@@ -1440,10 +1554,10 @@ class AdmissionEngine:
                 continue
             if len(shape.runs) != 1:
                 return True
-            run = shape.runs[0]
-            if any(free[r][g] < a for r, a in run[1]):
-                continue  # not even one pod fits on g: nothing changed for it
-            if not all(ns.still_full(run) for ns in sets):
+            for r, a in shape.runs[0][1]:
+                if free[r][g] < a:
+                    break
+            else:
                 return True
         return False
 
@@ -1526,6 +1640,9 @@ class AdmissionEngine:
                 pod = dict(pairs)
                 smallest = {r: min(a, pod[r]) for r, a in smallest.items() if r in pod}
         q.nodemins = smallest
+        if q.name not in self._nodewait and not q.woken:
+            assert self._nodes is not None
+            q.waitmark = self._nodes.grown_total
         self._nodewait[q.name] = q
 
     def _still_no_room(self, q: _Queue, shape: _Shape) -> bool:

@@ -10,10 +10,10 @@ A *node set* is one pool's nodes narrowed by a queue's nodeSelector; sets are
 built when first asked for and kept up to date after that. Per set:
 
 * free amounts per resource as flat lists (one int per node, in name order);
-* blocks of 64 nodes with the largest free amount of each resource in the
-  block: a search skips a block in one comparison when no node in it can hold
-  the pod ("largest free slot" per block, updated in O(1) except when a
-  block's largest node shrinks: one C-level max over 64 ints);
+* a tree of maxima over them (fan-out 8): per resource, the largest free
+  amount below each tree node. `find` descends it to the first node with room
+  for a pod in O(8 log8 nodes), skipping every subtree where some resource is
+  short; a change updates only the ancestors whose maximum it changes;
 * a *cursor* per pod shape: no node before it has room for one such pod.
   Free space only shrinks while admitting, so first-fit searches resume
   there (amortised O(nodes) per shape between releases); a node that grows
@@ -23,6 +23,7 @@ built when first asked for and kept up to date after that. Per set:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import compress, count
 
 from arbiter.core.model import DEFAULT_POOL, Node, Pool
 
@@ -31,25 +32,43 @@ __all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs"]
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
 
-_BLOCK = 3  # log2 of the nodes per block
+_BITS = 3  # log2 of the fan-out of the tree of maxima
+_FAN = 1 << _BITS
+_MASK = _FAN - 1
+_SCAN_LEVEL = 2  # `find` scans blocks of 8**2 members ...
+_SCAN_BITS = _SCAN_LEVEL * _BITS  # ... and skips blocks by the tree above them
+_GROWN_KEPT = 1024  # growths NodeIndex remembers
 _LOG_LIMIT = 1024  # cursors are dropped rather than pulled back past this many growths
+# Packed free amounts: each resource in a field of _WIDTH bits whose top bit
+# (_GUARD) is always set, holding the free amount clamped to [0, _GUARD).
+# For a pod asking a < _GUARD of each resource, field - a keeps its top bit
+# exactly when free >= a, and never borrows from the next field.
+_WIDTH = 64
+_GUARD = 1 << (_WIDTH - 1)
 
 
-_COARSE: dict[Pairs, Pairs] = {}
+def _clamp(amount: int) -> int:
+    return 0 if amount < 0 else amount if amount < _GUARD else _GUARD - 1
 
 
-def _coarse(pairs: Pairs) -> Pairs:
-    """`pairs` with each amount rounded down to its two leading bits: a pod
-    of `pairs` needs at least that much, so the coarse shape's cursor holds."""
-    got = _COARSE.get(pairs)
+_PACKED: dict[Pairs, tuple[int, int]] = {}
+
+
+def _packed(pairs: Pairs) -> tuple[int, int]:
+    """(a pod's amounts packed like `NodeSet.packed`, the top bits of its
+    fields); need -1 when some amount is too large to pack (checked per field)."""
+    got = _PACKED.get(pairs)
     if got is None:
-        if len(_COARSE) > 65536:
-            _COARSE.clear()
-        rounded = []
+        if len(_PACKED) > 65536:
+            _PACKED.clear()
+        need = 0
+        guards = 0
         for r, a in pairs:
-            drop = a.bit_length() - 2
-            rounded.append((r, a >> drop << drop) if drop > 0 else (r, a))
-        got = _COARSE[pairs] = tuple(rounded)
+            need |= a << (r * _WIDTH)
+            guards |= _GUARD << (r * _WIDTH)
+        if any(a >= _GUARD for _, a in pairs):
+            need = -1
+        got = _PACKED[pairs] = (need, guards)
     return got
 
 
@@ -57,14 +76,21 @@ class NodeSet:
     """The nodes of one pool that a nodeSelector allows, in name order."""
 
     __slots__ = (
-        "bmax", "cursors", "fails", "fr", "log", "members", "names", "pool", "total",
+        "cursors", "fails", "fr", "log", "members", "names", "packed", "pool", "sizes", "total",
+        "tree",
     )
 
     pool: str
     members: list[int]  # global node positions
     names: list[str]
     fr: list[list[int]]  # per resource index: free amount per member
-    bmax: list[list[int]]  # per resource index: largest free amount per block
+    # tree[level][r][i]: largest free amount of resource r among the members
+    # i * 8**level ... (i + 1) * 8**level - 1; tree[0] is `fr`.
+    tree: list[list[list[int]]]
+    sizes: list[int]  # entries per level of `tree`
+    # per member: its free amounts in one int, _WIDTH bits per resource with
+    # the top bit set (see `_packed`), so one subtraction tests a whole pod
+    packed: list[int]
     total: list[int]  # per resource index: free amount summed over the members (>= 0)
     cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
     log: list[int]  # members that grew, in order
@@ -78,20 +104,32 @@ class NodeSet:
         self.members = members
         self.names = names
         self.fr = [[column[g] for g in members] for column in free]
-        self.bmax = [self._block_max(column) for column in self.fr]
+        sizes = [len(members)]
+        while sizes[-1] > 1:
+            sizes.append((sizes[-1] + _FAN - 1) >> _BITS)
+        self.sizes = sizes
+        self.tree = [self.fr]
+        for _ in sizes[1:]:
+            self.tree.append([self._maxima(column) for column in self.tree[-1]])
         self.total = [sum(a for a in column if a > 0) for column in self.fr]
+        self.packed = [
+            sum((_GUARD | _clamp(column[m])) << (r * _WIDTH) for r, column in enumerate(self.fr))
+            for m in range(len(members))
+        ]
         self.cursors = {}
         self.log = []
         self.fails = {}
 
     @staticmethod
-    def _block_max(column: list[int]) -> list[int]:
-        size = 1 << _BLOCK
-        return [max(column[b : b + size]) for b in range(0, len(column), size)]
+    def _maxima(column: list[int]) -> list[int]:
+        return [max(column[b : b + _FAN]) for b in range(0, len(column), _FAN)]
 
     def add_resource(self) -> None:
         self.fr.append([0] * len(self.members))
-        self.bmax.append(self._block_max(self.fr[-1]))
+        guard = _GUARD << ((len(self.fr) - 1) * _WIDTH)
+        self.packed = [word | guard for word in self.packed]
+        for lower, level in zip(self.tree, self.tree[1:], strict=False):
+            level.append(self._maxima(lower[-1]))
         self.total.append(0)
 
     def set_free(self, local: int, r: int, amount: int) -> None:
@@ -101,15 +139,82 @@ class NodeSet:
             return
         column[local] = amount
         self.total[r] += max(amount, 0) - max(old, 0)  # over-committed nodes add nothing
-        b = local >> _BLOCK
-        top = self.bmax[r]
+        self.packed[local] += (_clamp(amount) - _clamp(old)) << (r * _WIDTH)
+        tree = self.tree
         if amount > old:
-            if amount > top[b]:
-                top[b] = amount
             self.log.append(local)
-        elif old == top[b]:
-            start = b << _BLOCK
-            top[b] = max(column[start : start + (1 << _BLOCK)])
+            for level in range(1, len(tree)):
+                local >>= _BITS
+                up = tree[level][r]
+                if up[local] >= amount:
+                    return
+                up[local] = amount
+            return
+        for level in range(1, len(tree)):
+            local >>= _BITS
+            up = tree[level][r]
+            top = up[local]
+            if top != old:
+                return  # the shrunk entry was not the largest below this one
+            start = local << _BITS
+            new = max(tree[level - 1][r][start : start + _FAN])
+            if new == top:
+                return
+            up[local] = new
+            old = top
+
+    def find(self, pairs: Pairs, at: int) -> int:
+        """The first member from `at` on with room for one pod of `pairs`
+        (len(members) if none). Scans 64 members at a time at C speed on the
+        packed amounts, and skips by the tree of maxima every block of 64
+        where some resource is short everywhere."""
+        n = self.sizes[0]
+        need, guards = _packed(pairs)
+        if need < 0:  # too large to pack: no member has that much free
+            return n
+        packed = self.packed
+        top = len(self.tree) - 1
+        start = at
+        block = at >> _SCAN_BITS
+        while start < n:
+            end = (block + 1) << _SCAN_BITS
+            hit = next(compress(count(start), map(guards.__eq__, map(
+                guards.__and__, map(need.__rsub__, packed[start:end])))), -1)
+            if hit >= 0:
+                return hit
+            if top < _SCAN_LEVEL:
+                return n
+            block = self._next_block(pairs, block + 1)
+            start = block << _SCAN_BITS
+        return n
+
+    def _next_block(self, pairs: Pairs, i: int) -> int:
+        """The first block of 64 members from block `i` on whose maxima hold
+        one pod of `pairs` (a necessary condition; past the end if none)."""
+        tree = self.tree
+        sizes = self.sizes
+        top = len(tree) - 1
+        level = _SCAN_LEVEL
+        entries = tree[level]
+        while True:
+            if i >= sizes[level]:
+                return sizes[_SCAN_LEVEL]
+            for r, a in pairs:
+                if entries[r][i] < a:
+                    break
+            else:
+                if level == _SCAN_LEVEL:
+                    return i
+                level -= 1
+                entries = tree[level]
+                i <<= _BITS
+                continue
+            i += 1
+            if not i & _MASK:
+                while not i & _MASK and level < top:
+                    level += 1
+                    i >>= _BITS
+                entries = tree[level]
 
     def cursor(self, pairs: Pairs) -> int:
         got = self.cursors.get(pairs)
@@ -173,19 +278,18 @@ class NodeSet:
         the member index of each pod; None when some pod finds no room."""
         n = len(self.members)
         fr = self.fr
-        bmax = self.bmax
-        nblocks = len(bmax[0]) if bmax else 0
-        size = 1 << _BLOCK
         total = self.total
-        if len(runs) == 1:
+        single = len(runs) == 1
+        if single:
             count, pairs = runs[0]
             for r, a in pairs:
                 if a * count > total[r]:  # not even the set's total free is enough
                     self.fails[runs[0]] = (len(self.log), None, total[r] // a)
                     return None
-            if self.still_full(runs[0]):
+            if self.fails and self.still_full(runs[0]):
                 return None
-        taken: dict[int, dict[int, int]] | None = {} if len(runs) > 1 else None
+        taken: dict[int, dict[int, int]] | None = None if single else {}
+        find = self.find
         out: list[list[int]] = []
         for ri, (count, pairs) in enumerate(runs):
             got: list[int] = []
@@ -197,70 +301,31 @@ class NodeSet:
                     return None
                 got.extend([0] * count)
                 continue
-            # Cursors: the shape's own, and that of its coarse shape (amounts
-            # rounded down, shared by many shapes): nodes before either have
-            # no room. While scanning from the coarse cursor, also find the
-            # first node with room for the coarse shape, to advance it.
-            coarse = _coarse(pairs)
-            at = self.cursor(pairs)
-            cat = self.cursor(coarse) if coarse != pairs else -1
-            track = ri == 0 and cat >= at
-            if cat > at:
-                at = cat
-            probe = coarse if track else pairs  # block filter
-            cols = [(fr[r], a) for r, a in pairs]
-            ccols = [(fr[r], a) for r, a in coarse]
-            first = -1
-            cfirst = -1
-            b = at >> _BLOCK
-            while count and b < nblocks:
-                for r, a in probe:
-                    if bmax[r][b] < a:
-                        break
+            at = find(pairs, self.cursor(pairs))
+            if ri == 0:  # committed state only: later runs see tentative use
+                self._set_cursor(pairs, at)
+            while count and at < n:
+                if taken:
+                    k = self._room(at, pairs, count, taken.get(at))
                 else:
-                    end = min(n, (b + 1) * size)
-                    while at < end:
-                        if track and cfirst < 0:
-                            for column, a in ccols:
-                                if column[at] < a:
-                                    break
-                            else:
-                                cfirst = at
-                                probe = pairs
-                        k = count
-                        if taken:
-                            k = self._room(at, pairs, k, taken.get(at))
-                        else:
-                            for column, a in cols:
-                                f = column[at]
-                                if f < a:
-                                    k = 0
-                                    break
-                                if f < a * k:
-                                    k = f // a
-                        if k > 0:
-                            if first < 0:
-                                first = at
-                            got.extend([at] * k)
-                            count -= k
-                            if taken is not None:
-                                use = taken.setdefault(at, {})
-                                for r, a in pairs:
-                                    use[r] = use.get(r, 0) + a * k
-                            if not count:
-                                break
-                        at += 1
+                    k = count
+                    for r, a in pairs:
+                        f = fr[r][at]
+                        if f < a * k:
+                            k = f // a
+                if k > 0:
+                    got.extend([at] * k)
+                    count -= k
+                    if taken is not None:
+                        use = taken.setdefault(at, {})
+                        for r, a in pairs:
+                            use[r] = use.get(r, 0) + a * k
                     if not count:
                         break
-                b += 1
-                at = b * size
-            if ri == 0:  # committed state only: later runs see tentative use
-                self._set_cursor(pairs, first if first >= 0 else n)
-                if track:
-                    self._set_cursor(coarse, cfirst if cfirst >= 0 else n)
-                if count and len(runs) == 1:
-                    self.fails[runs[0]] = (len(self.log), sorted(set(got)), len(got))
+                at = find(pairs, at + 1)
             if count:
+                if single:
+                    self.fails[runs[0]] = (len(self.log), sorted(set(got)), len(got))
                 return None
         return out
 
@@ -305,6 +370,10 @@ class NodeIndex:
         self.sets: dict[tuple[str, tuple[tuple[str, str], ...]], NodeSet] = {}
         # per node: (node set, its index there)
         self.member_of: list[list[tuple[NodeSet, int]]] = [[] for _ in ordered]
+        # The last nodes that grew, in order, and how many grew in all: who
+        # checked at grown_total = t can see which nodes grew since.
+        self.grown: list[int] = []
+        self.grown_total = 0
 
     def _pool_for(self, labels: Mapping[str, str]) -> str:
         for pool in self.pools:
@@ -346,7 +415,19 @@ class NodeIndex:
                 grew = True
             for node_set, local in memberships:
                 node_set.set_free(local, r, amount)
+        if grew:
+            if len(self.grown) >= _GROWN_KEPT:
+                del self.grown[: _GROWN_KEPT // 2]
+            self.grown.append(g)
+            self.grown_total += 1
         return grew
+
+    def grown_since(self, mark: int) -> list[int] | None:
+        """The nodes that grew since `grown_total` was `mark` (None: too many to tell)."""
+        back = self.grown_total - mark
+        if back > len(self.grown):
+            return None
+        return self.grown[len(self.grown) - back :] if back else []
 
     def take(self, g: int, pairs: Pairs, count: int) -> None:
         """`count` pods of `pairs` are planned on node g (shrinks only)."""

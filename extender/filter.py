@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from arbiter.cache.ownership import holding_unit
 from arbiter.cache.records import PodRecord, QueueRecord
 from arbiter.core.quantities import format_quantity
-from extender.state import ExtenderState, unit_key
+from extender.state import ExtenderState
 from extender.wire import ExtenderArgs, ExtenderFilterResult
 
 FilterVerdict = Literal["unmanaged", "passed", "rejected"]
@@ -50,8 +51,7 @@ def admission_problem(
             "create the Queue or fix the label"
         )
     problems: list[str] = []
-    unit = state.unit_of(pod)
-    key = unit_key(pod)
+    key, unit = holding_unit(pod, state.store.units)
     if unit is None:
         problems.append(
             f'queue "{queue.name}" has not admitted this pod: there is no QueueUnit {key} '

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from arbiter.cache.ownership import pod_consumer
+from arbiter.cache.ownership import holding_unit, pod_consumer
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.resources import Resources
@@ -239,7 +239,7 @@ class ExtenderState:
         return labels
 
     def unit_of(self, pod: PodRecord) -> UnitRecord | None:
-        return self.store.units.get(unit_key(pod))
+        return holding_unit(pod, self.store.units)[1]
 
     def is_managed(self, pod: PodRecord) -> bool:
         """Arbiter manages pods that carry a queue label in a managed namespace."""

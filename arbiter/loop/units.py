@@ -38,7 +38,7 @@ from arbiter.api import (
     UnitPhase,
     parse_rfc3339,
 )
-from arbiter.cache.ownership import ConsumerKey, ConsumerKind, pod_consumer
+from arbiter.cache.ownership import ConsumerKey, ConsumerKind, gate_consumer
 from arbiter.cache.records import JobRecord, PodRecord, PodSet, PriorityClassRecord, UnitRecord
 from arbiter.core.resources import EMPTY, Resources
 
@@ -133,10 +133,12 @@ def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> Desi
 
 
 def wants_pod_unit(pod: PodRecord) -> bool:
+    """A gated pod outside a pod group is its own unit, a Job's pod too
+    (`arbiter.cache.ownership`: a Job arbiter holds has no gated pods)."""
     return (
         pod.gated
         and pod.queue is not None
-        and pod_consumer(pod).kind == "Pod"
+        and gate_consumer(pod).kind == "Pod"
         and not pod.terminating
     )
 
@@ -144,7 +146,7 @@ def wants_pod_unit(pod: PodRecord) -> bool:
 def pod_unit(pod: PodRecord) -> DesiredUnit | None:
     if not wants_pod_unit(pod) or pod.queue is None:
         return None
-    consumer = pod_consumer(pod)
+    consumer = gate_consumer(pod)
     return DesiredUnit(
         namespace=pod.namespace,
         name=consumer.unit_name,

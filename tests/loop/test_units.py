@@ -111,12 +111,15 @@ def test_no_unit_for_an_unqueued_finished_or_empty_job(change: dict[str, object]
     assert job_unit(job(**change), {}) is None
 
 
-def test_pod_unit_only_for_a_gated_plain_pod() -> None:
+def test_pod_unit_only_for_a_gated_pod_outside_a_group() -> None:
     desired = pod_unit(pod(priority=5))
     assert desired is not None and desired.name == "pod-p" and desired.priority == 5
     assert desired.owners[0].controller and desired.owners[0].kind == "Pod"
     assert pod_unit(pod(gated=False)) is None
-    assert pod_unit(pod(job_name="train")) is None
+    # A gated pod of a Job is one arbiter does not hold (item 13): its own unit.
+    job_pod = pod_unit(pod(job_name="train"))
+    assert job_pod is not None and job_pod.name == "pod-p"
+    assert pod_unit(pod(job_name="train", gated=False)) is None
     assert pod_unit(pod(pod_group="g")) is None
     assert pod_unit(pod(terminating=True)) is None
 

@@ -211,5 +211,6 @@ class UnitWriter:
                 self.writes.override(key, Consumer.MISSING, state)
             return
         self.writes.succeeded(unit.key)
-        if key is not None and state in (Consumer.RELEASED, Consumer.RUNNING):
-            self.writes.override(key, Consumer.HELD, state)
+        if key is not None and key.kind == "Job" \
+                and state in (Consumer.RELEASED, Consumer.RUNNING):
+            self.writes.override(key, Consumer.HELD, state)  # only a Job is held again

@@ -83,14 +83,15 @@ def build_store(nodes: int, pods_per_node: int) -> tuple[ClusterStore, list[str]
     return store, names
 
 
-def pod(name: str, queue: str | None, job: str, uid: str) -> dict[str, Any]:
+def pod(name: str, queue: str | None, job: str, uid: str,
+        namespace: str = "bench") -> dict[str, Any]:
     labels = {"app": "bench"}
     if queue is not None:
         labels["arbiter.dev/queue"] = queue
     return {
         "kind": "Pod", "apiVersion": "v1",
         "metadata": {
-            "name": name, "namespace": "bench", "uid": uid,
+            "name": name, "namespace": namespace, "uid": uid,
             "creationTimestamp": "2025-01-01T00:00:00Z", "labels": labels,
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
                                  "uid": "job-uid", "controller": True}],
@@ -135,8 +136,11 @@ def latency(nodes: int, pods_per_node: int, runs: int, with_gc: bool) -> bool:
           f"garbage collector {'on' if with_gc else 'off'}:")
 
     def body(queue: str | None, job: str) -> bytes:
-        return orjson.dumps({"Pod": pod("bench-pod", queue, job, "bench-uid"), "Nodes": None,
-                             "NodeNames": names})
+        # Unmanaged means an unmanaged namespace (an unlabelled pod in a
+        # managed one is checked, as the webhook would check it).
+        namespace = "bench" if queue is not None else "kube-system"
+        return orjson.dumps({"Pod": pod("bench-pod", queue, job, "bench-uid", namespace),
+                             "Nodes": None, "NodeNames": names})
 
     cases = [
         ("filter", "filter: managed pod, admitted, within capability", body("q0", "new-q0")),

@@ -1,7 +1,10 @@
 """filter: may this pod be placed now, and on which of the candidate nodes?
 
-- A pod arbiter does not manage (no queue label, or an unmanaged namespace)
-  passes untouched: every candidate node is returned.
+- A pod arbiter does not manage (in an unmanaged namespace: the webhook's
+  rule, `ExtenderState.is_managed`) passes untouched: every candidate node
+  is returned. A pod in a managed namespace without a queue label got past
+  the webhook; its queue resolves as the webhook would resolve it, and it
+  is checked like any other (it has no unit, so it fails with a reason).
 - A managed pod whose unit has not been admitted, or whose placement would
   push its queue over `capability` (counting bound pods and pods approved
   but not yet bound), fails every node as *unresolvable*: preemption could
@@ -21,9 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from arbiter.api import QUEUE_LABEL
+from arbiter.cache.ownership import holding_unit
 from arbiter.cache.records import PodRecord, QueueRecord
+from arbiter.cache.store import no_queue_message
 from arbiter.core.quantities import format_quantity
-from extender.state import ExtenderState, unit_key
+from extender.state import ExtenderState
 from extender.wire import ExtenderArgs, ExtenderFilterResult
 
 FilterVerdict = Literal["unmanaged", "passed", "rejected"]
@@ -41,21 +47,27 @@ def assume_key(pod: PodRecord) -> str:
 
 
 def admission_problem(
-    state: ExtenderState, pod: PodRecord, queue: QueueRecord | None
+    state: ExtenderState, pod: PodRecord, queue_name: str | None, queue: QueueRecord | None
 ) -> str | None:
     """Why a managed pod may not be placed anywhere now; None when it may."""
+    if queue_name is None:
+        return no_queue_message(pod.namespace, "pod")
     if queue is None:
+        source = "the pod's arbiter.dev/queue label" if pod.queue else "its namespace"
         return (
-            f'queue "{pod.queue}" (the pod\'s arbiter.dev/queue label) does not exist; '
+            f'queue "{queue_name}" (from {source}) does not exist; '
             "create the Queue or fix the label"
         )
     problems: list[str] = []
-    unit = state.unit_of(pod)
-    key = unit_key(pod)
+    key, unit = holding_unit(pod, state.store.units)
     if unit is None:
+        unlabelled = (
+            f"the pod has no {QUEUE_LABEL} label, so it was created past arbiter's webhook; "
+            if pod.queue is None else "was it created while arbiter was down? "
+        )
         problems.append(
             f'queue "{queue.name}" has not admitted this pod: there is no QueueUnit {key} '
-            "(was it created while arbiter was down? delete and recreate it to queue it)"
+            f"({unlabelled}delete and recreate it to queue it)"
         )
     elif not unit.admitted:
         problems.append(
@@ -124,9 +136,9 @@ def filter_nodes(state: ExtenderState, args: ExtenderArgs) -> FilterOutcome:
     pod = args.pod
     if not state.is_managed(pod):
         return FilterOutcome(_answer(args, None, {}, {}), "unmanaged")
-    assert pod.queue is not None  # is_managed
-    queue = state.store.queues.get(pod.queue)
-    problem = admission_problem(state, pod, queue)
+    queue_name = state.queue_of(pod)
+    queue = state.store.queues.get(queue_name) if queue_name is not None else None
+    problem = admission_problem(state, pod, queue_name, queue)
     if problem is not None or queue is None:
         reason = problem or "queue missing"
         return FilterOutcome(_answer(args, [], {}, dict.fromkeys(args.names, reason)), "rejected")

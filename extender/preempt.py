@@ -11,8 +11,9 @@ preemptor. A victim is *protected* when:
 - or arbiter does not know it (a UID missing from the cache: whose pod it is
   cannot be told, so it is not given away).
 
-Victims arbiter does not manage (no queue label, unmanaged namespace) are
-left to kube-scheduler's usual priority rules, and so are all victims of an
+Victims arbiter does not manage (unmanaged namespace) or that are in no
+queue (no queue label: created past the webhook) are left to
+kube-scheduler's usual priority rules, and so are all victims of an
 unmanaged preemptor: system-critical pods must keep their ability to preempt.
 
 A node is kept only if *none* of its victims is protected. kube-scheduler's
@@ -109,14 +110,13 @@ class _Judge:
         pod = victim.pod or state.store.pods.get(victim.uid)
         if pod is None:
             return f"victim {victim.uid} is not in arbiter's cache"
-        if not state.is_managed(pod):
-            return None
+        if not state.is_managed(pod) or pod.queue is None:
+            return None  # no queue label: counted in no queue, no share to keep
         who = f"{pod.namespace}/{pod.name}"
         if pod.queue == self.preemptor.queue:
             if pod.priority < self.preemptor.priority:
                 return None
             return f"victim {who} is in the preemptor's queue without a lower priority"
-        assert pod.queue is not None  # is_managed
         queue = state.store.queues.get(pod.queue)
         if queue is None:
             return None  # its label names no Queue: no fair-share promise to keep
@@ -154,11 +154,11 @@ def preempt(state: ExtenderState, args: ExtenderPreemptionArgs) -> PreemptOutcom
         result = {node: _meta(nv.pods, nv.pdb_violations) for node, nv in candidates.items()}
         return PreemptOutcome({"NodeNameToMetaVictims": result}, "unmanaged", dropped)
 
-    assert pod.queue is not None  # is_managed
-    queue = state.store.queues.get(pod.queue)
+    queue_name = state.queue_of(pod)
+    queue = state.store.queues.get(queue_name) if queue_name is not None else None
     unit = state.unit_of(pod)
     if queue is None or unit is None or not unit.admitted:
-        blocked = f'the preemptor is not admitted by queue "{pod.queue}"'
+        blocked = f'the preemptor is not admitted by queue "{queue_name}"'
         dropped.update(dict.fromkeys(candidates, blocked))
         return PreemptOutcome({"NodeNameToMetaVictims": {}}, "blocked", dropped)
 

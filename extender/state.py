@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from arbiter.cache.ownership import pod_consumer
+from arbiter.cache.ownership import holding_unit, pod_consumer
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.resources import Resources
@@ -239,8 +239,18 @@ class ExtenderState:
         return labels
 
     def unit_of(self, pod: PodRecord) -> UnitRecord | None:
-        return self.store.units.get(unit_key(pod))
+        return holding_unit(pod, self.store.units)[1]
 
     def is_managed(self, pod: PodRecord) -> bool:
-        """Arbiter manages pods that carry a queue label in a managed namespace."""
-        return pod.queue is not None and self.store.is_managed_namespace(pod.namespace)
+        """Arbiter manages every pod in a managed namespace, labelled or not:
+        the webhook's rule (DESIGN §3), from the same function. A pod there
+        without a queue label got past the webhook (bypassed, or created
+        before arbiter) and is checked all the same."""
+        return self.store.is_managed_namespace(pod.namespace)
+
+    def queue_of(self, pod: PodRecord) -> str | None:
+        """The pod's queue as the webhook resolves it: its label, else its
+        namespace's (`ClusterStore.resolve_queue`)."""
+        if pod.queue is not None:
+            return pod.queue
+        return self.store.resolve_queue(pod.namespace, None)

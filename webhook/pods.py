@@ -9,8 +9,8 @@ pod and anyone may write them, so the owner is checked against the cache:
 the Job must be there, with the same uid, managed (its queue label set).
 That is safe against the cache lagging: the Job controller creates pods
 only once arbiter unsuspended the Job, which it does from the cache. A pod
-that claims a Job arbiter does not know is gated like a plain pod (and, its
-controller being a Job, no QueueUnit ever admits it). Until the cache has
+that claims a Job arbiter does not know is gated like a plain pod, and the
+loop admits it as one (its own QueueUnit; see `arbiter.cache.ownership`). Until the cache has
 listed Jobs, such pods get a retryable denial instead of a guess.
 
 Validating: CREATE is denied when no queue resolves, the queue does not

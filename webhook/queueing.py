@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from arbiter.api import QUEUE_LABEL
 from arbiter.cache.store import ClusterStore, Kind
+from arbiter.cache.store import no_queue_message as no_queue_message  # shared with the extender
 from webhook.review import ALLOW, AdmissionEnv, Decision, deny
 
 # What the pod, Job and JobFlow webhooks read: a decision taken before
@@ -34,13 +35,6 @@ def _source(store: ClusterStore, namespace: str, labels: Mapping[str, str] | Non
     if store.queue_by_namespace.get(namespace) == queue:
         return f'Queue "{queue}" listing namespace "{namespace}"'
     return f'namespace "{namespace}"\'s {QUEUE_LABEL} label'
-
-
-def no_queue_message(namespace: str, what: str) -> str:
-    return (
-        f'namespace "{namespace}" has no queue: label the {what} or namespace with '
-        f'{QUEUE_LABEL}=<queue>, or list "{namespace}" in a Queue\'s spec.namespaces'
-    )
 
 
 def check_new_work(

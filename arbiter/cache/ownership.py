@@ -5,15 +5,27 @@ decision, shared by the loop (which creates the units) and the extender
 A pod of a Job belongs to the Job, a pod labelled with a pod group to the
 group, any other pod to itself; each consumer has one unit, named by
 `arbiter.api` in the pod's namespace.
+
+A gated pod is the exception: its gate is lifted by its pod group's unit,
+else by its own, even when a Job controls it. A Job arbiter holds is
+released by unsuspending it, so the webhook never gates its pods; a Job's
+pod that is gated belongs to a Job arbiter does not hold (created before
+arbiter, while its namespace was opted out, or while the webhook was
+removed: the Job carries no queue and was never suspended). Holding such a
+pod until a Job unit that will never exist is admitted would keep it gated
+forever; admitting it as the plain pod the webhook took it for queues it
+fairly, and an eviction (reclaim) makes the Job controller create a new
+pod, gated and queued again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from arbiter.api import group_unit_name, job_unit_name, pod_unit_name
-from arbiter.cache.records import PodRecord
+from arbiter.cache.records import PodRecord, UnitRecord
 
 ConsumerKind = Literal["Job", "Pod", "PodGroup"]
 
@@ -52,3 +64,27 @@ def pod_consumer(pod: PodRecord) -> ConsumerKey:
     if pod.pod_group:
         return ConsumerKey("PodGroup", pod.namespace, pod.pod_group)
     return ConsumerKey("Pod", pod.namespace, pod.name)
+
+
+def gate_consumer(pod: PodRecord) -> ConsumerKey:
+    """The consumer whose unit lifts a gated pod's gate: its pod group, else
+    the pod itself (never a Job: see the module's doc)."""
+    if pod.pod_group:
+        return ConsumerKey("PodGroup", pod.namespace, pod.pod_group)
+    return ConsumerKey("Pod", pod.namespace, pod.name)
+
+
+def holding_unit(
+    pod: PodRecord, units: Mapping[str, UnitRecord]
+) -> tuple[str, UnitRecord | None]:
+    """The key of the unit that holds `pod`, and that unit if it exists: the
+    unit its gate was (or will be) lifted by when that unit stands for it,
+    else its consumer's (`pod_consumer`). Two lookups at most."""
+    consumer = pod_consumer(pod)
+    if consumer.kind == "Job":
+        gate = gate_consumer(pod)
+        unit = units.get(gate.unit_key)
+        if unit is not None and unit.consumer is not None and (
+                gate.kind == "PodGroup" or unit.consumer.uid in ("", pod.uid)):
+            return gate.unit_key, unit
+    return consumer.unit_key, units.get(consumer.unit_key)

@@ -65,6 +65,17 @@ DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
     "kube-system", "kube-public", "kube-node-lease", "arbiter-system",
 )
 
+
+
+def no_queue_message(namespace: str, what: str) -> str:
+    """Why work in a managed namespace has no queue (`resolve_queue` found
+    none), and how to fix it: the webhook's denial and the extender's reason."""
+    return (
+        f'namespace "{namespace}" has no queue: label the {what} or namespace with '
+        f'{QUEUE_LABEL}=<queue>, or list "{namespace}" in a Queue\'s spec.namespaces'
+    )
+
+
 # Called with (kind, key) after every change; the loop uses it to wake up.
 Listener = Callable[[Kind, str], None]
 # Phases in which a pod holds its node's resources.

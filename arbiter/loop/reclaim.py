@@ -57,6 +57,7 @@ from arbiter.core.reclaim import (
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.kubeapi import ApiError
 from arbiter.loop.actions import Actions, ConsumerGone
+from arbiter.loop.decisions import Decision, log_decision
 from arbiter.loop.events import EventSink
 from arbiter.loop.evict import Evictor
 from arbiter.loop.inflight import InFlightWrites
@@ -324,8 +325,10 @@ async def carry_out(loop: LoopAccess, reclaimer: Reclaimer, victim: Victim,
         loop.touch(key)
 
 
-def _announce(loop: LoopAccess, victim: Victim, record: UnitRecord, message: str) -> None:
-    log.info("took back %s: %s", record.key, message)
+def _announce(loop: LoopAccess, victim: Victim, record: UnitRecord, message: str,
+              decision: Decision) -> None:
+    log_decision(decision, record, message, level=logging.WARNING, cause=victim.reason,
+                 for_queue=victim.for_queue, for_unit=victim.for_unit)
     metrics.preempted_units_total.labels(record.queue, victim.reason).inc()
     events = loop.events
     if events is None:
@@ -353,7 +356,7 @@ async def _requeue(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
             return
         loop.writes.assume(written.record)
         record = written.record
-    _announce(loop, victim, record, text)
+    _announce(loop, victim, record, text, "requeue")
     consumer = consumer_key(record)
     if consumer is None:
         return  # a reservation: the status was the whole admission
@@ -395,4 +398,4 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
     if written is not None:
         loop.writes.assume(written.record)
         record = written.record
-    _announce(loop, victim, record, f"{message}; evicted")
+    _announce(loop, victim, record, f"{message}; evicted", "evict")

@@ -38,7 +38,7 @@ from arbiter.api import (
     UnitPhase,
     parse_rfc3339,
 )
-from arbiter.cache.ownership import ConsumerKey, ConsumerKind, pod_consumer
+from arbiter.cache.ownership import ConsumerKey, ConsumerKind, gate_consumer
 from arbiter.cache.records import JobRecord, PodRecord, PodSet, PriorityClassRecord, UnitRecord
 from arbiter.core.resources import EMPTY, Resources
 
@@ -133,10 +133,12 @@ def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> Desi
 
 
 def wants_pod_unit(pod: PodRecord) -> bool:
+    """A gated pod outside a pod group is its own unit, a Job's pod too
+    (`arbiter.cache.ownership`: a Job arbiter holds has no gated pods)."""
     return (
         pod.gated
         and pod.queue is not None
-        and pod_consumer(pod).kind == "Pod"
+        and gate_consumer(pod).kind == "Pod"
         and not pod.terminating
     )
 
@@ -144,7 +146,7 @@ def wants_pod_unit(pod: PodRecord) -> bool:
 def pod_unit(pod: PodRecord) -> DesiredUnit | None:
     if not wants_pod_unit(pod) or pod.queue is None:
         return None
-    consumer = pod_consumer(pod)
+    consumer = gate_consumer(pod)
     return DesiredUnit(
         namespace=pod.namespace,
         name=consumer.unit_name,
@@ -310,14 +312,15 @@ def pod_state(pod: PodRecord | None, uid: str) -> Consumer:
         return Consumer.FAILED
     if pod.gated:
         return Consumer.HELD
-    if pod.phase == "Running":
-        return Consumer.RUNNING
+    if pod.phase == "Running" or pod.node_name:
+        return Consumer.RUNNING  # started: bound to a node (or running)
     return Consumer.RELEASED
 
 
 def group_state(pods: Iterable[PodRecord]) -> Consumer:
     """A group is held while any pod is gated (so an interrupted release is
-    finished), running once any pod runs, finished when all have ended."""
+    finished), running once any pod is bound or runs, finished when all
+    have ended."""
     members = list(pods)
     if not members:
         return Consumer.MISSING
@@ -326,7 +329,7 @@ def group_state(pods: Iterable[PodRecord]) -> Consumer:
     phases = {p.phase for p in members}
     if phases <= {"Succeeded", "Failed"}:
         return Consumer.FAILED if "Failed" in phases else Consumer.SUCCEEDED
-    if phases & {"Running", "Succeeded"}:
+    if phases & {"Running", "Succeeded"} or any(p.node_name for p in members):
         return Consumer.RUNNING
     return Consumer.RELEASED
 
@@ -351,10 +354,32 @@ class Step:
 NOTHING = Step("none")
 
 
+POD_KINDS = ("Pod", "PodGroup")
+
+
+def pods_unit(unit: UnitRecord) -> bool:
+    """A plain pod's or a pod group's unit (its consumer is released by
+    lifting gates, which cannot be put back)."""
+    return unit.consumer is not None and unit.consumer.kind in POD_KINDS
+
+
+def held(unit: UnitRecord, consumer: Consumer) -> Consumer:
+    """`consumer`, with a pod unit's released but unbound pods counted as
+    held outside `Dequeued`. Their gates were lifted by an earlier admission
+    and cannot come back, but while the unit is not admitted the extender
+    keeps them off every node: they wait exactly as gated pods do, and are
+    not work "released outside arbiter"."""
+    if consumer is Consumer.RELEASED and unit.phase != "Dequeued" and pods_unit(unit) \
+            and unit.admissions > 0:
+        return Consumer.HELD
+    return consumer
+
+
 def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
     """Where the unit belongs in the engine: waiting, holding capacity, or out."""
     if consumer in (Consumer.MISSING, Consumer.SUCCEEDED, Consumer.FAILED):
         return None
+    consumer = held(unit, consumer)
     phase = unit.phase
     if phase in ("Enqueued", "Reserved"):
         # Released without an admission (created while arbiter was away):
@@ -372,8 +397,10 @@ def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
 
 
 def admission_deadline(unit: UnitRecord, timeout: float) -> float | None:
-    """When an admitted Job unit that is not Running goes to backoff."""
-    if unit.phase != "Dequeued" or unit.consumer is None or unit.consumer.kind != "Job":
+    """When an admitted unit whose work has not started goes to backoff: a
+    Job with no pod ready, a pod (group) with no pod bound to a node."""
+    if unit.phase != "Dequeued" or unit.consumer is None \
+            or unit.consumer.kind not in ("Job", *POD_KINDS):
         return None
     allocated = parse_rfc3339(unit.last_allocate_time)
     return None if allocated is None else allocated + timeout
@@ -389,6 +416,7 @@ def decide(
 ) -> Step:
     """The one transition rule table (DESIGN §2 phases)."""
     phase = unit.phase
+    consumer = held(unit, consumer)
     if consumer is Consumer.MISSING or phase in ("Succeed", "Failed"):
         return NOTHING  # garbage collection follows the owner
     if consumer is Consumer.SUCCEEDED:
@@ -408,6 +436,16 @@ def decide(
             return Step("phase", "Running", "running")
         deadline = admission_deadline(unit, timeout)
         if deadline is not None and now >= deadline:
+            if pods_unit(unit):
+                # A gate cannot be put back: the pods stay, unbound (the
+                # extender places no pod of a unit that is not admitted),
+                # and the unit's allocation goes to the next in line.
+                return Step(
+                    "backoff",
+                    "TimeoutBackoff",
+                    f"not scheduled {timeout:g}s after admission; allocation freed, the pods "
+                    "wait unscheduled and are requeued after backoff",
+                )
             return Step(
                 "backoff",
                 "TimeoutBackoff",
@@ -421,6 +459,9 @@ def decide(
             return Step("phase", "Enqueued", "suspended outside arbiter; requeued")
         return NOTHING
     if phase == "TimeoutBackoff":
+        if consumer is Consumer.RUNNING and pods_unit(unit):
+            # Bound just as it timed out (a filter answered before): it runs.
+            return Step("phase", "Running", "started after its admission timed out")
         if consumer in (Consumer.RELEASED, Consumer.RUNNING):
             return Step("hold")
         if backoff_until is not None and now >= backoff_until:

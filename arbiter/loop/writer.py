@@ -12,6 +12,7 @@ marks that version outdated: the loop decides again on the newer one.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.fairshare import Unit
 from arbiter.kubeapi import ApiError
 from arbiter.loop.actions import Actions, ConsumerGone, Written
+from arbiter.loop.decisions import log_decision
 from arbiter.loop.events import EventSink
 from arbiter.loop.inflight import InFlightWrites
 from arbiter.loop.units import Consumer, DesiredUnit, Step, consumer_key
@@ -133,6 +135,8 @@ class UnitWriter:
             admitted = True
             self.writes.assume(written.record)
             self.writes.succeeded(key)
+            log_decision("admit", written.record, "next in fair-share order and fits",
+                         attempt=written.record.attempts)
             metrics.admitted_units_total.labels(unit.queue).inc()
             if unit.admissions == 0 and chosen.created:
                 metrics.admission_wait_seconds.labels(unit.queue).observe(
@@ -175,12 +179,16 @@ class UnitWriter:
             elif step.kind == "hold":
                 await self._hold(unit)
             elif step.kind == "phase" and step.phase is not None:
-                await self._set_phase(unit, step.phase, step.message)
+                written = await self._set_phase(unit, step.phase, step.message)
+                if written is not None and step.phase == "Enqueued":
+                    log_decision("requeue", written.record, step.message)
             elif step.kind == "backoff":
                 written = await self._set_phase(unit, "TimeoutBackoff", step.message)
                 if written is not None:
                     delay = self.backoff_delay(written.record.attempts)
                     self.backoff_until[key] = self.clock() + delay
+                    log_decision("backoff", written.record, step.message, level=logging.WARNING,
+                                 attempt=written.record.attempts, retry_in=round(delay, 1))
                     if self.events is not None:
                         self.events.unit_event(
                             written.record, "Warning", "Backoff",
@@ -211,5 +219,6 @@ class UnitWriter:
                 self.writes.override(key, Consumer.MISSING, state)
             return
         self.writes.succeeded(unit.key)
-        if key is not None and state in (Consumer.RELEASED, Consumer.RUNNING):
-            self.writes.override(key, Consumer.HELD, state)
+        if key is not None and key.kind == "Job" \
+                and state in (Consumer.RELEASED, Consumer.RUNNING):
+            self.writes.override(key, Consumer.HELD, state)  # only a Job is held again

@@ -51,3 +51,23 @@ def test_the_unit_the_loop_creates_is_the_one_the_extender_looks_up() -> None:
     made_for_job = job_unit(job, {})
     assert made_for_job is not None and not wants_pod_unit(job_pod)
     assert made_for_job.key == unit_key(job_pod)
+
+
+def test_a_gated_pod_of_a_job_arbiter_does_not_hold_is_its_own_unit_for_both() -> None:
+    # Item 13: the webhook gated it (its Job has no queue); the loop makes it
+    # a pod unit and the extender finds that unit, not a Job unit that will
+    # never exist.
+    from arbiter.cache.ownership import holding_unit
+    from arbiter.cache.records import OwnerRef, PodSet, UnitRecord
+
+    stray = pod("legacy-a", job_name="legacy")
+    made = pod_unit(stray)
+    assert wants_pod_unit(stray) and made is not None and made.key == "ns/pod-legacy-a"
+    unit = UnitRecord(uid="u", namespace="ns", name="pod-legacy-a", queue="q",
+                      pod_sets=(PodSet("main", 1, CPU),),
+                      consumer=OwnerRef("Pod", "legacy-a", stray.uid), phase="Dequeued")
+    released = pod("legacy-a", job_name="legacy", gated=False)
+    assert holding_unit(released, {unit.key: unit}) == ("ns/pod-legacy-a", unit)
+    # A namesake's unit (another uid) does not hold it; its Job's would.
+    other = pod("legacy-a", job_name="legacy", gated=False, uid="uid-other")
+    assert holding_unit(other, {unit.key: unit}) == ("ns/job-legacy", None)

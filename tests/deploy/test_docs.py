@@ -74,3 +74,41 @@ def test_install_section_covers_apply_scheduler_and_verify() -> None:
     troubleshooting = _section("Troubleshooting")
     for topic in ("webhook down", "SchedulingGated", "extender"):
         assert topic in troubleshooting
+
+
+def test_configuration_reference_defaults_are_the_code_s() -> None:
+    # Item 18: the README said `--status-qps` defaults to 50 (it is 20).
+    section = _section("Configuration reference")
+    cells = {m.group(1): m.group(2) for m in re.finditer(
+        r"^\| `(--[a-z-]+)` \| `ARBITER_[A-Z_]+` \| `([^`|]*)` \|", section, re.MULTILINE)}
+    defaults = {a.option_strings[0]: a.default for a in _serve_options()}
+    checked = 0
+    for flag, cell in cells.items():
+        default = defaults[flag]
+        if isinstance(default, bool) or default is None:
+            continue
+        if isinstance(default, (int, float)):
+            assert float(cell) == float(default), (flag, cell, default)
+        else:
+            assert cell == str(default), (flag, cell, default)
+        checked += 1
+    assert checked >= 10 and "--status-qps" in cells
+
+
+def test_the_queue_resolution_order_is_the_resolver_s() -> None:
+    # Item 18: the README put the namespace's label before the Queue listing
+    # the namespace; ClusterStore.resolve_queue prefers the listing Queue.
+    from arbiter.cache.records import NamespaceRecord
+    from arbiter.cache.store import ClusterStore
+
+    store = ClusterStore()
+    store.namespaces["ns"] = NamespaceRecord(name="ns", queue_label="from-label")
+    store.queue_by_namespace["ns"] = "listing"
+    assert store.resolve_queue("ns", {"arbiter.dev/queue": "own"}) == "own"
+    assert store.resolve_queue("ns", None) == "listing"
+    del store.queue_by_namespace["ns"]
+    assert store.resolve_queue("ns", None) == "from-label"
+    text = " ".join(README.split())
+    start = text.index("the queue is resolved")
+    sentence = text[start:text.index(")", start)]
+    assert "label, else the Queue listing the namespace, else the namespace's label" in sentence

@@ -45,6 +45,15 @@ def test_demo_runs_on_a_cluster_and_reports(sandbox: Sandbox, demo_cleanup: None
         assert row is not None, summary
         jobs, admitted, completed = map(int, row.groups())
         assert jobs > 0 and 0 < admitted <= jobs and completed <= admitted
+    # Shares converge: while a tenant had Jobs waiting, its dominant share was
+    # on average its deserved (weighted DRF) share, within 0.1 (about one
+    # Job's share: admission is by whole Jobs). Which tenants wait depends on
+    # timing (a quick cluster may keep up with two of them): at least one.
+    converged = re.findall(rf"^  ({'|'.join(map(re.escape, NAMES))})\s.*\s(\d\.\d\d)\s+"
+                           r"(\d\.\d\d)$", summary, re.MULTILINE)
+    assert converged, summary
+    for name, share, deserved in converged:
+        assert abs(float(share) - float(deserved)) <= 0.1, (name, share, deserved, summary)
     assert "Explore:" in out and "arbiter queues" in out
     assert "[demo] tenant ci: weight 1, guarantee cpu" in result.stderr
 

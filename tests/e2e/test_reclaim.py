@@ -2,7 +2,8 @@
 nodes × 1 CPU).
 
 The module restarts the primary arbiter with a short `--reclaim-grace` and
-restores the default afterwards. Every test uses its own queues and
+restores the default afterwards; reclaim with the DEFAULT grace (30 s) is
+tested in tests/e2e/test_reclaim_fair.py. Every test uses its own queues and
 namespaces (random suffix) on a quiet cluster and removes them afterwards
 (`scenario` from tests/e2e/helpers.py).
 """

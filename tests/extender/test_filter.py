@@ -41,13 +41,37 @@ def run(world: World, pod: dict[str, Any], names: list[str] | None = None) -> Fi
     return filter_nodes(world.state, parse_extender_args(b.extender_args(pod, names)))
 
 
-def test_a_pod_without_queue_label_passes_untouched(world: World) -> None:
+def test_a_pod_without_queue_label_in_a_managed_namespace_is_checked(world: World) -> None:
+    # Item 15: managed-ness is the webhook's (the namespace rule), not the
+    # label's; an unlabelled pod there got past the webhook (bypassed, or
+    # created before arbiter) and is not placed unchecked.
     outcome = run(world, b.pod("plain", queue_name=None), ["node-0", "ghost"])
-    assert outcome.verdict == "unmanaged"
-    assert outcome.result["NodeNames"] == ["node-0", "ghost"]
-    assert outcome.result["FailedNodes"] == {}
-    assert outcome.result["FailedAndUnresolvableNodes"] == {}
+    assert outcome.verdict == "rejected"
+    assert outcome.result["NodeNames"] == []
+    reason = outcome.result["FailedAndUnresolvableNodes"]["node-0"]
+    assert 'namespace "team-a" has no queue' in reason
     assert len(world.state.assumed) == 0
+
+
+def test_an_unlabelled_pod_takes_its_namespaces_queue_and_needs_its_unit(world: World) -> None:
+    listing = b.queue("listing")
+    listing["spec"]["namespaces"] = ["team-a"]
+    world.add("Queue", listing)
+    outcome = run(world, b.pod("plain", queue_name=None))
+    assert outcome.verdict == "rejected"
+    reason = outcome.result["FailedAndUnresolvableNodes"]["node-0"]
+    assert 'queue "listing" has not admitted this pod' in reason
+    assert "no arbiter.dev/queue label" in reason
+    # Admitted (its unit exists and is admitted): it passes like a labelled pod.
+    pod = b.pod("plain", queue_name=None)
+    world.unit("team-a", "pod-plain", "listing", phase="Dequeued")
+    assert run(world, pod).verdict == "passed"
+
+
+def test_an_unlabelled_pod_in_an_unmanaged_namespace_passes(world: World) -> None:
+    outcome = run(world, b.pod("plain", namespace="kube-system", queue_name=None))
+    assert outcome.verdict == "unmanaged"
+    assert outcome.result["NodeNames"] == sorted(world.store.nodes)
 
 
 @pytest.mark.parametrize("namespace", ["kube-system", "opted-out"])
@@ -196,7 +220,8 @@ def test_full_nodes_are_answered_with_nodes(world: World) -> None:
 
 def test_unmanaged_pod_with_full_nodes_gets_them_all_back(world: World) -> None:
     nodes = [b.node("x-0"), b.node("x-1")]
-    args = parse_extender_args(b.extender_args_nodes(b.pod("p", queue_name=None), nodes))
+    unmanaged = b.pod("p", namespace="kube-system", queue_name=None)
+    args = parse_extender_args(b.extender_args_nodes(unmanaged, nodes))
     outcome = filter_nodes(world.state, args)
     assert outcome.result["Nodes"] is not None
     assert outcome.result["Nodes"]["items"] == nodes

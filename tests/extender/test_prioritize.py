@@ -32,7 +32,8 @@ NAMES = ["node-0", "node-1", "node-2", "node-3"]
 def test_unmanaged_pods_get_no_opinion() -> None:
     world = make_world()
     world.pod("busy", queue_name=None, cpu="3", node_name="node-2", phase="Running")
-    assert scores(world, b.pod("p", queue_name=None), NAMES) == dict.fromkeys(NAMES, 0)
+    unmanaged = b.pod("p", namespace="kube-system", queue_name=None)
+    assert scores(world, unmanaged, NAMES) == dict.fromkeys(NAMES, 0)
 
 
 def test_fuller_nodes_score_higher() -> None:

@@ -91,7 +91,8 @@ def guaranteed_cases(draw: st.DrawFn) -> Case:
     (With several shapes the rule of §4 can legitimately starve a guarantee: the
     under-guarantee flag is that of the queue's *first fitting* unit, so a big
     unit ahead of a small one that would be under guarantee competes by share
-    alone. See the note in the report / DESIGN §4.)
+    alone; `growing_cases` has the mixed sizes where the property holds, and
+    shuffling those same units finds counterexamples.)
     """
     base = draw(cases(max_units=0))
     vectors = st.dictionaries(st.sampled_from(RESOURCES), st.integers(0, 4)).map(Resources)
@@ -132,9 +133,30 @@ def guaranteed_cases(draw: st.DrawFn) -> Case:
     return Case(base.capacity, queues, pending)
 
 
-@SETTINGS
-@given(guaranteed_cases())
-def test_guarantees_honoured(case: Case) -> None:
+@st.composite
+def growing_cases(draw: st.DrawFn) -> Case:
+    """Like `guaranteed_cases`, but each queue submits units of mixed sizes
+    that never shrink in queue order (each unit is the one before plus a
+    random increment, on every resource).
+
+    Here the guarantee property holds with mixed sizes: once a queue's first
+    fitting unit is over its guarantee, every unit behind it is too, so the
+    under-guarantee flag of the first fitting unit speaks for the whole queue.
+    """
+    case = draw(guaranteed_cases())
+    increments = st.dictionaries(st.sampled_from(RESOURCES), st.integers(0, 2)).map(Resources)
+    pending: list[Unit] = []
+    for spec in case.queues:
+        shape = draw(st.dictionaries(st.sampled_from(RESOURCES), st.integers(0, 3)).map(Resources))
+        for _ in range(draw(st.integers(0, 8))):
+            # One priority: queue order is submission order (`created`).
+            pending.append(Unit(f"u{len(pending)}", spec.name, shape,
+                                created=float(len(pending))))
+            shape = shape + draw(increments)
+    return Case(case.capacity, case.queues, pending)
+
+
+def assert_guarantees_honoured(case: Case) -> None:
     """No unit that would keep its queue within its guarantee is left waiting."""
     engine, _ = admit(case)
     for spec in case.queues:
@@ -150,6 +172,19 @@ def test_guarantees_honoured(case: Case) -> None:
                 if r in spec.capability
             )
             assert not (within_guarantee and within_capability), (spec, unit, held)
+
+
+@SETTINGS
+@given(guaranteed_cases())
+def test_guarantees_honoured(case: Case) -> None:
+    """One shape of unit per queue."""
+    assert_guarantees_honoured(case)
+
+
+@SETTINGS
+@given(growing_cases())
+def test_guarantees_honoured_with_mixed_sizes_that_grow_in_queue_order(case: Case) -> None:
+    assert_guarantees_honoured(case)
 
 
 @SETTINGS

@@ -7,6 +7,7 @@ decision against an independent oracle.
 
 from __future__ import annotations
 
+import dataclasses
 import graphlib
 import itertools
 from collections.abc import Mapping, Sequence
@@ -180,9 +181,24 @@ def test_random_flows_respect_dependencies_and_finish(steps: list[Step],
 @settings(max_examples=200, deadline=None)
 @given(dags(), st.data())
 def test_decisions_are_idempotent(steps: list[Step], data: st.DataObject) -> None:
-    """Asking again without acting gives the same answer (restart safety)."""
+    """Asking again without acting gives the same answer (restart safety):
+    at a state of a run (each step's first attempts), a second evaluation
+    made independently, as a restarted controller makes it (fresh copies of
+    the spec and of the attempts, each step's attempts listed in another
+    order, the steps looked up in another order), decides exactly what the
+    first did, and evaluating changes nothing it was given."""
     attempts, _, _ = simulate(steps, data)
-    assert evaluate(steps, attempts) == evaluate(steps, attempts)
+    seen = {name: tries[:data.draw(st.integers(0, len(tries)), label=f"{name} attempts seen")]
+            for name, tries in attempts.items()}
+    snapshot = {name: list(tries) for name, tries in seen.items()}
+    first = evaluate(steps, seen)
+    fresh_steps = [dataclasses.replace(s, targets=tuple(s.targets)) for s in steps]
+    relisted = {name: [dataclasses.replace(a) for a in data.draw(st.permutations(tries),
+                                                                 label=f"{name} listed")]
+                for name, tries in reversed(seen.items())}
+    second = evaluate(fresh_steps, relisted)
+    assert first == second
+    assert seen == snapshot
 
 
 @st.composite

@@ -125,3 +125,64 @@ async def test_a_job_released_while_arbiter_was_away_counts_as_admitted() -> Non
     assert c.phase("ns", "job-early") == "Dequeued"
     assert c.admissions("ns", "job-early") == 0  # arbiter did not admit it
     assert len(c.released_pods("ns")) == 1  # it uses one of the two CPUs
+
+
+async def test_a_pod_not_scheduled_in_time_frees_its_allocation_and_is_requeued() -> None:
+    # Item 16: a gate cannot come back, so the pod stays (ungated, unbound:
+    # the extender keeps it off nodes while its unit is not admitted) and
+    # only its unit backs off, giving its allocation to the next in line.
+    c = Cluster(settings())
+    c.controller.rng = random.Random(0)
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pod("ns", "first", "q")
+    await c.pod("ns", "second", "q")
+    await c.settle()
+    assert c.released_pods("ns") == ["first"]
+
+    c.clock.advance(61)
+    await c.settle()
+    status = c.unit_obj("ns", "pod-first")["status"]
+    assert status["phase"] == "TimeoutBackoff"
+    assert "not scheduled" in status["message"]
+    assert c.released_pods("ns") == ["first", "second"]  # the next one got the CPU
+    assert c.phase("ns", "pod-second") == "Dequeued"
+    assert any(s.reason == "Backoff" and s.unit == "ns/pod-first" for s in c.events.said)
+
+    # Backoff over: waiting again, not counted as admitted while it waits.
+    c.clock.advance(16)
+    await c.settle()
+    assert c.phase("ns", "pod-first") == "Enqueued"
+    # The CPU frees up: admitted a second time.
+    await c.api.delete("/api/v1/namespaces/ns/pods/second")
+    await c.settle()
+    status = c.unit_obj("ns", "pod-first")["status"]
+    assert status["phase"] == "Dequeued" and status["attempts"] == 2
+
+
+async def test_a_bound_pod_has_started_and_never_times_out() -> None:
+    c = Cluster(settings())
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pod("ns", "ok", "q")
+    await c.settle()
+    await c.api.merge_patch("/api/v1/namespaces/ns/pods/ok", {"spec": {"nodeName": "node-0"}})
+    await c.settle()
+    c.clock.advance(1000)
+    await c.settle()
+    assert c.phase("ns", "pod-ok") == "Running"
+
+
+async def test_a_pod_group_not_scheduled_in_time_backs_off() -> None:
+    c = Cluster(settings())
+    c.controller.rng = random.Random(0)
+    await c.nodes(2)
+    await c.queue("q")
+    for index in range(2):
+        await c.pod("ns", f"g-{index}", "q", group="g", size=2)
+    await c.settle()
+    assert c.phase("ns", "group-g") == "Dequeued"
+    c.clock.advance(61)
+    await c.settle()
+    assert c.phase("ns", "group-g") == "TimeoutBackoff"
+    assert c.controller.mirror.state("ns/group-g") is None  # its allocation is free

@@ -111,12 +111,15 @@ def test_no_unit_for_an_unqueued_finished_or_empty_job(change: dict[str, object]
     assert job_unit(job(**change), {}) is None
 
 
-def test_pod_unit_only_for_a_gated_plain_pod() -> None:
+def test_pod_unit_only_for_a_gated_pod_outside_a_group() -> None:
     desired = pod_unit(pod(priority=5))
     assert desired is not None and desired.name == "pod-p" and desired.priority == 5
     assert desired.owners[0].controller and desired.owners[0].kind == "Pod"
     assert pod_unit(pod(gated=False)) is None
-    assert pod_unit(pod(job_name="train")) is None
+    # A gated pod of a Job is one arbiter does not hold (item 13): its own unit.
+    job_pod = pod_unit(pod(job_name="train"))
+    assert job_pod is not None and job_pod.name == "pod-p"
+    assert pod_unit(pod(job_name="train", gated=False)) is None
     assert pod_unit(pod(pod_group="g")) is None
     assert pod_unit(pod(terminating=True)) is None
 
@@ -244,9 +247,22 @@ def test_a_dequeued_job_not_running_after_the_timeout_backs_off() -> None:
         "backoff", "TimeoutBackoff")
     recent = format_rfc3339(NOW - 30)
     assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=recent) == ("none", None)
-    # Pods cannot be gated again: no timeout for them.
+    # Pods cannot be gated again, but their unit times out all the same
+    # (item 16): it backs off and frees its allocation, the pods stay.
     pod_unit_record = unit("Dequeued", kind="Pod", last_allocate_time=allocated)
-    assert decide(pod_unit_record, Consumer.RELEASED, now=NOW, timeout=60.0).kind == "none"
+    step = decide(pod_unit_record, Consumer.RELEASED, now=NOW, timeout=60.0)
+    assert (step.kind, step.phase) == ("backoff", "TimeoutBackoff")
+    assert "not scheduled" in step.message
+    # Bound to a node is started: no timeout.
+    assert decide(pod_unit_record, Consumer.RUNNING, now=NOW, timeout=60.0).phase == "Running"
+    # In backoff its unbound pods count as held: out of the engine, waiting.
+    backing_off = unit("TimeoutBackoff", kind="Pod", admissions=1)
+    assert disposition(backing_off, Consumer.RELEASED) is None
+    assert decide(backing_off, Consumer.RELEASED, now=NOW, timeout=60.0,
+                  backoff_until=NOW - 1).phase == "Enqueued"
+    waiting = unit("Enqueued", kind="Pod", admissions=1)
+    assert disposition(waiting, Consumer.RELEASED) == "pending"
+    assert decide(waiting, Consumer.RELEASED, now=NOW, timeout=60.0).kind == "none"
 
 
 def test_backoff_ends_with_enqueued() -> None:

@@ -28,6 +28,7 @@ from arbiter.sandbox.probe import (
     ComponentStatus,
     all_healthy,
     http_get,
+    log_tails,
     probe_process,
     tail,
     unverified_context,
@@ -304,19 +305,8 @@ class Sandbox:
         self._spawn_https("kube-controller-manager", args, port, "/healthz")
 
     def _write_scheduler_config(self, extender_port: int | None, ca_file: Path | None) -> None:
-        """kube-scheduler calls the primary arbiter's extender port, trusting
-        arbiter's CA and proving itself with its own client certificate
-        (arbiter requires one signed by the sandbox's CA)."""
-        extender = None if extender_port is None else f"https://127.0.0.1:{extender_port}/scheduler"
-        keys = self.pki
-        document = config.scheduler_config(
-            extender,
-            None if ca_file is None else str(ca_file),
-            kubeconfig_path=str(self.dir / "kubeconfigs" / "kube-scheduler.conf"),
-            client_cert=(str(keys.client_cert("kube-scheduler")),
-                         str(keys.client_key("kube-scheduler"))),
-        )
-        self.write_scheduler_config(document)
+        self.write_scheduler_config(
+            components.scheduler_document(self.dir, self.pki, extender_port, ca_file))
 
     def write_scheduler_config(self, document: dict[str, Any]) -> Path:
         """Write the scheduler's configuration (takes effect at its next (re)start)."""
@@ -413,7 +403,8 @@ class Sandbox:
         self._arbiter_certificates()
         args = components.arbiter_args(
             extender_port=extender_port, metrics_port=metrics_port,
-            client_ca=self.pki.ca_cert, kubeconfig=self.dir / "kubeconfigs" / "kube-arbiter.conf", port=port,
+            client_ca=self.pki.ca_cert, port=port,
+            kubeconfig=self.dir / "kubeconfigs" / "kube-arbiter.conf",
             cert_dir=self.arbiter_cert_dir, webhook_port=primary, namespace=ARBITER_NAMESPACE,
             extra_args=extra_args)
         record = self._spawn(name, args, ports={"https": port, "extender": extender_port,
@@ -573,13 +564,7 @@ class Sandbox:
 
     def log_tails(self, lines: int = 40) -> str:
         """The last `lines` lines of every component's log, for failure reports."""
-        logs = {name: Path(r.log) for name, r in self.processes().items()}
-        if not logs and self.logs_dir.is_dir():
-            logs = {p.stem: p for p in sorted(self.logs_dir.glob("*.log"))}
-        parts = [
-            f"===== {name} ({path}) =====\n{tail(path, lines)}" for name, path in logs.items()
-        ]
-        return "\n".join(parts)
+        return log_tails(self.processes(), self.logs_dir, lines)
 
     # ---- tear-down -------------------------------------------------------------
 

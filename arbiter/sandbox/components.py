@@ -185,3 +185,18 @@ def arbiter_env(extra: dict[str, str] | None) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
+
+
+def scheduler_document(directory: Path, keys: pki.Pki, extender_port: int | None,
+                       ca_file: Path | None) -> dict[str, object]:
+    """kube-scheduler's configuration: it calls the primary arbiter's extender
+    port, trusting arbiter's CA and proving itself with its own client
+    certificate (arbiter requires one signed by the sandbox's CA)."""
+    extender = None if extender_port is None else f"https://127.0.0.1:{extender_port}/scheduler"
+    return config.scheduler_config(
+        extender,
+        None if ca_file is None else str(ca_file),
+        kubeconfig_path=str(directory / "kubeconfigs" / "kube-scheduler.conf"),
+        client_cert=(str(keys.client_cert("kube-scheduler")),
+                     str(keys.client_key("kube-scheduler"))),
+    )

@@ -108,3 +108,13 @@ def tail(path: Path, lines: int) -> str:
     except OSError as error:
         return f"(no log: {error})"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def log_tails(processes: dict[str, ProcessRecord], logs_dir: Path, lines: int) -> str:
+    """The last `lines` lines of every component's log (the recorded
+    processes', else every log in `logs_dir`), for failure reports."""
+    logs = {name: Path(record.log) for name, record in processes.items()}
+    if not logs and logs_dir.is_dir():
+        logs = {path.stem: path for path in sorted(logs_dir.glob("*.log"))}
+    return "\n".join(f"===== {name} ({path}) =====\n{tail(path, lines)}"
+                     for name, path in logs.items())

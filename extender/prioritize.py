@@ -13,14 +13,26 @@ Two signals, mixed with configurable weights (`ServeConfig`):
 
 Pods arbiter does not manage get 0 everywhere (no opinion). kube-scheduler
 multiplies the scores by the extender's `weight` and adds them to its own.
+
+Cost: the packing score of every node comes from a `ScoreTable` kept by the
+state (scores.py): one C-level lookup per node; only the nodes running the
+gang's siblings are scored here, so a call is O(nodes) in C plus O(gang)
+in Python. The answer entries are pre-encoded (`orjson.Fragment`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import orjson
+
+from extender.scores import mixed_score, pack_score
 from extender.state import ExtenderState, gang_key
-from extender.wire import MAX_SCORE, MIN_SCORE, ExtenderArgs, HostPriorityList
+from extender.wire import MAX_SCORE, ExtenderArgs
+
+# One encoded HostPriority ({"Host": ..., "Score": ...}) per candidate node,
+# in the request's order: what the route serialises as the bare list.
+EncodedPriorities = list[orjson.Fragment]
 
 
 def dominant_resource(requests: Mapping[str, int], total: Mapping[str, int]) -> str:
@@ -37,38 +49,54 @@ def dominant_resource(requests: Mapping[str, int], total: Mapping[str, int]) -> 
     return best
 
 
-def prioritize_nodes(state: ExtenderState, args: ExtenderArgs) -> HostPriorityList:
+def _no_opinion(state: ExtenderState, names: list[str]) -> EncodedPriorities:
+    return list(map(state.scores.no_opinion.__getitem__, names))
+
+
+def _gang_positions(names: list[str], siblings: Mapping[str, int]) -> dict[int, int]:
+    """Position in `names` -> sibling count, for the candidates running the gang's pods."""
+    position = dict(zip(names, range(len(names)), strict=True))
+    if len(position) != len(names):  # a name given twice: look at every position
+        return {at: siblings[name] for at, name in enumerate(names) if siblings.get(name, 0) > 0}
+    found: dict[int, int] = {}
+    for node, count in siblings.items():
+        at = position.get(node)
+        if at is not None and count > 0:
+            found[at] = count
+    return found
+
+
+def prioritize_nodes(state: ExtenderState, args: ExtenderArgs) -> EncodedPriorities:
     pod = args.pod
     names = args.names
     locality_weight = state.locality_weight
     binpack_weight = state.binpack_weight
     if not state.is_managed(pod) or locality_weight + binpack_weight == 0:
-        return [{"Host": name, "Score": MIN_SCORE} for name in names]
+        return _no_opinion(state, names)
 
     gang = gang_key(pod)
     siblings = state.gang_nodes(gang) if gang is not None and locality_weight else {}
-    busiest = max((siblings.get(name, 0) for name in names), default=0) if siblings else 0
+    near_at = _gang_positions(names, siblings) if siblings else {}
+    busiest = max(near_at.values(), default=0)
     if busiest == 0:
         locality_weight = 0  # nothing to be near: packing alone decides
         if binpack_weight == 0:
-            return [{"Host": name, "Score": MIN_SCORE} for name in names]
-    total_weight = locality_weight + binpack_weight
+            return _no_opinion(state, names)
 
     resource = dominant_resource(pod.requests, state.allocatable_total())
     requested = pod.requests.get_amount(resource)
-    allocatable = state.allocatable_by_node(resource)
-    used = state.used_by_node(resource)
-    scores: HostPriorityList = []
-    append = scores.append
-    for name in names:
-        pack = 0.0
-        if binpack_weight:
-            capacity = allocatable.get(name, 0)
-            if capacity > 0:
-                pack = MAX_SCORE * (used.get(name, 0) + requested) / capacity
-                if pack > MAX_SCORE:
-                    pack = MAX_SCORE
-        near = MAX_SCORE * siblings.get(name, 0) / busiest if locality_weight else 0.0
-        score = int((locality_weight * near + binpack_weight * pack) / total_weight + 0.5)
-        append({"Host": name, "Score": score if score > MIN_SCORE else MIN_SCORE})
+    table = state.scores.table(resource, requested, binpack_weight,
+                               locality_weight + binpack_weight)
+    scores: EncodedPriorities = list(map(table.__getitem__, names))
+    if near_at:
+        allocatable = state.allocatable_by_node(resource)
+        used = state.used_by_node(resource)
+        known = state.store.nodes
+        entry = state.scores.priorities.get
+        for at, count in near_at.items():
+            name = names[at]
+            pack = pack_score(used.get(name, 0), requested, allocatable.get(name, 0))
+            near = MAX_SCORE * count / busiest
+            score = mixed_score(near, pack, locality_weight, binpack_weight)
+            scores[at] = entry(name, score, keep=name in known)
     return scores

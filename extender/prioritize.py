@@ -23,6 +23,7 @@ in Python. The answer entries are pre-encoded (`orjson.Fragment`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import compress
 
 import orjson
 
@@ -54,16 +55,10 @@ def _no_opinion(state: ExtenderState, names: list[str]) -> EncodedPriorities:
 
 
 def _gang_positions(names: list[str], siblings: Mapping[str, int]) -> dict[int, int]:
-    """Position in `names` -> sibling count, for the candidates running the gang's pods."""
-    position = dict(zip(names, range(len(names)), strict=True))
-    if len(position) != len(names):  # a name given twice: look at every position
-        return {at: siblings[name] for at, name in enumerate(names) if siblings.get(name, 0) > 0}
-    found: dict[int, int] = {}
-    for node, count in siblings.items():
-        at = position.get(node)
-        if at is not None and count > 0:
-            found[at] = count
-    return found
+    """Position in `names` -> sibling count, for the candidates running the gang's pods
+    (the scan is in C; only the gang's nodes are visited in Python)."""
+    where = compress(range(len(names)), map(siblings.__contains__, names))
+    return {at: siblings[names[at]] for at in where}
 
 
 def prioritize_nodes(state: ExtenderState, args: ExtenderArgs) -> EncodedPriorities:

@@ -52,6 +52,8 @@ class QueueView:
     admitted: int
     pending_units: tuple[PendingEntry, ...]
     reason: str = ""
+    # Per pool: what its admitted units hold there (PoolShare.to_json each).
+    pools: tuple[Mapping[str, Any], ...] = ()
 
     def status(self) -> dict[str, Any]:
         """Queue `.status` without conditions (those carry transition times).
@@ -67,6 +69,8 @@ class QueueView:
             "admitted": self.admitted,
             "pendingUnits": [entry.to_json() for entry in self.pending_units],
         }
+        if self.pools:
+            status["pools"] = [dict(share) for share in self.pools]
         for key, resources in (("allocatedSummary", self.allocated),
                                ("deservedSummary", self.deserved)):
             if text := summary(resources):
@@ -97,9 +101,11 @@ def queue_views(
     *,
     top: int = TOP_PENDING,
     waiting: Mapping[str, list[Unit]] | None = None,
+    pools: Mapping[str, tuple[Mapping[str, Any], ...]] | None = None,
 ) -> dict[str, QueueView]:
     """The state of every known queue, from the engine (`waiting`: each
-    queue's waiting units in order, when the caller has them already)."""
+    queue's waiting units in order, when the caller has them already;
+    `pools`: each queue's per-pool usage, when nodes are known)."""
     engine = mirror.engine
     deserved = mirror.deserved()
     views: dict[str, QueueView] = {}
@@ -126,6 +132,7 @@ def queue_views(
             admitted=mirror.admitted.get(name, 0),
             pending_units=tuple(entries),
             reason=reason,
+            pools=pools.get(name, ()) if pools is not None else (),
         )
     return views
 

@@ -229,5 +229,9 @@ class NodeModel:
         """How many Ready, schedulable nodes the engine has in each pool."""
         return Counter(pool for pool in map(pool_of, self._in_engine) if pool is not None)
 
+    def labels(self, node: str) -> dict[str, str]:
+        record = self._nodes.get(node)
+        return dict(record.labels) if record is not None else {}
+
     def used(self, node: str) -> Resources:
         return Resources(self._used.get(node, {}))

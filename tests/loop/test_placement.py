@@ -169,3 +169,34 @@ async def test_pool_and_queue_status() -> None:
     assert pool_status["capacitySummary"].startswith("cpu=2,")
     assert cluster.queue_status("q")["pools"] == [
         {"name": "fast", "admitted": 1, "allocated": {"cpu": "1"}}]
+
+
+async def test_reclaim_takes_victims_only_where_the_waiting_unit_can_run() -> None:
+    """Queue a fills four nodes; queue b may only use n0 and n1 (where a's
+    oldest pods run). Victim order alone would pick a's newest pods, on n2
+    and n3, which frees nothing b can use: the restriction picks n0's and n1's."""
+    from tests.reclaim.test_loop import ReclaimCluster
+
+    c = ReclaimCluster(grace=5.0)
+    for index in range(4):
+        c.clock.advance(1)
+        await node(c, f"n{index}", **({"zone": "a"} if index < 2 else {}))
+    await c.queue("a")
+    await c.queue("b", nodeSelector={"zone": "a"})
+    for index in range(4):
+        c.clock.advance(1)
+        await c.pod("na", f"p{index}", "a")
+        await c.settle()
+    c.running_pods("na")
+    await c.settle()
+    assert sorted(n for _, p in c.controller.mirror.engine.plans().items()
+                  for n in p.nodes["main"]) == ["n0", "n1", "n2", "n3"]
+    await c.pods("nb", "b", 2)
+    await c.settle()
+    for _ in range(4):
+        await c.look(3.0)
+    assert sorted(c.evicting.evicted) == ["p0", "p1"]
+    await c.look()
+    assert c.released_pods("nb") == ["p-000", "p-001"]
+    assert sorted(c.controller.mirror.plan(f"nb/pod-p-00{i}").nodes["main"][0]
+                  for i in range(2)) == ["n0", "n1"]

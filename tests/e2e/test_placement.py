@@ -21,10 +21,12 @@ from arbiter.api import MANAGED_LABEL
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
     CPUS,
+    admissions,
     arbiter_with,
     create,
     get,
     job,
+    metrics,
     namespace,
     pod,
     scenario,
@@ -94,6 +96,11 @@ def no_pod_pending(sandbox: Sandbox, *namespaces: str) -> None:
         assert pending == [], f"admitted pods without a node in {ns}: {pending}"
 
 
+def taken_back(sandbox: Sandbox, queue_name: str) -> float:
+    return metrics(sandbox).get(
+        ("arbiter_preempted_units_total", (("queue", queue_name), ("reason", "reclaim"))), 0.0)
+
+
 def bound(sandbox: Sandbox, ns: str, count: int) -> list[str] | None:
     nodes = bound_nodes(sandbox, ns)
     return nodes if len(nodes) == count else None
@@ -121,6 +128,9 @@ def confined_then_open(sandbox: Sandbox, confined: dict[str, Any], label: str) -
         time.sleep(GRACE + 6)
         assert len(admitted(sandbox, ns_small)) == 2 and unsuspended(sandbox, ns_small) == 2
         assert len(admitted(sandbox, ns_big)) == 8 and unsuspended(sandbox, ns_big) == 8
+        # Admitted once each: nothing was taken back and admitted again.
+        assert all(len(admissions(u)) == 1 for u in admitted(sandbox, ns_big))
+        assert taken_back(sandbox, big) == 0
         assert bound_nodes(sandbox, ns_small) == POOL_NODES
         assert not set(bound_nodes(sandbox, ns_big)) & set(POOL_NODES)
         no_pod_pending(sandbox, ns_small, ns_big)

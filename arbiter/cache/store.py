@@ -88,7 +88,8 @@ def _unmanaged_load(pod: PodRecord | None) -> str | None:
     return pod.node_name or None
 
 
-def _add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
+def add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
+    """total += sign * amounts, in place, dropping names that reach zero."""
     for name, value in amounts.items():
         result = total.get(name, 0) + sign * value
         if result:
@@ -239,19 +240,19 @@ class ClusterStore:
 
     def _count_node(self, node: NodeRecord | None, sign: int) -> None:
         if node is not None and _counted(node):
-            _add_into(self._counted_allocatable, node.allocatable, sign)
-            _add_into(self._counted_unmanaged, self._unmanaged_by_node.get(node.name, {}), sign)
+            add_into(self._counted_allocatable, node.allocatable, sign)
+            add_into(self._counted_unmanaged, self._unmanaged_by_node.get(node.name, {}), sign)
 
     def _count_pod(self, pod: PodRecord | None, sign: int) -> None:
         node_name = _unmanaged_load(pod)
         if node_name is None or pod is None:
             return
         on_node = self._unmanaged_by_node.setdefault(node_name, {})
-        _add_into(on_node, pod.requests, sign)
+        add_into(on_node, pod.requests, sign)
         if not on_node:
             del self._unmanaged_by_node[node_name]
         if _counted(self.nodes.get(node_name)):
-            _add_into(self._counted_unmanaged, pod.requests, sign)
+            add_into(self._counted_unmanaged, pod.requests, sign)
 
     def upsert_pod(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from arbiter.cache.ownership import pod_consumer
 from arbiter.cache.records import NodeRecord, PodRecord, PoolRecord
-from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore
+from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore, add_into
 from arbiter.core.fairshare import AdmissionEngine
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
 from arbiter.core.resources import Resources
@@ -52,15 +52,6 @@ def _bound(pod: PodRecord | None) -> _Bound | None:
 def _node_shape(node: NodeRecord) -> tuple[object, ...]:
     """What the engine's node model is made of (a heartbeat changes none of it)."""
     return (node.allocatable, node.ready, node.schedulable, node.labels)
-
-
-def _add(total: dict[str, int], amounts: Resources, sign: int) -> None:
-    for name, value in amounts.items():
-        result = total.get(name, 0) + sign * value
-        if result:
-            total[name] = result
-        else:
-            total.pop(name, None)
 
 
 def follow_bindings(plan: Placement, unit: Unit, bound: Iterable[_Bound]) -> Placement:
@@ -166,7 +157,7 @@ class NodeModel:
         if pod.unit in self._covered:
             self._replan.add(pod.unit)
             return
-        _add(self._used.setdefault(pod.node, {}), pod.requests, sign)
+        add_into(self._used.setdefault(pod.node, {}), pod.requests, sign)
         self._dirty_nodes.add(pod.node)
 
     # -- from the engine ------------------------------------------------------------

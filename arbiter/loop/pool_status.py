@@ -6,7 +6,6 @@ like Queue status (an object at most once per interval, only when changed).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,7 @@ from arbiter.api import POOL
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.kubeapi import ClusterApi, NotFound
 from arbiter.loop.mirror import EngineMirror
-from arbiter.loop.status import metric_amount, summary
+from arbiter.loop.status import ResourceGauges, summary
 from arbiter.ratelimit import Throttle
 
 
@@ -109,23 +108,11 @@ class PoolStatusWriter:
 
 
 class PoolMetrics:
-    """`arbiter_pool_capacity` / `arbiter_pool_allocated`; label sets of pools
-    that went are removed."""
+    """`arbiter_pool_capacity` / `arbiter_pool_allocated`."""
 
     def __init__(self) -> None:
-        self._resources: dict[str, set[str]] = {}
+        self._amounts = ResourceGauges(metrics.pool_capacity, metrics.pool_allocated)
 
     def update(self, views: Mapping[str, PoolView]) -> None:
-        for name in [n for n in self._resources if n not in views]:
-            for resource in self._resources.pop(name):
-                for gauge in (metrics.pool_capacity, metrics.pool_allocated):
-                    with contextlib.suppress(KeyError):
-                        gauge.remove(name, resource)
-        for name, view in views.items():
-            resources = set(view.capacity) | set(view.allocated)
-            for resource in self._resources.get(name, set()) | resources:
-                metrics.pool_capacity.labels(name, resource).set(
-                    metric_amount(resource, view.capacity.get_amount(resource)))
-                metrics.pool_allocated.labels(name, resource).set(
-                    metric_amount(resource, view.allocated.get_amount(resource)))
-            self._resources[name] = self._resources.get(name, set()) | resources
+        self._amounts.update({name: (view.capacity, view.allocated)
+                              for name, view in views.items()})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from arbiter import metrics
 from arbiter.core.model import Placement
 from arbiter.core.resources import Resources
 from arbiter.kubeapi import job_path, pod_path
@@ -101,7 +102,12 @@ async def test_fragmented_free_space_waits_with_the_largest_free_slot() -> None:
     await cluster.settle()
     assert cluster.suspended("ns", "wide") and not cluster.suspended("ns", "narrow")
     assert status(cluster, "ns", "job-narrow")["admission"]["nodes"]["main"] == ["n0", "n0"]
+    before = metrics.REGISTRY.get_sample_value("arbiter_unit_unplaceable_total",
+                                               {"queue": "q"}) or 0.0
     await publish(cluster)
+    await publish(cluster)
+    assert metrics.REGISTRY.get_sample_value("arbiter_unit_unplaceable_total",
+                                             {"queue": "q"}) == before + 1  # once per unit
     message = status(cluster, "ns", "job-wide")["message"]
     assert "no node has room: largest free: 400m cpu on n1" in message, message
     assert "needs 500m cpu per pod" in message
@@ -169,6 +175,10 @@ async def test_pool_and_queue_status() -> None:
     assert pool_status["capacitySummary"].startswith("cpu=2,")
     assert cluster.queue_status("q")["pools"] == [
         {"name": "fast", "admitted": 1, "allocated": {"cpu": "1"}}]
+    sample = metrics.REGISTRY.get_sample_value
+    assert sample("arbiter_pool_capacity", {"pool": "fast", "resource": "cpu"}) == 2.0
+    assert sample("arbiter_pool_allocated", {"pool": "fast", "resource": "cpu"}) == 1.0
+    assert sample("arbiter_pool_allocated", {"pool": "default", "resource": "cpu"}) == 0.0
 
 
 async def test_reclaim_takes_victims_only_where_the_waiting_unit_can_run() -> None:

@@ -7,9 +7,14 @@
   but not yet bound), fails every node as *unresolvable*: preemption could
   not fix either, so kube-scheduler should not try it. The reason is
   written for a person; it shows in the pod's FailedScheduling event.
+- A unit admitted with a plan (QueueUnit status.admission, DESIGN §10)
+  confines its pods to the nodes of its pool, any of them (the plan's own
+  nodes are preferred by prioritize; a binding elsewhere in the pool is
+  followed by the loop, not refused here). A unit admitted without a plan
+  (before node fit, or without nodes) is not confined.
 - A queue with `spec.nodeSelector` confines its pods to matching nodes; the
   other nodes fail as unresolvable too (like kube-scheduler's own
-  NodeAffinity: evicting pods from a node cannot change its labels).
+  NodeAffinity: evicting pods from a node cannot change its labels or pool).
 - A node arbiter's cache does not know yet (a new node, a lagging watch)
   fails as resolvable when its labels matter, and passes when they do not.
 
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 from itertools import filterfalse
 from typing import Literal
 
-from arbiter.cache.records import PodRecord, QueueRecord
+from arbiter.cache.records import PodRecord, QueueRecord, UnitRecord
 from arbiter.core.quantities import format_quantity
 from extender.state import ExtenderState, unit_key
 from extender.wire import ExtenderArgs, ExtenderFilterResult
@@ -150,6 +155,12 @@ def _selector_confinement(
     return Confinement(allowed, reason, cached=False)
 
 
+def _pool_confinement(state: ExtenderState, unit: UnitRecord, pool: str) -> Confinement:
+    reason = (f'node is not in pool "{pool}", where queue "{unit.queue}" admitted '
+              f"unit {unit.key}")
+    return Confinement(state.store.nodes_in_pool(pool), reason)
+
+
 def _answer(
     args: ExtenderArgs,
     passed: list[str] | None,
@@ -194,6 +205,9 @@ def filter_nodes(state: ExtenderState, args: ExtenderArgs) -> FilterOutcome:
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     confinements: list[Confinement] = []
+    unit = state.unit_of(pod)
+    if unit is not None and unit.admission is not None:
+        confinements.append(_pool_confinement(state, unit, unit.admission.pool))
     if queue.node_selector:
         confinements.append(_selector_confinement(state, args, queue))
     if confinements:

@@ -28,7 +28,8 @@ from extender.wire import MAX_SCORE, MIN_SCORE
 # distinct pod shape being scheduled right now.
 MAX_TABLES = 32
 
-TableKey = tuple[str, int, int, int]  # resource, requested, binpack weight, total weight
+# resource, requested, binpack weight, total weight, highest score given
+TableKey = tuple[str, int, int, int, int]
 
 
 def pack_score(used: int, requested: int, capacity: int) -> float:
@@ -72,12 +73,12 @@ class HostPriorities:
 class ScoreTable(dict[str, orjson.Fragment]):
     """node -> encoded packing-only entry for one TableKey; a miss computes it."""
 
-    __slots__ = ("_tables", "binpack_weight", "requested", "resource", "total_weight")
+    __slots__ = ("_tables", "binpack_weight", "ceiling", "requested", "resource", "total_weight")
 
     def __init__(self, tables: ScoreTables, key: TableKey) -> None:
         super().__init__()
         self._tables = tables
-        self.resource, self.requested, self.binpack_weight, self.total_weight = key
+        self.resource, self.requested, self.binpack_weight, self.total_weight, self.ceiling = key
 
     def score(self, node: str) -> int:
         if not self.binpack_weight:
@@ -88,7 +89,9 @@ class ScoreTable(dict[str, orjson.Fragment]):
             self.requested,
             tables.allocatable(self.resource).get(node, 0),
         )
-        return mixed_score(0.0, pack, self.total_weight - self.binpack_weight, self.binpack_weight)
+        score = mixed_score(0.0, pack, self.total_weight - self.binpack_weight,
+                            self.binpack_weight)
+        return score if score < self.ceiling else self.ceiling
 
     def __missing__(self, node: str) -> orjson.Fragment:
         known = node in self._tables.known
@@ -114,7 +117,7 @@ class ScoreTables:
         self.priorities = HostPriorities()
         self._tables: OrderedDict[TableKey, ScoreTable] = OrderedDict()
         # Every node MIN_SCORE: the answer for pods arbiter has no opinion on.
-        self.no_opinion = ScoreTable(self, ("", 0, 0, 0))
+        self.no_opinion = ScoreTable(self, ("", 0, 0, 0, MIN_SCORE))
 
     def used(self, resource: str) -> Mapping[str, int]:
         return self._used.get(resource, _EMPTY)
@@ -123,8 +126,8 @@ class ScoreTables:
         return self._allocatable.get(resource, _EMPTY)
 
     def table(self, resource: str, requested: int, binpack_weight: int,
-              total_weight: int) -> ScoreTable:
-        key = (resource, requested, binpack_weight, total_weight)
+              total_weight: int, ceiling: int = MAX_SCORE) -> ScoreTable:
+        key = (resource, requested, binpack_weight, total_weight, ceiling)
         found = self._tables.get(key)
         if found is not None:
             self._tables.move_to_end(key)

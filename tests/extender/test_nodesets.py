@@ -70,8 +70,8 @@ def test_filter_with_node_sets_equals_label_matching(
         assert set(result["FailedNodes"]) == {name for name in candidates if name not in current}
 
     check()  # builds the set
-    for name, labels in changes:
-        apply_change(world, current, name, labels)
+    for name, new_labels in changes:
+        apply_change(world, current, name, new_labels)
         check()  # the set kept current incrementally
     # ... and equal to one built from scratch.
     fresh = SelectorNodeSets(world.store.nodes)

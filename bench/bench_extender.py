@@ -4,7 +4,8 @@ Default: server-side latency of filter and prioritize with 5,000 NodeNames
 against a cache of 5,000 nodes and ~20 pods each (100,000 pods), i.e. the
 whole bytes -> decision -> bytes path of one call (`extender.routes.respond`:
 JSON decode, strict parsing, the decision from the in-memory cache, JSON
-encode). Budget (DESIGN.md §9): filter p99 <= 5 ms.
+encode). Budget (DESIGN.md §9): every row (filter and prioritize) p99 <= 5 ms.
+Half the nodes form a Pool; one admitted Job carries a plan in it (§10).
 
     .venv/bin/python bench/bench_extender.py [--nodes 5000] [--pods-per-node 20]
 
@@ -32,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arbiter.cache.records import (
     NodeRecord,
     PodRecord,
+    PoolRecord,
     QueueRecord,
+    UnitAdmission,
     UnitRecord,
 )
 from arbiter.cache.store import KINDS, ClusterStore
@@ -46,6 +49,7 @@ GIB = 2**30
 def build_store(nodes: int, pods_per_node: int) -> tuple[ClusterStore, list[str]]:
     store = ClusterStore()
     store.synced_kinds.update(KINDS)
+    store.upsert_pool(PoolRecord(name="big", node_selector=(("pool", "a"),)))
     names = [f"node-{i:05d}" for i in range(nodes)]
     for index, name in enumerate(names):
         labels = (("kubernetes.io/hostname", name), ("pool", "a" if index % 2 else "b"),
@@ -80,6 +84,12 @@ def build_store(nodes: int, pods_per_node: int) -> tuple[ClusterStore, list[str]
         )
     store.units["bench/job-job-7"] = UnitRecord(
         uid="unit-7", namespace="bench", name="job-job-7", queue="q0", phase="Running")
+    # A Job of 16 pods admitted into the pool "big" (the odd nodes), planned
+    # on 16 of them; 8 of its pods (job-9's above) are bound already.
+    planned = tuple(names[min(2 * k + 1, len(names) - 1)] for k in range(16))
+    store.units["bench/job-job-9"] = UnitRecord(
+        uid="unit-9", namespace="bench", name="job-job-9", queue="q3", phase="Running",
+        admission=UnitAdmission("big", (("main", planned),)))
     return store, names
 
 
@@ -141,13 +151,16 @@ def latency(nodes: int, pods_per_node: int, runs: int, with_gc: bool) -> bool:
     cases = [
         ("filter", "filter: managed pod, admitted, within capability", body("q0", "new-q0")),
         ("filter", "filter: managed pod, queue nodeSelector (half match)", body("q1", "new-q1")),
+        ("filter", "filter: managed pod, planned unit (its pool: half)", body("q3", "job-9")),
         ("filter", "filter: managed pod, not admitted (all fail)", body("q2", "nope")),
         ("filter", "filter: unmanaged pod", body(None, "x")),
         ("prioritize", "prioritize: managed gang pod (locality + packing)", body("q0", "job-7")),
+        ("prioritize", "prioritize: planned gang pod (plan + locality + packing)",
+         body("q3", "job-9")),
         ("prioritize", "prioritize: unmanaged pod", body(None, "x")),
     ]
     print(f"  (request body: {len(cases[0][2]) / 1024:.0f} KiB)")
-    worst_filter = 0.0
+    worst = 0.0
     for verb, label, payload in cases:
         reply = routes.respond(verb, state, payload)
         assert reply.status == 200, reply.body[:200]
@@ -155,10 +168,9 @@ def latency(nodes: int, pods_per_node: int, runs: int, with_gc: bool) -> bool:
             return routes.respond(verb, state, payload)
 
         _, p99 = measure(label, call, runs, with_gc)
-        if verb == "filter":
-            worst_filter = max(worst_filter, p99)
-    ok = worst_filter <= 5.0
-    print(f"budget: filter p99 <= 5 ms -> worst {worst_filter:.2f} ms: {'OK' if ok else 'OVER'}")
+        worst = max(worst, p99)
+    ok = worst <= 5.0
+    print(f"budget: every row p99 <= 5 ms -> worst {worst:.2f} ms: {'OK' if ok else 'OVER'}")
     return ok
 
 

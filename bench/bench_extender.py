@@ -13,6 +13,12 @@ Half the nodes form a Pool; one admitted Job carries a plan in it (§10).
 scheduling 2,000 pods on 500 fake nodes with and without the extender
 (budget: with >= 50 % of without). Starts its own sandbox in a temporary
 directory (or uses `--sandbox-dir` if one runs there) and stops it after.
+By default the pods are *managed* (DESIGN §9): Jobs of 10 pods in a
+namespace a Queue lists, admitted by the sandbox's arbiter (with a plan,
+status.admission, when the loop fits nodes) while kube-scheduler is held;
+then kube-scheduler is started and the binding rate measured. With
+`--sandbox-unmanaged` they are bare pods in an opted-out namespace (the
+extender's fast path).
 """
 
 from __future__ import annotations
@@ -185,6 +191,56 @@ def _pod_list(namespace: str, count: int, prefix: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
+def _job_list(namespace: str, queue: str, pods: int, per_job: int) -> dict[str, Any]:
+    from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION
+
+    labels = {"arbiter.dev/queue": queue}
+    items = [{
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": f"j-{i}", "namespace": namespace, "labels": labels},
+        "spec": {
+            "parallelism": min(per_job, pods - i * per_job),
+            "completions": min(per_job, pods - i * per_job), "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels,
+                             "annotations": {POD_COMPLETE_DELAY_ANNOTATION: "30m"}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "pause",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]},
+            },
+        },
+    } for i in range((pods + per_job - 1) // per_job)]
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def _pod_count(sandbox: Any, namespace: str) -> int:
+    listed = sandbox.api_get(f"/api/v1/namespaces/{namespace}/pods?limit=1")
+    return len(listed["items"]) + int(listed["metadata"].get("remainingItemCount") or 0)
+
+
+def _create_managed(sandbox: Any, namespace: str, pods: int) -> str:
+    """A Queue listing `namespace`, Jobs of 10 pods in it; wait until arbiter has
+    admitted them all (every pod exists, Pending). Says whether units carry plans."""
+    queue = namespace
+    sandbox.apply_yaml(orjson.dumps({
+        "apiVersion": "arbiter.dev/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
+        "spec": {"weight": 1, "namespaces": [namespace]}}).decode())
+    time.sleep(1.0)  # the webhook's cache sees the Queue
+    manifest = sandbox.dir / f"{namespace}.json"
+    manifest.write_bytes(orjson.dumps(_job_list(namespace, queue, pods, 10)))
+    sandbox.kubectl("create", "-f", str(manifest), "-o", "name")
+    deadline = time.monotonic() + 600
+    while _pod_count(sandbox, namespace) < pods:
+        if time.monotonic() > deadline:
+            have = _pod_count(sandbox, namespace)
+            raise SystemExit(f"arbiter admitted only {have} of {pods} pods in 10 minutes")
+        time.sleep(1.0)
+    units = sandbox.api_get(
+        f"/apis/arbiter.dev/v1alpha1/namespaces/{namespace}/queueunits?limit=1")["items"]
+    admission = (units[0].get("status") or {}).get("admission") if units else None
+    return f"admitted with plans (pool {admission['pool']})" if admission else "admitted, no plans"
+
+
 def _api(sandbox: Any) -> tuple[str, int, Any]:
     from arbiter.sandbox.probe import verified_context
 
@@ -247,7 +303,8 @@ def _filter_calls(sandbox: Any) -> float:
     return total
 
 
-def throughput(sandbox: Any, original: dict[str, Any], with_extender: bool, pods: int) -> float:
+def throughput(sandbox: Any, original: dict[str, Any], with_extender: bool, pods: int,
+               managed: bool) -> float:
     import copy
 
     from arbiter.sandbox import process
@@ -259,13 +316,17 @@ def throughput(sandbox: Any, original: dict[str, Any], with_extender: bool, pods
     assert ("extenders" in document) == with_extender
     calls_before = _filter_calls(sandbox)
     sandbox.kubectl("create", "namespace", namespace)
-    sandbox.kubectl("label", "namespace", namespace, "arbiter.dev/managed=false")
-    # Hold scheduling while the pods are created, so that creation speed
-    # does not limit what is measured.
+    # Hold scheduling while the pods are created (and admitted), so that
+    # creation and admission speed do not limit what is measured.
     process.stop(sandbox.processes()["kube-scheduler"])
-    manifest = sandbox.dir / f"{namespace}.json"
-    manifest.write_bytes(orjson.dumps(_pod_list(namespace, pods, "p")))
-    sandbox.kubectl("create", "-f", str(manifest), "-o", "name")
+    if managed:
+        kind = _create_managed(sandbox, namespace, pods)
+    else:
+        kind = "unmanaged"
+        sandbox.kubectl("label", "namespace", namespace, "arbiter.dev/managed=false")
+        manifest = sandbox.dir / f"{namespace}.json"
+        manifest.write_bytes(orjson.dumps(_pod_list(namespace, pods, "p")))
+        sandbox.kubectl("create", "-f", str(manifest), "-o", "name")
     import threading
 
     version = _list_version(sandbox, namespace)
@@ -276,6 +337,8 @@ def throughput(sandbox: Any, original: dict[str, Any], with_extender: bool, pods
     sandbox.restart_scheduler(document)
     watcher.join()
     sandbox.kubectl("delete", "namespace", namespace, "--wait=false")
+    if managed:
+        sandbox.kubectl("delete", "queue", namespace, "--wait=false", check=False)
     calls = _filter_calls(sandbox) - calls_before
     if with_extender and calls < pods:
         print(f"  warning: the extender's filter was called {calls:.0f} times for {pods} pods")
@@ -283,12 +346,13 @@ def throughput(sandbox: Any, original: dict[str, Any], with_extender: bool, pods
         print(f"  only {len(times)} of {pods} pods were bound")
     span = times[-1] - times[0] if len(times) > 1 else float("inf")
     rate = (len(times) - 1) / span if span > 0 else 0.0
-    print(f"  {'with' if with_extender else 'without'} extender: {len(times)} pods bound in "
-          f"{span:.2f} s -> {rate:.0f} pods/s (extender filter calls: {calls:.0f})")
+    print(f"  {'with' if with_extender else 'without'} extender: {len(times)} pods ({kind}) "
+          f"bound in {span:.2f} s -> {rate:.0f} pods/s (extender filter calls: {calls:.0f})")
     return rate
 
 
-def sandbox_benchmark(directory: str | None, nodes: int, pods: int, rounds: int) -> bool:
+def sandbox_benchmark(directory: str | None, nodes: int, pods: int, rounds: int,
+                      managed: bool) -> bool:
     import tempfile
 
     from arbiter.sandbox import NodeShape, Sandbox
@@ -308,8 +372,8 @@ def sandbox_benchmark(directory: str | None, nodes: int, pods: int, rounds: int)
         without_runs: list[float] = []
         with_runs: list[float] = []
         for _ in range(rounds):
-            without_runs.append(throughput(sandbox, original, False, pods))
-            with_runs.append(throughput(sandbox, original, True, pods))
+            without_runs.append(throughput(sandbox, original, False, pods, managed))
+            with_runs.append(throughput(sandbox, original, True, pods, managed))
         sandbox.restart_scheduler(original)
         without = statistics.median(without_runs)
         with_extender = statistics.median(with_runs)
@@ -337,13 +401,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox-nodes", type=int, default=500)
     parser.add_argument("--sandbox-pods", type=int, default=2000)
     parser.add_argument("--sandbox-rounds", type=int, default=1)
+    parser.add_argument("--sandbox-unmanaged", action="store_true",
+                        help="bare pods in an opted-out namespace instead of admitted Jobs")
     args = parser.parse_args(argv)
     ok = True
     if not args.sandbox_only:
         ok = latency(args.nodes, args.pods_per_node, args.runs, args.with_gc)
     if args.sandbox or args.sandbox_only:
         ok = sandbox_benchmark(args.sandbox_dir, args.sandbox_nodes, args.sandbox_pods,
-                               args.sandbox_rounds) and ok
+                               args.sandbox_rounds, not args.sandbox_unmanaged) and ok
     return 0 if ok else 1
 
 

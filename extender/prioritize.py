@@ -67,6 +67,8 @@ def _no_opinion(state: ExtenderState, names: list[str]) -> EncodedPriorities:
 def _positions(names: list[str], counts: Mapping[str, int]) -> dict[int, int]:
     """Position in `names` -> count, for the candidates `counts` names (the scan
     is in C; only the named nodes are visited in Python)."""
+    if not counts:
+        return {}
     where = compress(range(len(names)), map(counts.__contains__, names))
     return {at: counts[names[at]] for at in where}
 
@@ -100,7 +102,7 @@ def prioritize_nodes(state: ExtenderState, args: ExtenderArgs) -> EncodedPriorit
     # The plan first: its free nodes score 10 and every other node at most 9.
     planned_at = _positions(names, free_planned_nodes(state, pod, siblings))
     ceiling = MAX_SCORE - 1 if planned_at else MAX_SCORE
-    near_at = _positions(names, siblings) if siblings and locality_weight else {}
+    near_at = _positions(names, siblings) if locality_weight else {}
     busiest = max(near_at.values(), default=0)
     if busiest == 0:
         locality_weight = 0  # nothing to be near: packing alone decides

@@ -24,7 +24,7 @@ API_VERSION: Final = f"{API_GROUP}/{VERSION}"
 API_PATH: Final = f"/apis/{API_VERSION}"
 
 # -- kinds ----------------------------------------------------------------------------
-ArbiterKind = Literal["Queue", "QueueUnit", "JobFlow", "JobTemplate"]
+ArbiterKind = Literal["Queue", "QueueUnit", "JobFlow", "JobTemplate", "Pool"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,9 @@ QUEUE: Final = ApiKind("Queue", "queues", namespaced=False)
 QUEUE_UNIT: Final = ApiKind("QueueUnit", "queueunits", namespaced=True)
 JOB_FLOW: Final = ApiKind("JobFlow", "jobflows", namespaced=True)
 JOB_TEMPLATE: Final = ApiKind("JobTemplate", "jobtemplates", namespaced=True)
-API_KINDS: Final = (QUEUE, QUEUE_UNIT, JOB_FLOW, JOB_TEMPLATE)
+# A named set of nodes admission places work into (DESIGN §10).
+POOL: Final = ApiKind("Pool", "pools", namespaced=False)
+API_KINDS: Final = (QUEUE, QUEUE_UNIT, JOB_FLOW, JOB_TEMPLATE, POOL)
 
 # -- labels, annotations, the scheduling gate -----------------------------------------
 # A table, not repeated logic: one constant per key, spelled in full so that
@@ -85,6 +87,11 @@ UnitPhase = Literal[
 ]
 # A QueueUnit holds 1..MAX_POD_SETS pod sets (the CRD enforces the same bound).
 MAX_POD_SETS: Final = 8
+# QueueUnit status.admission: where an admitted unit's pods go (DESIGN §10):
+# {pool: NAME, nodes: {podSetName: [node, ...]}}, one node per pod.
+ADMISSION_FIELD: Final = "admission"
+ADMISSION_POOL: Final = "pool"
+ADMISSION_NODES: Final = "nodes"
 ADMITTED_PHASES: frozenset[str] = frozenset({"Dequeued", "Running"})
 FINISHED_PHASES: frozenset[str] = frozenset({"Succeed", "Failed"})
 

@@ -52,6 +52,26 @@ preempted_units_total = Counter(
     registry=REGISTRY,
 )
 
+# Per pool (DESIGN §10).
+pool_capacity = Gauge(
+    "arbiter_pool_capacity",
+    "Allocatable of the pool's Ready, schedulable nodes (base units; cpu in cores)",
+    ["pool", "resource"],
+    registry=REGISTRY,
+)
+pool_allocated = Gauge(
+    "arbiter_pool_allocated",
+    "Requests of admitted pods planned on the pool's nodes (base units; cpu in cores)",
+    ["pool", "resource"],
+    registry=REGISTRY,
+)
+unit_unplaceable_total = Counter(
+    "arbiter_unit_unplaceable_total",
+    "Units that fit the queue's share and the cluster in total but on no node of its pools",
+    ["queue"],
+    registry=REGISTRY,
+)
+
 # Server.
 webhook_requests_total = Counter(
     "arbiter_webhook_requests_total",

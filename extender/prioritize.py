@@ -1,6 +1,14 @@
-"""prioritize: scores 0..10 that keep gangs together and pack nodes.
+"""prioritize: scores 0..10 that follow the unit's plan, keep gangs together
+and pack nodes.
 
-Two signals, mixed with configurable weights (`ServeConfig`):
+- **the plan** (DESIGN §10): a unit admitted with node fit carries planned
+  nodes (QueueUnit status.admission). A planned node not yet taken by a
+  bound pod of the unit scores 10 and every other node at most 9, so
+  kube-scheduler (adding its own scores) prefers the plan; if it binds
+  elsewhere in the pool anyway, the loop moves the plan to the binding
+  and the extender follows the rewritten plan.
+
+Then two signals, mixed with configurable weights (`ServeConfig`):
 
 - **gang locality**: a node already running pods of the pod's own unit (the
   same Job or pod group) scores in proportion to how many it runs, the
@@ -13,14 +21,29 @@ Two signals, mixed with configurable weights (`ServeConfig`):
 
 Pods arbiter does not manage get 0 everywhere (no opinion). kube-scheduler
 multiplies the scores by the extender's `weight` and adds them to its own.
+
+Cost: the packing score of every node comes from a `ScoreTable` kept by the
+state (scores.py): one C-level lookup per node; only the nodes running the
+gang's siblings are scored here, so a call is O(nodes) in C plus O(gang)
+in Python. The answer entries are pre-encoded (`orjson.Fragment`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
+from itertools import compress
 
+import orjson
+
+from arbiter.cache.records import PodRecord
+from extender.scores import mixed_score, pack_score
 from extender.state import ExtenderState, gang_key
-from extender.wire import MAX_SCORE, MIN_SCORE, ExtenderArgs, HostPriorityList
+from extender.wire import MAX_SCORE, ExtenderArgs
+
+# One encoded HostPriority ({"Host": ..., "Score": ...}) per candidate node,
+# in the request's order: what the route serialises as the bare list.
+EncodedPriorities = list[orjson.Fragment]
 
 
 def dominant_resource(requests: Mapping[str, int], total: Mapping[str, int]) -> str:
@@ -37,38 +60,71 @@ def dominant_resource(requests: Mapping[str, int], total: Mapping[str, int]) -> 
     return best
 
 
-def prioritize_nodes(state: ExtenderState, args: ExtenderArgs) -> HostPriorityList:
+def _no_opinion(state: ExtenderState, names: list[str]) -> EncodedPriorities:
+    return list(map(state.scores.no_opinion.__getitem__, names))
+
+
+def _positions(names: list[str], counts: Mapping[str, int]) -> dict[int, int]:
+    """Position in `names` -> count, for the candidates `counts` names (the scan
+    is in C; only the named nodes are visited in Python)."""
+    if not counts:
+        return {}
+    where = compress(range(len(names)), map(counts.__contains__, names))
+    return {at: counts[names[at]] for at in where}
+
+
+def free_planned_nodes(state: ExtenderState, pod: PodRecord,
+                       siblings: Mapping[str, int]) -> dict[str, int]:
+    """node -> pods of the pod's unit still planned there and not bound yet.
+
+    The plan (QueueUnit status.admission, all pod sets) lists one node per
+    pod; the loop rewrites it as pods bind (bound nodes first), and until it
+    has, a binding elsewhere only leaves a planned slot free that another
+    pod may take: either way planned minus bound is where the unit's next
+    pods are expected. O(the unit's pods)."""
+    unit = state.unit_of(pod)
+    if unit is None or unit.admission is None:
+        return {}
+    planned = Counter(node for _, nodes in unit.admission.nodes for node in nodes)
+    return {node: left for node, count in planned.items()
+            if (left := count - siblings.get(node, 0)) > 0}
+
+
+def prioritize_nodes(state: ExtenderState, args: ExtenderArgs) -> EncodedPriorities:
     pod = args.pod
     names = args.names
+    if not state.is_managed(pod):
+        return _no_opinion(state, names)
     locality_weight = state.locality_weight
     binpack_weight = state.binpack_weight
-    if not state.is_managed(pod) or locality_weight + binpack_weight == 0:
-        return [{"Host": name, "Score": MIN_SCORE} for name in names]
-
     gang = gang_key(pod)
-    siblings = state.gang_nodes(gang) if gang is not None and locality_weight else {}
-    busiest = max((siblings.get(name, 0) for name in names), default=0) if siblings else 0
+    siblings = state.gang_nodes(gang) if gang is not None else {}
+    # The plan first: its free nodes score 10 and every other node at most 9.
+    planned_at = _positions(names, free_planned_nodes(state, pod, siblings))
+    ceiling = MAX_SCORE - 1 if planned_at else MAX_SCORE
+    near_at = _positions(names, siblings) if locality_weight else {}
+    busiest = max(near_at.values(), default=0)
     if busiest == 0:
         locality_weight = 0  # nothing to be near: packing alone decides
-        if binpack_weight == 0:
-            return [{"Host": name, "Score": MIN_SCORE} for name in names]
-    total_weight = locality_weight + binpack_weight
+    if locality_weight + binpack_weight == 0 and not planned_at:
+        return _no_opinion(state, names)
 
     resource = dominant_resource(pod.requests, state.allocatable_total())
     requested = pod.requests.get_amount(resource)
-    allocatable = state.allocatable_by_node(resource)
-    used = state.used_by_node(resource)
-    scores: HostPriorityList = []
-    append = scores.append
-    for name in names:
-        pack = 0.0
-        if binpack_weight:
-            capacity = allocatable.get(name, 0)
-            if capacity > 0:
-                pack = MAX_SCORE * (used.get(name, 0) + requested) / capacity
-                if pack > MAX_SCORE:
-                    pack = MAX_SCORE
-        near = MAX_SCORE * siblings.get(name, 0) / busiest if locality_weight else 0.0
-        score = int((locality_weight * near + binpack_weight * pack) / total_weight + 0.5)
-        append({"Host": name, "Score": score if score > MIN_SCORE else MIN_SCORE})
+    table = state.scores.table(resource, requested, binpack_weight,
+                               locality_weight + binpack_weight, ceiling)
+    scores: EncodedPriorities = list(map(table.__getitem__, names))
+    known = state.store.nodes
+    entry = state.scores.priorities.get
+    if near_at:
+        allocatable = state.allocatable_by_node(resource)
+        used = state.used_by_node(resource)
+        for at, count in near_at.items():
+            name = names[at]
+            pack = pack_score(used.get(name, 0), requested, allocatable.get(name, 0))
+            near = MAX_SCORE * count / busiest
+            score = mixed_score(near, pack, locality_weight, binpack_weight)
+            scores[at] = entry(name, min(score, ceiling), keep=name in known)
+    for at in planned_at:
+        scores[at] = entry(names[at], MAX_SCORE, keep=names[at] in known)
     return scores

@@ -9,6 +9,9 @@ notifications and keeps running sums that a request reads in O(1) per node:
 - on which nodes each gang (a Job's or a pod group's pods) already runs
   (locality),
 - the cluster's total allocatable (the pod's dominant resource),
+- per queue nodeSelector in use, the nodes it matches (`nodesets.py`),
+- per pod shape being scheduled, each node's encoded packing score
+  (`scores.py`),
 
 plus the pods approved but not yet seen bound (`assumed`). A pod "holds" its
 requests from the moment it has a node until it reaches a terminal phase or
@@ -29,6 +32,8 @@ from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.resources import Resources
 from extender.assumed import AssumedPods
+from extender.nodesets import Labels, SelectorNodeSets
+from extender.scores import ScoreTables
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -106,7 +111,12 @@ class ExtenderState:
         self._node_allocatable: dict[str, Resources] = {}
         self._allocatable_by_resource: dict[str, dict[str, int]] = {}
         self._allocatable_total: Amounts = {}
-        self._labels: dict[str, tuple[object, frozenset[tuple[str, str]]]] = {}
+        self.node_sets = SelectorNodeSets(store.nodes)
+        self.scores = ScoreTables(
+            known=store.nodes,
+            used_by_resource=self._used_by_resource,
+            allocatable_by_resource=self._allocatable_by_resource,
+        )
         self._listening = False
         self.rebuild()
         store.listeners.append(self.on_change)
@@ -124,6 +134,7 @@ class ExtenderState:
         self._used_by_resource.clear()
         self._queue_used.clear()
         self._gang_nodes.clear()
+        self.scores.clear()
         for uid in list(self.store.pods):
             self._update_pod(uid)
         self._rebuild_nodes()
@@ -132,15 +143,24 @@ class ExtenderState:
         self._node_allocatable.clear()
         self._allocatable_by_resource.clear()
         self._allocatable_total.clear()
-        self._labels.clear()
+        self.scores.clear()
+        self.node_sets.rebuild()
         for name in self.store.nodes:
             self._update_node(name)
+        self._retain_selectors()
 
     def on_change(self, kind: Kind, key: str) -> None:
         if kind == "Pod":
             self._update_pod(key)
         elif kind == "Node":
+            self.node_sets.update(key)
             self._update_node(key)
+        elif kind == "Queue":
+            self._retain_selectors()
+
+    def _retain_selectors(self) -> None:
+        # O(queues) per Queue event, never per request.
+        self.node_sets.retain(queue.node_selector for queue in self.store.queues.values())
 
     @staticmethod
     def _holding(pod: PodRecord | None) -> _Held | None:
@@ -168,6 +188,7 @@ class ExtenderState:
     def _apply(self, held: _Held, sign: int) -> None:
         for resource, value in held.requests.items():
             _add_one(self._used_by_resource, resource, held.node, sign * value)
+            self.scores.usage_changed(resource, held.node)
         if held.queue is not None:
             for resource, value in held.requests.items():
                 _add_one(self._queue_used, held.queue, resource, sign * value)
@@ -178,10 +199,9 @@ class ExtenderState:
         record = self.store.nodes.get(name)
         old = self._node_allocatable.get(name)
         new = record.allocatable if record is not None else None
-        if record is None:
-            self._labels.pop(name, None)
         if old == new:
             return
+        self.scores.node_changed(name)
         if old is not None:
             for resource, value in old.items():
                 self._allocatable_total[resource] = self._allocatable_total.get(resource, 0) - value
@@ -226,17 +246,9 @@ class ExtenderState:
             self._rebuild_nodes()
         return self._allocatable_total
 
-    def node_labels(self, name: str) -> frozenset[tuple[str, str]] | None:
+    def node_labels(self, name: str) -> Labels | None:
         """The node's labels as a set of pairs; None for a node the cache does not know."""
-        record = self.store.nodes.get(name)
-        if record is None:
-            return None
-        cached = self._labels.get(name)
-        if cached is not None and cached[0] is record:
-            return cached[1]
-        labels = frozenset(record.labels)
-        self._labels[name] = (record, labels)
-        return labels
+        return self.node_sets.labels(name)
 
     def unit_of(self, pod: PodRecord) -> UnitRecord | None:
         return holding_unit(pod, self.store.units)[1]

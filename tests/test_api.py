@@ -9,6 +9,7 @@ from arbiter.api import (
     API_PATH,
     API_VERSION,
     MAX_NAME,
+    POOL,
     QUEUE,
     QUEUE_UNIT,
     format_rfc3339,
@@ -23,7 +24,9 @@ def test_group_version_and_collections() -> None:
     assert API_VERSION == "arbiter.dev/v1alpha1"
     assert QUEUE.path == "/apis/arbiter.dev/v1alpha1/queues" and not QUEUE.namespaced
     assert QUEUE_UNIT.path == f"{API_PATH}/queueunits" and QUEUE_UNIT.namespaced
-    assert [kind.kind for kind in API_KINDS] == ["Queue", "QueueUnit", "JobFlow", "JobTemplate"]
+    assert [kind.kind for kind in API_KINDS] == [
+        "Queue", "QueueUnit", "JobFlow", "JobTemplate", "Pool"]
+    assert POOL.path == f"{API_PATH}/pools" and not POOL.namespaced
 
 
 def test_arbiter_keys() -> None:

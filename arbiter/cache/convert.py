@@ -29,8 +29,12 @@ from arbiter.cache.records import (
     OwnerRef,
     PodRecord,
     PodSet,
+    PoolRecord,
     PriorityClassRecord,
     QueueRecord,
+    Taint,
+    Toleration,
+    UnitAdmission,
     UnitRecord,
 )
 from arbiter.core.jsonvalues import brief
@@ -65,6 +69,77 @@ def controller_owner(obj: Obj) -> OwnerRef | None:
     return None
 
 
+def _selector(value: Any, field: str) -> tuple[tuple[str, str], ...]:
+    """matchLabels-style map -> sorted (key, value) pairs."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConversionError(f"{field}: must map label keys to string values")
+    return tuple(sorted(value.items()))
+
+
+def _names(value: Any, field: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConversionError(f"{field}: must be a list of names")
+    return tuple(dict.fromkeys(value))  # first mention wins: it is an order of preference
+
+
+def _toleration(raw: Any, field: str) -> Toleration:
+    if not isinstance(raw, Mapping):
+        raise ConversionError(f"{field}: must be an object")
+    seconds = raw.get("tolerationSeconds")
+    if seconds is not None and (not isinstance(seconds, int) or isinstance(seconds, bool)):
+        raise ConversionError(f"{field}.tolerationSeconds: must be an integer")
+    return Toleration(key=str(raw.get("key") or ""),
+                      operator="Exists" if raw.get("operator") == "Exists" else "Equal",
+                      value=str(raw.get("value") or ""), effect=str(raw.get("effect") or ""),
+                      toleration_seconds=seconds)
+
+
+def _taint(raw: Any, field: str) -> Taint:
+    if not isinstance(raw, Mapping) or not raw.get("key"):
+        raise ConversionError(f"{field}: must be an object with a key")
+    return Taint(key=str(raw["key"]), value=str(raw.get("value") or ""),
+                 effect=str(raw.get("effect") or "NoSchedule"))
+
+
+def pool_from_api(obj: Obj) -> PoolRecord:
+    meta = _meta(obj)
+    spec = cast(Obj, obj.get("spec") or {})
+    tolerations = spec.get("tolerations") or []
+    taints = spec.get("taints") or []
+    if not isinstance(tolerations, list) or not isinstance(taints, list):
+        raise ConversionError("spec.tolerations and spec.taints must be lists")
+    return PoolRecord(
+        name=meta.get("name", ""),
+        node_selector=_selector(spec.get("nodeSelector"), "spec.nodeSelector"),
+        tolerations=tuple(_toleration(t, f"spec.tolerations[{i}]")
+                          for i, t in enumerate(tolerations)),
+        taints=tuple(_taint(t, f"spec.taints[{i}]") for i, t in enumerate(taints)),
+        uid=meta.get("uid", ""),
+        resource_version=meta.get("resourceVersion", ""),
+    )
+
+
+def admission_from_status(raw: Any) -> UnitAdmission | None:
+    """QueueUnit status.admission -> UnitAdmission; None when absent or malformed
+    (a plan is advice the loop can redo, never a reason to drop the unit)."""
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("pool"), str):
+        return None
+    nodes = raw.get("nodes") or {}
+    if not isinstance(nodes, Mapping):
+        return None
+    sets = []
+    for name, planned in nodes.items():
+        if not isinstance(planned, list) or not all(isinstance(n, str) for n in planned):
+            return None
+        sets.append((str(name), tuple(planned)))
+    return UnitAdmission(pool=raw["pool"], nodes=tuple(sorted(sets)))
+
+
 def queue_from_api(obj: Obj) -> QueueRecord:
     meta = _meta(obj)
     spec = cast(Obj, obj.get("spec") or {})
@@ -91,7 +166,8 @@ def queue_from_api(obj: Obj) -> QueueRecord:
         priority=int(spec.get("priority", 0) or 0),
         reclaimable=bool(spec.get("reclaimable", True)),
         state="Closed" if spec.get("state") == "Closed" else "Open",
-        node_selector=tuple(sorted((spec.get("nodeSelector") or {}).items())),
+        node_selector=_selector(spec.get("nodeSelector"), "spec.nodeSelector"),
+        pools=_names(spec.get("pools"), "spec.pools"),
         within_queue="LowerPriority"
         if preemption.get("withinQueue") == "LowerPriority" else "Never",
         uid=meta.get("uid", ""),
@@ -269,6 +345,7 @@ def unit_from_api(obj: Obj) -> UnitRecord:
         last_allocate_time=status.get("lastAllocateTime"),
         resource_version=meta.get("resourceVersion", ""),
         message=status.get("message", "") or "",
+        admission=admission_from_status(status.get("admission")),
     )
 
 
@@ -285,12 +362,14 @@ def priority_class_from_api(obj: Obj) -> PriorityClassRecord:
 __all__ = [
     "EMPTY",
     "ConversionError",
+    "admission_from_status",
     "controller_owner",
     "job_from_api",
     "namespace_from_api",
     "node_from_api",
     "pod_from_api",
     "pod_sets_from_spec",
+    "pool_from_api",
     "priority_class_from_api",
     "queue_from_api",
     "unit_from_api",

@@ -6,8 +6,9 @@ difference between tens and thousands of MiB.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from arbiter.api import (
     ADMITTED_PHASES,
@@ -16,6 +17,7 @@ from arbiter.api import (
     UnitPhase,
     WithinQueuePreemption,
 )
+from arbiter.core.model import Placement
 from arbiter.core.resources import EMPTY, Resources
 
 JobOutcome = Literal["Complete", "Failed"]
@@ -36,6 +38,9 @@ class QueueRecord:
     reclaimable: bool = True
     state: QueueState = "Open"
     node_selector: tuple[tuple[str, str], ...] = ()
+    # spec.pools: the pools its work may use, in order (empty: every pool by
+    # name, `default` last; DESIGN §10).
+    pools: tuple[str, ...] = ()
     within_queue: WithinQueuePreemption = "Never"
     uid: str = ""
     resource_version: str = ""
@@ -58,6 +63,81 @@ class NodeRecord:
     ready: bool = False
     schedulable: bool = True
     labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """One pod toleration, as a Pool asks for it to be added to admitted pods."""
+
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # "" (every effect) | NoSchedule | PreferNoSchedule | NoExecute
+    toleration_seconds: int | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        """The pod spec form, without empty fields."""
+        out: dict[str, Any] = {}
+        if self.key:
+            out["key"] = self.key
+        out["operator"] = self.operator
+        if self.value and self.operator != "Exists":
+            out["value"] = self.value
+        if self.effect:
+            out["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A taint a Pool expects its nodes to carry (informational: arbiter never taints)."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRecord:
+    """A Pool (DESIGN §10): the nodes whose labels include every selector pair.
+
+    A node belongs to the first Pool, by name, that selects it; nodes no Pool
+    selects form the pool `default` (arbiter.core.model.DEFAULT_POOL)."""
+
+    name: str
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    taints: tuple[Taint, ...] = ()
+    uid: str = ""
+    resource_version: str = ""
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.node_selector)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitAdmission:
+    """QueueUnit status.admission: the pool an admitted unit went to and the
+    planned node of each of its pods, per pod set (pod set name -> nodes)."""
+
+    pool: str
+    nodes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def from_placement(cls, placement: Placement) -> UnitAdmission:
+        return cls(placement.pool, tuple(sorted(
+            (name, tuple(nodes)) for name, nodes in placement.nodes.items())))
+
+    def placement(self) -> Placement:
+        return Placement(self.pool, dict(self.nodes))
+
+    def to_api(self) -> dict[str, Any]:
+        return {"pool": self.pool, "nodes": {name: list(nodes) for name, nodes in self.nodes}}
+
+    def planned_nodes(self) -> frozenset[str]:
+        return frozenset(node for _, nodes in self.nodes for node in nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +223,9 @@ class UnitRecord:
     last_allocate_time: str | None = None
     resource_version: str = ""
     message: str = ""
+    # status.admission: set once admitted with node fit (None before, or
+    # when admitted without nodes).
+    admission: UnitAdmission | None = None
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     @property

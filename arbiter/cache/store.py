@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,11 +21,13 @@ from arbiter.cache.jobflow_records import (
     jobflow_from_api,
     jobtemplate_from_api,
 )
+from arbiter.cache.pools import PoolMembership
 from arbiter.cache.records import (
     JobRecord,
     NamespaceRecord,
     NodeRecord,
     PodRecord,
+    PoolRecord,
     PriorityClassRecord,
     QueueRecord,
     UnitRecord,
@@ -35,10 +37,12 @@ from arbiter.core.resources import Resources
 log = logging.getLogger(__name__)
 
 Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
-               "JobFlow", "JobTemplate"]
+               "JobFlow", "JobTemplate", "Pool"]
 # The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
-# JobFlow controller and webhook) are not among them.
-KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass")
+# JobFlow controller and webhook) are not among them. Pool is: admitting
+# before the Pools are known would place work into the wrong pool.
+KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit",
+                           "PriorityClass", "Pool")
 # Kinds filed under namespace/name; Pods are filed by uid, the rest by name.
 NAMESPACED_KINDS: frozenset[Kind] = frozenset({"Job", "QueueUnit", "JobFlow", "JobTemplate"})
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -59,6 +63,7 @@ _CONVERTERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
     "Node": convert.node_from_api, "Pod": convert.pod_from_api, "Job": convert.job_from_api,
     "QueueUnit": convert.unit_from_api, "PriorityClass": convert.priority_class_from_api,
     "JobFlow": jobflow_from_api, "JobTemplate": jobtemplate_from_api,
+    "Pool": convert.pool_from_api,
 }
 
 DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
@@ -94,7 +99,8 @@ def _unmanaged_load(pod: PodRecord | None) -> str | None:
     return pod.node_name or None
 
 
-def _add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
+def add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
+    """total += sign * amounts, in place, dropping names that reach zero."""
     for name, value in amounts.items():
         result = total.get(name, 0) + sign * value
         if result:
@@ -115,6 +121,9 @@ class ClusterStore:
     priority_classes: dict[str, PriorityClassRecord] = field(default_factory=dict)
     jobflows: dict[str, JobFlowRecord] = field(default_factory=dict)  # by namespace/name
     jobtemplates: dict[str, JobTemplateRecord] = field(default_factory=dict)  # by namespace/name
+    pools: dict[str, PoolRecord] = field(default_factory=dict)
+    # node -> pool and pool -> nodes, kept as nodes and Pools change.
+    membership: PoolMembership = field(default_factory=PoolMembership)
     # namespace -> queue listing it in spec.namespaces
     queue_by_namespace: dict[str, str] = field(default_factory=dict)
     pods_by_node: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -173,6 +182,14 @@ class ClusterStore:
         uid = self.pod_uid_by_name.get(f"{namespace}/{name}")
         return self.pods.get(uid) if uid is not None else None
 
+    def pool_of_node(self, node: str) -> str | None:
+        """The pool `node` belongs to (DESIGN §10); None for an unknown node. O(1)."""
+        return self.membership.pool_of(node)
+
+    def nodes_in_pool(self, pool: str) -> Set[str]:
+        """The names of the nodes in `pool` (a read-only live view). O(1)."""
+        return self.membership.nodes_in(pool)
+
     @property
     def synced(self) -> bool:
         return self.synced_kinds >= set(KINDS)
@@ -209,30 +226,44 @@ class ClusterStore:
                         break
 
     def upsert_node(self, record: NodeRecord) -> None:
-        self._count_node(self.nodes.get(record.name), -1)
+        old = self.nodes.get(record.name)
+        self._count_node(old, -1)
         self.nodes[record.name] = record
         self._count_node(record, +1)
+        if old is None or old.labels != record.labels:
+            self.membership.set_node(record)
         self._notify("Node", record.name)
 
     def delete_node(self, name: str) -> None:
         self._count_node(self.nodes.pop(name, None), -1)
+        self.membership.remove_node(name)
         self._notify("Node", name)
+
+    def upsert_pool(self, record: PoolRecord) -> None:
+        self.pools[record.name] = record
+        self.membership.set_pool(record)
+        self._notify("Pool", record.name)
+
+    def delete_pool(self, name: str) -> None:
+        self.pools.pop(name, None)
+        self.membership.remove_pool(name)
+        self._notify("Pool", name)
 
     def _count_node(self, node: NodeRecord | None, sign: int) -> None:
         if node is not None and _counted(node):
-            _add_into(self._counted_allocatable, node.allocatable, sign)
-            _add_into(self._counted_unmanaged, self._unmanaged_by_node.get(node.name, {}), sign)
+            add_into(self._counted_allocatable, node.allocatable, sign)
+            add_into(self._counted_unmanaged, self._unmanaged_by_node.get(node.name, {}), sign)
 
     def _count_pod(self, pod: PodRecord | None, sign: int) -> None:
         node_name = _unmanaged_load(pod)
         if node_name is None or pod is None:
             return
         on_node = self._unmanaged_by_node.setdefault(node_name, {})
-        _add_into(on_node, pod.requests, sign)
+        add_into(on_node, pod.requests, sign)
         if not on_node:
             del self._unmanaged_by_node[node_name]
         if _counted(self.nodes.get(node_name)):
-            _add_into(self._counted_unmanaged, pod.requests, sign)
+            add_into(self._counted_unmanaged, pod.requests, sign)
 
     def upsert_pod(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
@@ -282,6 +313,8 @@ class ClusterStore:
             self.upsert_pod(record)
         elif kind == "Node":
             self.upsert_node(record)
+        elif kind == "Pool":
+            self.upsert_pool(record)
         else:
             self._put(self.table(kind), key, record)
             self._notify(kind, key)
@@ -293,6 +326,8 @@ class ClusterStore:
             self.delete_pod(uid)
         elif kind == "Node":
             self.delete_node(key)
+        elif kind == "Pool":
+            self.delete_pool(key)
         else:
             self._put(self.table(kind), key, None)
             self._notify(kind, key)
@@ -311,6 +346,7 @@ class ClusterStore:
             "Pod": self.pods, "Job": self.jobs, "QueueUnit": self.units,
             "PriorityClass": self.priority_classes,
             "JobFlow": self.jobflows, "JobTemplate": self.jobtemplates,
+            "Pool": self.pools,
         }
         return tables[kind]
 

@@ -422,8 +422,13 @@ def plan(
     ordered: bool = False,
     max_victims: int = 100,
     max_steps: int = 10_000,
+    usable: Callable[[Waiting, Admitted], bool] | None = None,
 ) -> Plan:
     """Victims for the waiting units (see the module doc).
+
+    `usable(w, u)`: whether taking `u` back frees room `w` could use (with
+    node fit, DESIGN §10: `u` holds resources on nodes of `w`'s pools); a
+    victim that would free only room `w` cannot use is never taken for it.
 
     `admitted`: every unit holding capacity (capacity being freed already
     left out) — or, when `allocated` gives what each queue holds, only the
@@ -455,8 +460,10 @@ def plan(
     pool = list(chosen_from) if ordered else sorted(chosen_from, key=victim_order(queues))
     gone: set[str] = set()
 
-    def candidates() -> Iterable[Admitted]:
-        return (u for u in pool if u.key not in gone)
+    def candidates(unit: Waiting) -> Iterable[Admitted]:
+        if usable is None:
+            return (u for u in pool if u.key not in gone)
+        return (u for u in pool if u.key not in gone and usable(unit, u))
 
     cursor = {name: 0 for name in waiting if name in queues and waiting[name]}
     version = dict.fromkeys(cursor, 0)
@@ -496,7 +503,7 @@ def plan(
         else:
             chosen = None
             if may_reclaim(spec, held, unit, free):
-                found = select_reclaim(unit, free, queues, held_by, candidates(), ordered=True,
+                found = select_reclaim(unit, free, queues, held_by, candidates(unit), ordered=True,
                                        capacity=capacity, held=held)
                 if found is not None or may_gain(spec, held, unit.demand, capacity, richest):
                     # Starving even while the units it could take are
@@ -509,7 +516,8 @@ def plan(
                     guaranteed = under_guarantee(held, unit.demand, spec.guarantee)
                 chosen = found
             if chosen is None and spec.within_queue == "LowerPriority":
-                chosen = select_within_queue(unit, free, spec, held, candidates(), ordered=True)
+                chosen = select_within_queue(unit, free, spec, held, candidates(unit),
+                                             ordered=True)
                 reason = "withinQueue"
             if chosen is None:
                 continue  # cannot be served now: the queue offers nothing more

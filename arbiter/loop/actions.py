@@ -24,7 +24,8 @@ from typing import Any
 
 from arbiter.api import ADMISSION_GATE, UnitPhase, format_rfc3339
 from arbiter.cache import convert
-from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
+from arbiter.core.model import Placement
 from arbiter.kubeapi import (
     AlreadyExists,
     ApiError,
@@ -37,6 +38,12 @@ from arbiter.kubeapi import (
     job_path,
     pod_path,
     unit_path,
+)
+from arbiter.loop.placement import (
+    NOTHING,
+    PodDirectives,
+    job_release_ops,
+    pod_release_ops,
 )
 from arbiter.loop.units import DesiredUnit, manifest
 
@@ -56,10 +63,12 @@ class Written:
 
 
 def admission_status(
-    unit: UnitRecord, current: Mapping[str, Any] | None, now: float, by: str = ""
+    unit: UnitRecord, current: Mapping[str, Any] | None, now: float, by: str = "",
+    plan: Placement | None = None,
 ) -> dict[str, Any]:
     """Status of a unit being admitted: one more admission, attempt n+1
-    (`by`: the identity of the leader that admitted it)."""
+    (`by`: the identity of the leader that admitted it; `plan`: where its
+    pods go, recorded as `admission`, or null when admitted without one)."""
     current = current or {}
     stamp = format_rfc3339(now)
     attempt = int(current.get("attempts") or unit.attempts or 0) + 1
@@ -74,8 +83,10 @@ def admission_status(
         "attempts": attempt,
         "lastAllocateTime": stamp,
         "allocated": unit.demand.to_quantities(),
-        "message": f"admitted by queue {unit.queue}",
+        "message": f"admitted by queue {unit.queue}"
+        + (f" into pool {plan.pool}" if plan is not None else ""),
         "position": None,
+        "admission": UnitAdmission.from_placement(plan).to_api() if plan is not None else None,
     }
 
 
@@ -111,9 +122,12 @@ class Actions:
         release_retries: int = 5,
         retry_delay: float = 0.2,
         identity: str = "",
+        directives: Callable[[UnitRecord], PodDirectives] | None = None,
     ) -> None:
         self.api = api
         self.identity = identity
+        # What a released unit's pods are given (arbiter.loop.placement).
+        self.directives = directives or (lambda _: NOTHING)
         self.conflict_retries = conflict_retries
         self.release_retries = release_retries
         self.retry_delay = retry_delay
@@ -174,7 +188,8 @@ class Actions:
                     return None
         return None
 
-    async def admit(self, unit: UnitRecord, now: float) -> Written | None:
+    async def admit(self, unit: UnitRecord, now: float,
+                    plan: Placement | None = None) -> Written | None:
         """Record the admission in the unit's status (phase Dequeued).
 
         A unit admitted before (TimeoutBackoff → Enqueued) is read first, so
@@ -193,7 +208,7 @@ class Actions:
             current = fresh.get("status") or {}
         return await self.write_status(
             record,
-            lambda r, cur: admission_status(r, cur, now, self.identity),
+            lambda r, cur: admission_status(r, cur, now, self.identity, plan),
             still_waiting(unit),
             current=current,
         )
@@ -206,12 +221,17 @@ class Actions:
 
         return await self.write_status(unit, build, in_phase(unit.phase))
 
-    async def write_position(self, unit: UnitRecord, position: int | None) -> Written | None:
+    async def write_position(self, unit: UnitRecord, position: int | None,
+                             message: str | None = None) -> Written | None:
         """Also states the phase: a new unit has none until then (a status
-        cannot be set on create), and `kubectl get qu` should say Enqueued."""
+        cannot be set on create), and `kubectl get qu` should say Enqueued.
+        `message`: why it waits, when that is worth saying (node fit)."""
 
         def build(_: UnitRecord, __: Mapping[str, Any] | None) -> dict[str, Any]:
-            return {"position": position, "phase": unit.phase}
+            status: dict[str, Any] = {"position": position, "phase": unit.phase}
+            if message is not None:
+                status["message"] = message
+            return status
 
         return await self.write_status(unit, build, in_phase(unit.phase))
 
@@ -287,23 +307,73 @@ class Actions:
         consumer = unit.consumer
         if consumer is None:
             return  # a reservation: the status is the whole admission
+        directives = self.directives(unit)
         if consumer.kind == "Job":
-            await self.set_job_suspend(unit.namespace, consumer.name, consumer.uid, False)
+            if directives:
+                await self._with_retries(
+                    f"unsuspend Job {unit.namespace}/{consumer.name}",
+                    lambda: self.release_job_placed(unit.namespace, consumer.name,
+                                                    consumer.uid, directives))
+            else:
+                await self.set_job_suspend(unit.namespace, consumer.name, consumer.uid, False)
         elif consumer.kind == "Pod":
             await self._with_retries(
                 f"ungate pod {unit.namespace}/{consumer.name}",
-                lambda: self.remove_gate(unit.namespace, consumer.name, consumer.uid),
+                lambda: self.ungate(unit.namespace, consumer.name, consumer.uid, directives),
             )
         elif consumer.kind == "PodGroup":
             gated = [p for p in pods if p.gated]
             results = await asyncio.gather(
-                *(self.remove_gate(p.namespace, p.name, p.uid) for p in gated),
+                *(self.ungate(p.namespace, p.name, p.uid, directives) for p in gated),
                 return_exceptions=True,
             )
             failures = [r for r in results
                         if isinstance(r, BaseException) and not isinstance(r, ConsumerGone)]
             if failures:
                 raise failures[0]
+
+    async def ungate(self, namespace: str, name: str, uid: str,
+                     directives: PodDirectives) -> bool:
+        if not directives:
+            return await self.remove_gate(namespace, name, uid)
+        return await self._patch_read(
+            pod_path(namespace, name), uid, f"pod {namespace}/{name}",
+            lambda pod: pod_release_ops(pod, directives))
+
+    async def release_job_placed(self, namespace: str, name: str, uid: str,
+                                 directives: PodDirectives) -> None:
+        """Unsuspend a Job, adding the pool's directives to its pod template
+        (only while it is suspended: a running Job's template is fixed)."""
+
+        def ops(job: Obj) -> list[dict[str, Any]] | None:
+            return job_release_ops(job, directives) \
+                if (job.get("spec") or {}).get("suspend") else None
+
+        await self._patch_read(job_path(namespace, name), uid, f"Job {namespace}/{name}", ops)
+
+    async def _patch_read(self, path: str, uid: str, what: str,
+                          build: Callable[[Obj], list[dict[str, Any]] | None]) -> bool:
+        """Read the object, JSON-patch what `build` says (guarded by its uid
+        and resourceVersion), again if it changed meanwhile; False when
+        `build` finds nothing to do."""
+        for _ in range(4):
+            try:
+                obj = await self.api.get(path)
+            except NotFound as error:
+                raise ConsumerGone(f"{what}: {error}") from error
+            if uid and (obj.get("metadata") or {}).get("uid") != uid:
+                raise ConsumerGone(f"{what} was replaced")
+            ops = build(obj)
+            if ops is None:
+                return False
+            try:
+                await self.api.json_patch(path, ops)
+                return True
+            except NotFound as error:
+                raise ConsumerGone(f"{what}: {error}") from error
+            except (Invalid, Conflict):
+                continue  # changed between the read and the patch: read again
+        raise ApiError(409, "Conflict", f"{what}: kept changing")
 
     async def hold(self, unit: UnitRecord) -> None:
         """Suspend a Job again (only Jobs can be held after release)."""

@@ -42,7 +42,8 @@ from arbiter.loop.actions import Actions
 from arbiter.loop.events import EventSink
 from arbiter.loop.index import LoopIndex, consumer_state, consumer_uid, desired_unit
 from arbiter.loop.inflight import InFlightWrites
-from arbiter.loop.mirror import EngineMirror, engine_unit, submitted
+from arbiter.loop.mirror import EngineMirror, engine_unit, recorded_plan, submitted
+from arbiter.loop.placement import PodDirectives, directives_for
 from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.units import (
@@ -113,11 +114,12 @@ class AdmissionController:
     ) -> None:
         self.store = store
         self.settings = settings or LoopSettings()
-        self.actions = Actions(api, identity=identity)
+        self.actions = Actions(api, identity=identity, directives=self._directives)
         self.events = events
         self.clock = clock
         self.rng = rng or random.Random()
         self.mirror = EngineMirror()
+        self.mirror.nodes.overcommit = self.settings.overcommit
         self.index = LoopIndex()
         self.stats = CycleStats()
         # What the next cycle must look at.
@@ -174,15 +176,21 @@ class AdmissionController:
             consumer = ConsumerKey("Job", namespace, name)
             self._consumers.add(consumer)
         elif kind == "Pod":
-            touched, capacity = self.index.on_pod(key, self.store.pods.get(key))
+            pod = self.store.pods.get(key)
+            touched, capacity = self.index.on_pod(key, pod)
+            self.mirror.nodes.on_pod(key, pod)
             self._consumers.update(touched)
             self._capacity_dirty = self._capacity_dirty or capacity
         elif kind == "Queue":
             self._queues_dirty = True
         elif kind == "Node":
-            if not self.index.on_node(key, self.store.nodes.get(key)):
+            node = self.store.nodes.get(key)
+            placed = self.mirror.nodes.on_node(key, node)
+            if not self.index.on_node(key, node) and not placed:
                 return  # a heartbeat: the capacity is the same
             self._capacity_dirty = True
+        elif kind == "Pool":
+            self.mirror.nodes.set_pools(self.store.pools.values())
         elif kind == "Namespace":
             self._all = True
         else:
@@ -217,6 +225,11 @@ class AdmissionController:
             self._consumers.update(self.index.on_unit(record.key, record))
         self.touch(record.key)
 
+    def _directives(self, unit: UnitRecord) -> PodDirectives:
+        """What a released unit's pods are given: its pool's nodeSelector and
+        tolerations, and its queue's nodeSelector."""
+        return directives_for(unit, self.store.pools, self.store.queues)
+
     def consumer(self, unit: UnitRecord) -> tuple[Consumer, tuple[PodRecord, ...]]:
         """What the unit's consumer is doing (with our unseen writes applied)."""
         key = consumer_key(unit)
@@ -238,6 +251,7 @@ class AdmissionController:
             if not self._indexed:
                 self.index.rebuild(store)
                 self._indexed = True
+            self.mirror.nodes.rebuild(store)
             self._consumers.update(self.index.consumers(store))
             self._units.update(store.units)
             self._units.update(self.writes.assumed_keys())
@@ -274,7 +288,7 @@ class AdmissionController:
             if record is None:  # cannot happen: only known units are pending
                 self.mirror.set(unit.key, None, None)
                 continue
-            self.writer.admit(record, unit)
+            self.writer.admit(record, unit, self.mirror.plan(unit.key))
         if not self.warming:  # take back what others need
             self.reclaimer.after_cycle(self.mirror, now, self.reclaim_access)
         duration = time.perf_counter() - started
@@ -293,6 +307,7 @@ class AdmissionController:
         if reindex:
             self.index = LoopIndex()
             await self.index.fill(store, chunk=chunk)
+            self.mirror.nodes.rebuild(store)
             self._indexed = True
         consumers = self.index.consumers(store)
         for start in range(0, len(consumers), chunk):
@@ -356,7 +371,8 @@ class AdmissionController:
             where = disposition(unit, consumer)
             if where == "pending" and (outdated or self.writes.retry_at(key) > now):
                 where = None  # wait for the watch, or for the retry time
-            self.mirror.set(key, where, engine_unit(unit, submitted(self.store, unit, pods)))
+            self.mirror.set(key, where, engine_unit(unit, submitted(self.store, unit, pods)),
+                            recorded_plan(unit))
         if unit.phase != "TimeoutBackoff":
             writer.backoff_until.pop(key, None)
         elif key not in writer.backoff_until:

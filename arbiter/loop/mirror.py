@@ -10,16 +10,20 @@ engine, so their demand is taken off its capacity instead.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping
 from typing import Literal
 
-from arbiter.cache.records import PodRecord, QueueRecord, UnitRecord
+from arbiter.cache.records import PodRecord, PodSet, QueueRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.deserved import deserved
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
+from arbiter.core.model import Placement
+from arbiter.core.model import PodSet as EnginePodSet
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.index import LoopIndex, consumer_state
+from arbiter.loop.nodes import NodeModel
 from arbiter.loop.units import Disposition, demand_of, disposition
 
 State = Literal["pending", "parked", "admitted", "orphan"]
@@ -37,6 +41,8 @@ def queue_spec(record: QueueRecord) -> QueueSpec:
         capability=record.capability,
         blocking=record.blocking,
         policy=record.policy,
+        pools=record.pools,
+        node_selector=dict(record.node_selector),
     )
 
 
@@ -53,6 +59,8 @@ class EngineMirror:
         self._pending_demand: dict[str, dict[str, int]] = {}
         self.waiting: Counter[str] = Counter()  # pending + parked, by queue
         self.admitted: Counter[str] = Counter()  # admitted + orphan, by queue
+        # Nodes, Pools and what runs on each node (DESIGN §10).
+        self.nodes = NodeModel(lambda: self.engine)
 
     # -- configuration -----------------------------------------------------------
     def engine_capacity(self) -> Resources:
@@ -87,8 +95,9 @@ class EngineMirror:
             wanted = self._state_for(
                 "admitted" if state in ("admitted", "orphan") else "pending", unit)
             if wanted != state:
+                plan = self.engine.plan(key)
                 self._remove(key, state, unit)
-                self._add(key, wanted, unit)
+                self._add(key, wanted, unit, plan)
 
     # -- units ---------------------------------------------------------------------
     def _state_for(self, disposition: Literal["pending", "admitted"], unit: Unit) -> State:
@@ -101,8 +110,11 @@ class EngineMirror:
         entry = self.entries.get(key)
         return entry[0] if entry is not None else None
 
-    def set(self, key: str, disposition: Disposition, unit: Unit | None) -> None:
-        """Make the engine agree that `key` is pending / admitted / gone."""
+    def set(self, key: str, disposition: Disposition, unit: Unit | None,
+            placement: Placement | None = None) -> None:
+        """Make the engine agree that `key` is pending / admitted / gone
+        (`placement`: an admitted unit's recorded plan, used when the engine
+        learns of it admitted: after a restart, or admitted by another leader)."""
         new: tuple[State, Unit] | None = None
         if disposition is not None and unit is not None:
             new = (self._state_for(disposition, unit), unit)
@@ -112,15 +124,16 @@ class EngineMirror:
         if old is not None:
             self._remove(key, *old)
         if new is not None:
-            self._add(key, *new)
+            self._add(key, *new, placement)
 
-    def _add(self, key: str, state: State, unit: Unit) -> None:
+    def _add(self, key: str, state: State, unit: Unit, placement: Placement | None = None) -> None:
         self.entries[key] = (state, unit)
         if state == "pending":
             self.engine.add_pending(unit)
             self._count_pending(unit, 1)
         elif state == "admitted":
-            self.engine.add_admitted(unit)
+            self.engine.add_admitted(unit, placement)
+            self.nodes.planned(key, self.engine.plan(key) is not None)
         elif state == "orphan":
             self._orphan_demand = self._orphan_demand + unit.demand
             self.engine.set_capacity(self.engine_capacity())
@@ -136,6 +149,7 @@ class EngineMirror:
             self._count_pending(unit, -1)
         elif state == "admitted":
             self.engine.release(key)
+            self.nodes.planned(key, False)
         elif state == "orphan":
             self._orphan_demand = self._orphan_demand - unit.demand
             self.engine.set_capacity(self.engine_capacity())
@@ -154,8 +168,10 @@ class EngineMirror:
     def admit_all(self) -> list[Unit]:
         """Progressive filling (DESIGN §4); the units come back admitted
         (assumed) in the order the engine chose them."""
+        self.sync_nodes()
         chosen = self.engine.admit_all()
         for unit in chosen:
+            self.nodes.planned(unit.key, self.engine.plan(unit.key) is not None)
             self.entries[unit.key] = ("admitted", unit)
             self._count_pending(unit, -1)
             self.waiting[unit.queue] -= 1
@@ -163,6 +179,17 @@ class EngineMirror:
                 del self.waiting[unit.queue]
             self.admitted[unit.queue] += 1
         return chosen
+
+    def sync_nodes(self) -> None:
+        """Give the engine what changed on nodes since the last call."""
+        self.nodes.flush(self._admitted_unit)
+
+    def _admitted_unit(self, key: str) -> Unit | None:
+        entry = self.entries.get(key)
+        return entry[1] if entry is not None and entry[0] == "admitted" else None
+
+    def plan(self, key: str) -> Placement | None:
+        return self.engine.plan(key)
 
     def waiting_units(self, queue: str) -> list[Unit]:
         """Units of `queue` not admitted: engine order first, then parked ones."""
@@ -218,7 +245,18 @@ def engine_unit(unit: UnitRecord, created: float | None = None) -> Unit:
         demand=demand_of(unit.pod_sets),
         priority=unit.priority,
         created=unit.created if created is None else created,
+        pods=_engine_pods(unit.pod_sets),
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _engine_pods(pod_sets: tuple[PodSet, ...]) -> tuple[EnginePodSet, ...]:
+    return tuple(EnginePodSet(ps.name, ps.count, ps.requests) for ps in pod_sets)
+
+
+def recorded_plan(unit: UnitRecord) -> Placement | None:
+    """The plan an admitted unit's status records (None: none recorded)."""
+    return unit.admission.placement() if unit.admission is not None else None
 
 
 def mirror_from_store(store: ClusterStore, overcommit: float = 1.0) -> EngineMirror:
@@ -227,10 +265,14 @@ def mirror_from_store(store: ClusterStore, overcommit: float = 1.0) -> EngineMir
     index = LoopIndex()
     index.rebuild(store)
     mirror = EngineMirror()
+    mirror.nodes.overcommit = overcommit
     mirror.set_queues(store.queues)
     mirror.set_capacity(store.capacity(overcommit))
+    mirror.nodes.rebuild(store)
+    mirror.sync_nodes()
     for key, unit in store.units.items():
         state, pods = consumer_state(store, index, unit)
         mirror.set(key, disposition(unit, state),
-                   engine_unit(unit, submitted(store, unit, pods)))
+                   engine_unit(unit, submitted(store, unit, pods)), recorded_plan(unit))
+    mirror.sync_nodes()
     return mirror

@@ -13,6 +13,7 @@ import functools
 import logging
 from collections.abc import Callable
 
+from arbiter import metrics
 from arbiter.cache.records import UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.fairshare import Unit
@@ -21,10 +22,21 @@ from arbiter.loop.actions import Actions
 from arbiter.loop.events import EventSink
 from arbiter.loop.inflight import InFlightWrites
 from arbiter.loop.mirror import EngineMirror
+from arbiter.loop.pool_status import (
+    PoolMetrics,
+    PoolStatusWriter,
+    PoolView,
+    pool_views,
+    queue_pools,
+)
 from arbiter.loop.status import QueueMetrics, QueueStatusWriter, QueueView, positions, queue_views
 from arbiter.ratelimit import Throttle, TokenBucket
 
 log = logging.getLogger(__name__)
+
+# How the engine's explanations of node fit begin (AdmissionEngine._no_room):
+# a unit that fits in total but on no node of its pools.
+NODE_FIT_REASON = "no node"
 
 
 class StatusPublisher:
@@ -57,8 +69,12 @@ class StatusPublisher:
         self.waiting_event_depth = waiting_event_depth
         self.position_depth = position_depth
         self.views: dict[str, QueueView] = {}
+        self.pool_views: dict[str, PoolView] = {}
         self.queue_metrics = QueueMetrics()
+        self.pool_metrics = PoolMetrics()
         self.queue_writer = QueueStatusWriter(actions.api, interval=interval)
+        self.pool_writer = PoolStatusWriter(actions.api, interval=interval)
+        self._unplaceable: set[str] = set()  # units counted in unit_unplaceable_total
         self.position_throttle = Throttle(interval)
         self.status_bucket = TokenBucket(qps, max(1.0, qps * 2), clock())
         self._waiting_said: dict[str, str] = {}
@@ -68,39 +84,83 @@ class StatusPublisher:
         now = self.clock()
         self.writes.expire_overrides(now)
         waiting = self.mirror.waiting_by_queue()
-        views = queue_views(self.mirror, waiting=waiting)
+        shares = {queue: tuple(share.to_json() for share in held)
+                  for queue, held in queue_pools(self.mirror).items()}
+        views = queue_views(self.mirror, waiting=waiting, pools=shares)
         self.views = views
         self.queue_metrics.update(views)
         for view in self.queue_writer.due(views, now):
             if not self.status_bucket.take(now):
                 break
             self.writes.spawn(functools.partial(self._write_queue, view, now))
+        self._publish_pools(now)
         depth = self.position_depth
-        self._publish_positions(positions(self.mirror, waiting=waiting, depth=depth), now)
+        self._publish_positions(positions(self.mirror, waiting=waiting, depth=depth),
+                                self._head_messages(views, waiting), now)
         self._waiting_events(views, waiting)
 
-    def _publish_positions(self, where: dict[str, int], now: float) -> None:
+    def _publish_pools(self, now: float) -> None:
+        self.pool_views = pool_views(self.mirror)
+        self.pool_metrics.update(self.pool_views)
+        for view in self.pool_writer.due(self.pool_views, self.store.pools, now):
+            if not self.status_bucket.take(now):
+                break
+            self.writes.spawn(functools.partial(self._write_pool, view, now))
+
+    async def _write_pool(self, view: PoolView, now: float) -> None:
+        try:
+            await self.pool_writer.write(view, now)
+        except ApiError as error:
+            log.warning("status of Pool %s not written: %s", view.name, error)
+
+    def _head_messages(self, views: dict[str, QueueView],
+                       waiting: dict[str, list[Unit]]) -> dict[str, str]:
+        """The message of each queue's head unit that waits for room on a
+        node (it fits the queue's share and the cluster in total): the
+        engine's explanation, naming the largest free slot. Counted once
+        per unit in `arbiter_unit_unplaceable_total`."""
+        out: dict[str, str] = {}
+        for name, units in waiting.items():
+            view = views.get(name)
+            if not units or view is None or not view.reason.startswith(NODE_FIT_REASON):
+                continue
+            head = units[0].key
+            out[head] = f"waiting in queue {name}: {view.reason}"
+            if head not in self._unplaceable:
+                self._unplaceable.add(head)
+                metrics.unit_unplaceable_total.labels(name).inc()
+        if self._unplaceable:
+            still = {unit.key for units in waiting.values() for unit in units}
+            self._unplaceable &= still
+        return out
+
+    def _publish_positions(self, where: dict[str, int], messages: dict[str, str],
+                           now: float) -> None:
         for key, position in sorted(where.items(), key=lambda item: item[1]):
             if self.writes.busy(key):
                 continue
             unit = self.unit(key)
-            if unit is None or unit.position == position:
+            message = messages.get(key)
+            if unit is None or (unit.position == position
+                                and message in (None, unit.message)):
                 continue
-            if not self.position_throttle.due(key, position, now):
+            if not self.position_throttle.due(key, (position, message), now):
                 continue
             if not self.status_bucket.take(now):
                 break
-            self.writes.spawn(functools.partial(self._write_position, unit, position), key=key)
+            self.writes.spawn(functools.partial(self._write_position, unit, position, message),
+                              key=key)
         self.position_throttle.forget(where)
 
-    async def _write_position(self, unit: UnitRecord, position: int) -> None:
+    async def _write_position(self, unit: UnitRecord, position: int,
+                              message: str | None = None) -> None:
         key = unit.key
         try:
             async with self.writes.locked(key):
-                written = await self.actions.write_position(unit, position)
+                written = await self.actions.write_position(unit, position, message)
             if written is not None:
                 self.writes.assume(written.record)
-            self.position_throttle.written(key, position, self.clock())
+            self.position_throttle.written(key, (position, message), self.clock())
         except ApiError as error:
             log.debug("position of %s not written: %s", key, error)
 

@@ -10,7 +10,7 @@ and all status writes together stay under `status_qps`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -52,6 +52,8 @@ class QueueView:
     admitted: int
     pending_units: tuple[PendingEntry, ...]
     reason: str = ""
+    # Per pool: what its admitted units hold there (PoolShare.to_json each).
+    pools: tuple[Mapping[str, Any], ...] = ()
 
     def status(self) -> dict[str, Any]:
         """Queue `.status` without conditions (those carry transition times).
@@ -67,6 +69,8 @@ class QueueView:
             "admitted": self.admitted,
             "pendingUnits": [entry.to_json() for entry in self.pending_units],
         }
+        if self.pools:
+            status["pools"] = [dict(share) for share in self.pools]
         for key, resources in (("allocatedSummary", self.allocated),
                                ("deservedSummary", self.deserved)):
             if text := summary(resources):
@@ -97,9 +101,11 @@ def queue_views(
     *,
     top: int = TOP_PENDING,
     waiting: Mapping[str, list[Unit]] | None = None,
+    pools: Mapping[str, tuple[Mapping[str, Any], ...]] | None = None,
 ) -> dict[str, QueueView]:
     """The state of every known queue, from the engine (`waiting`: each
-    queue's waiting units in order, when the caller has them already)."""
+    queue's waiting units in order, when the caller has them already;
+    `pools`: each queue's per-pool usage, when nodes are known)."""
     engine = mirror.engine
     deserved = mirror.deserved()
     views: dict[str, QueueView] = {}
@@ -126,6 +132,7 @@ def queue_views(
             admitted=mirror.admitted.get(name, 0),
             pending_units=tuple(entries),
             reason=reason,
+            pools=pools.get(name, ()) if pools is not None else (),
         )
     return views
 
@@ -156,27 +163,46 @@ def metric_amount(resource: str, amount: int) -> float:
     return amount / 1000 if resource in MILLI_RESOURCES else float(amount)
 
 
+class ResourceGauges:
+    """Gauges labelled (name, resource), one amount each per name; the label
+    sets of names and resources that went are removed (a stale series
+    would read as a value)."""
+
+    def __init__(self, *gauges: Any) -> None:
+        self.gauges = gauges
+        self._resources: dict[str, set[str]] = {}
+
+    def update(self, amounts: Mapping[str, Sequence[Resources]]) -> list[str]:
+        """Set every gauge of every name (`amounts[name][i]` for gauge i);
+        returns the names that went."""
+        gone = [n for n in self._resources if n not in amounts]
+        for name in gone:
+            for resource in self._resources.pop(name):
+                for gauge in self.gauges:
+                    _remove(gauge, name, resource)
+        for name, values in amounts.items():
+            resources = set().union(*values)
+            for resource in self._resources.get(name, set()) | resources:
+                for gauge, value in zip(self.gauges, values, strict=True):
+                    gauge.labels(name, resource).set(
+                        metric_amount(resource, value.get_amount(resource)))
+            self._resources[name] = self._resources.get(name, set()) | resources
+        return gone
+
+
 class QueueMetrics:
     """Sets the per-queue gauges; label sets of queues that went are removed."""
 
     def __init__(self) -> None:
-        self._resources: dict[str, set[str]] = {}
+        self._amounts = ResourceGauges(metrics.queue_allocated, metrics.queue_deserved)
 
     def update(self, views: Mapping[str, QueueView]) -> None:
-        for name in [n for n in self._resources if n not in views]:
-            for resource in self._resources.pop(name):
-                for gauge in (metrics.queue_allocated, metrics.queue_deserved):
-                    _remove(gauge, name, resource)
+        gone = self._amounts.update({name: (view.allocated, view.deserved)
+                                     for name, view in views.items()})
+        for name in gone:
             _remove(metrics.queue_dominant_share, name)
             _remove(metrics.queue_pending_units, name)
         for name, view in views.items():
-            resources = set(view.allocated) | set(view.deserved)
-            for resource in self._resources.get(name, set()) | resources:
-                metrics.queue_allocated.labels(name, resource).set(
-                    metric_amount(resource, view.allocated.get_amount(resource)))
-                metrics.queue_deserved.labels(name, resource).set(
-                    metric_amount(resource, view.deserved.get_amount(resource)))
-            self._resources[name] = self._resources.get(name, set()) | resources
             metrics.queue_dominant_share.labels(name).set(float(view.dominant_share))
             metrics.queue_pending_units.labels(name).set(view.pending)
 

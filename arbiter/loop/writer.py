@@ -21,6 +21,7 @@ from arbiter.api import UnitPhase
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.fairshare import Unit
+from arbiter.core.model import Placement
 from arbiter.kubeapi import ApiError
 from arbiter.loop.actions import Actions, ConsumerGone, Written
 from arbiter.loop.decisions import log_decision
@@ -77,9 +78,9 @@ class UnitWriter:
     def update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
         self.writes.spawn(functools.partial(self._update_spec, unit, spec), key=unit.key)
 
-    def admit(self, unit: UnitRecord, chosen: Unit) -> None:
+    def admit(self, unit: UnitRecord, chosen: Unit, plan: Placement | None = None) -> None:
         self.admitting.add(unit.key)
-        self.writes.spawn(functools.partial(self._admit, unit, chosen), key=unit.key)
+        self.writes.spawn(functools.partial(self._admit, unit, chosen, plan), key=unit.key)
 
     def step(self, unit: UnitRecord, step: Step) -> None:
         self.writes.spawn(functools.partial(self._step, unit, step), key=unit.key)
@@ -118,7 +119,7 @@ class UnitWriter:
         finally:
             self.touch(unit.key)
 
-    async def _admit(self, unit: UnitRecord, chosen: Unit) -> None:
+    async def _admit(self, unit: UnitRecord, chosen: Unit, plan: Placement | None) -> None:
         """Status first (the admission record), then release the consumer."""
         key = unit.key
         admitted = False
@@ -127,7 +128,7 @@ class UnitWriter:
                 # A position write may have run meanwhile: start from its result.
                 unit = self.unit(key) or unit
                 now = self.clock()
-                written = await self.actions.admit(unit, now)
+                written = await self.actions.admit(unit, now, plan)
             if written is None:
                 # Changed under us (or gone): decide again on the newer version.
                 self.writes.conflicted(unit)

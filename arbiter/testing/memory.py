@@ -29,8 +29,9 @@ _KINDS: dict[str, Kind] = {
     "nodes": "Node",
     "namespaces": "Namespace",
     "priorityclasses": "PriorityClass",
+    "pools": "Pool",
 }
-_STATUS_KINDS = {"queues", "queueunits", "jobs", "pods", "nodes"}
+_STATUS_KINDS = {"queues", "queueunits", "jobs", "pods", "nodes", "pools"}
 
 # A hook may refuse a request: (method, path, body) -> an error to raise, or None.
 Hook = Callable[[str, str, Any], ApiError | None]

@@ -40,6 +40,8 @@ CLUSTER: set[Grant] = {
     *{("arbiter.dev", "queueunits", verb, "") for verb in
       ("get", "list", "watch", "create", "patch")},
     ("arbiter.dev", "queueunits/status", "patch", ""),
+    ("arbiter.dev", "pools", "list", ""), ("arbiter.dev", "pools", "watch", ""),
+    ("arbiter.dev", "pools/status", "patch", ""),
     ("arbiter.dev", "jobflows", "list", ""), ("arbiter.dev", "jobflows", "watch", ""),
     ("arbiter.dev", "jobtemplates", "list", ""), ("arbiter.dev", "jobtemplates", "watch", ""),
     ("arbiter.dev", "jobflows/status", "patch", ""),

@@ -190,6 +190,23 @@ def arbiter_get(sandbox: Sandbox, path: str, name: str = "arbiter") -> tuple[int
     return http_get(base + path, context)
 
 
+@contextmanager
+def arbiter_with(sandbox: Sandbox, args: list[str]) -> Iterator[None]:
+    """The primary arbiter restarted with `args` (leading again) for the
+    block; the default restored afterwards."""
+    sandbox.stop_arbiter()
+    sandbox.start_arbiter(args)
+    wait_for("arbiter leads", lambda: metrics(sandbox)[("arbiter_leader", ())] == 1.0,
+             timeout=60)
+    try:
+        yield
+    finally:
+        sandbox.stop_arbiter()
+        sandbox.start_arbiter()
+        wait_for("arbiter leads again",
+                 lambda: metrics(sandbox)[("arbiter_leader", ())] == 1.0, timeout=60)
+
+
 def debug_queues(sandbox: Sandbox, name: str = "arbiter") -> dict[str, Any]:
     status, body = arbiter_get(sandbox, "/debug/queues", name)
     assert status == 200, body[:200]

@@ -20,6 +20,7 @@ from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
     CPUS,
     admissions,
+    arbiter_with,
     create,
     get,
     job,
@@ -43,17 +44,8 @@ CONVERGE_WITHIN = 90.0
 @pytest.fixture(scope="module", autouse=True)
 def short_grace(sandbox: Sandbox) -> Iterator[None]:
     """The primary arbiter with --reclaim-grace 5 for this module only."""
-    sandbox.stop_arbiter()
-    sandbox.start_arbiter(["--reclaim-grace", str(GRACE)])
-    wait_for("arbiter leads", lambda: metrics(sandbox)[("arbiter_leader", ())] == 1.0,
-             timeout=60)
-    try:
+    with arbiter_with(sandbox, ["--reclaim-grace", str(GRACE)]):
         yield
-    finally:
-        sandbox.stop_arbiter()
-        sandbox.start_arbiter()
-        wait_for("arbiter leads again",
-                 lambda: metrics(sandbox)[("arbiter_leader", ())] == 1.0, timeout=60)
 
 
 def preempted(sandbox: Sandbox, queue_name: str, reason: str = "reclaim") -> float:

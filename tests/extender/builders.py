@@ -62,8 +62,22 @@ def queue(name: str, *, weight: int = 1, capability: Mapping[str, str] | None = 
     }
 
 
+def pool(name: str, node_selector: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "arbiter.dev/v1alpha1",
+        "kind": "Pool",
+        "metadata": {"name": name, "uid": uid()},
+        "spec": {"nodeSelector": dict(node_selector)},
+    }
+
+
 def unit(namespace: str, name: str, queue_name: str, *, phase: str = "Running",
-         count: int = 1, cpu: str = "1", priority: int = 0) -> dict[str, Any]:
+         count: int = 1, cpu: str = "1", priority: int = 0,
+         admission: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A QueueUnit; `admission` is its status.admission ({pool, nodes: {podSet: [node]}})."""
+    status: dict[str, Any] = {"phase": phase}
+    if admission is not None:
+        status["admission"] = dict(admission)
     return {
         "apiVersion": "arbiter.dev/v1alpha1",
         "kind": "QueueUnit",
@@ -73,7 +87,7 @@ def unit(namespace: str, name: str, queue_name: str, *, phase: str = "Running",
             "priority": priority,
             "podSets": [{"name": "main", "count": count, "requests": {"cpu": cpu}}],
         },
-        "status": {"phase": phase},
+        "status": status,
     }
 
 
@@ -195,6 +209,9 @@ class World:
 
     def unit(self, namespace: str, name: str, queue_name: str, **options: Any) -> None:
         self.add("QueueUnit", unit(namespace, name, queue_name, **options))
+
+    def pool(self, name: str, **node_selector: str) -> None:
+        self.add("Pool", pool(name, node_selector))
 
     def pod(self, name: str, **options: Any) -> dict[str, Any]:
         obj = pod(name, **options)

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.prioritize import dominant_resource, prioritize_nodes
-from extender.wire import parse_extender_args
+from extender.wire import HostPriorityList, parse_extender_args
 from tests.extender import builders as b
 from tests.extender.builders import World
 
 
 def scores(world: World, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
-    answer = prioritize_nodes(world.state, parse_extender_args(b.extender_args(pod, names)))
+    encoded = prioritize_nodes(world.state, parse_extender_args(b.extender_args(pod, names)))
+    answer: HostPriorityList = orjson.loads(orjson.dumps(encoded))
     assert [entry["Host"] for entry in answer] == names  # one entry per node, in order
     return {entry["Host"]: entry["Score"] for entry in answer}
 

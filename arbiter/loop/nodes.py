@@ -1,0 +1,228 @@
+"""The engine's nodes, kept in step with the cache (DESIGN §10).
+
+The engine decides node fit on Ready, schedulable nodes, each with a `used`
+amount: what runs there that the engine holds no plan for. Admitted units
+with a plan count their pods at their planned nodes inside the engine, so a
+bound pod counts in `used` only while its unit has no plan — an unmanaged
+pod, a pod of a unit admitted without a plan (released outside arbiter, or
+admitted before node fit), a pod of a queue arbiter does not know. Each pod
+is counted exactly once: by its unit's plan, or in its node's `used`.
+
+When a planned unit's pod binds, the plan follows the real binding
+(`AdmissionEngine.replan`): the bound pods at their nodes, the planned nodes
+of the pods not bound yet after them.
+
+Incremental: a pod event changes one node's `used` (pushed to the engine
+once per cycle, per node that changed); a unit gaining or losing its plan
+moves its own bound pods in or out of `used`. Only a change of the node set
+itself (a node added, removed, made Ready/unschedulable, relabelled, resized)
+or of the Pools rebuilds the engine's node model, O(nodes); a heartbeat does
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from arbiter.cache.ownership import pod_consumer
+from arbiter.cache.records import NodeRecord, PodRecord, PoolRecord
+from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore, add_into
+from arbiter.core.fairshare import AdmissionEngine
+from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
+from arbiter.core.resources import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """A pod that holds resources on a node."""
+
+    unit: str  # the key of the unit its consumer would have
+    node: str
+    requests: Resources
+
+
+def _bound(pod: PodRecord | None) -> _Bound | None:
+    if pod is None or not pod.node_name or pod.phase not in ACTIVE_POD_PHASES:
+        return None
+    return _Bound(pod_consumer(pod).unit_key, pod.node_name, pod.requests)
+
+
+def _node_shape(node: NodeRecord) -> tuple[object, ...]:
+    """What the engine's node model is made of (a heartbeat changes none of it)."""
+    return (node.allocatable, node.ready, node.schedulable, node.labels)
+
+
+def follow_bindings(plan: Placement, unit: Unit, bound: Iterable[_Bound]) -> Placement:
+    """`plan` with the pods that bound at their real nodes: per pod set, the
+    bound pods' nodes, then the planned nodes of the pods not bound yet
+    (planned nodes a bound pod took first, then the rest in order)."""
+    sets = unit.pods
+    by_requests = {ps.requests: ps.name for ps in sets}
+    default = sets[0].name if sets else MAIN_POD_SET
+    counts = {ps.name: ps.count for ps in sets} or {MAIN_POD_SET: 1}
+    actual: dict[str, list[str]] = {}
+    for pod in bound:
+        actual.setdefault(by_requests.get(pod.requests, default), []).append(pod.node)
+    nodes: dict[str, tuple[str, ...]] = {}
+    for name in {*plan.nodes, *actual}:
+        there = sorted(actual.get(name, ()))
+        rest = list(plan.nodes.get(name, ()))
+        for node in there:
+            if node in rest:
+                rest.remove(node)
+        room = max(0, counts.get(name, len(there)) - len(there))
+        nodes[name] = (*there, *rest[:room])
+    return Placement(plan.pool, nodes)
+
+
+class NodeModel:
+    """Nodes, Pools and per-node `used` for one AdmissionEngine."""
+
+    def __init__(self, engine: Callable[[], AdmissionEngine], overcommit: float = 1.0) -> None:
+        self._engine = engine
+        self.overcommit = overcommit
+        self.enabled = False  # until the first rebuild: the engine fits on aggregates only
+        self._nodes: dict[str, NodeRecord] = {}
+        self._shapes: dict[str, tuple[object, ...]] = {}
+        self._pools: list[Pool] = []
+        self._pods: dict[str, _Bound] = {}  # by pod uid
+        self._by_unit: dict[str, set[str]] = {}  # unit key -> uids of its bound pods
+        self._used: dict[str, dict[str, int]] = {}  # node -> requests of uncovered pods
+        self._covered: set[str] = set()  # units whose pods the engine counts by plan
+        self._in_engine: set[str] = set()
+        self._rebuild_engine = False
+        self._dirty_nodes: set[str] = set()
+        self._replan: set[str] = set()
+
+    # -- from the cache ------------------------------------------------------------
+    def rebuild(self, store: ClusterStore) -> None:
+        """Everything from the store once (a new leader, a full pass): O(pods + nodes)."""
+        self.enabled = True
+        self._nodes = dict(store.nodes)
+        self._shapes = {name: _node_shape(node) for name, node in self._nodes.items()}
+        self.set_pools(store.pools.values())
+        self._pods = {}
+        self._by_unit = {}
+        self._used = {}
+        self._covered = set(self._engine().plans())
+        for uid, pod in store.pods.items():
+            self.on_pod(uid, pod)
+        self._replan.update(self._covered)
+        self._rebuild_engine = True
+
+    def on_node(self, name: str, node: NodeRecord | None) -> bool:
+        """A Node changed; whether the engine's node model must change."""
+        shape = _node_shape(node) if node is not None else None
+        if self._shapes.get(name) == shape:
+            return False
+        if node is None:
+            self._nodes.pop(name, None)
+            self._shapes.pop(name, None)
+        else:
+            self._nodes[name] = node
+            self._shapes[name] = shape  # type: ignore[assignment]
+        self._rebuild_engine = True
+        return True
+
+    def set_pools(self, pools: Iterable[PoolRecord]) -> None:
+        wanted = [Pool(p.name, dict(p.node_selector)) for p in sorted(pools, key=lambda p: p.name)]
+        if [(p.name, p.node_selector) for p in wanted] != [
+                (p.name, p.node_selector) for p in self._pools]:
+            self._pools = wanted
+            self._rebuild_engine = True
+
+    def on_pod(self, uid: str, pod: PodRecord | None) -> bool:
+        """A pod changed; whether a node's usage or a plan may change."""
+        new = _bound(pod)
+        old = self._pods.get(uid)
+        if old == new:
+            return False
+        if old is not None:
+            self._count(old, -1)
+            members = self._by_unit.get(old.unit)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self._by_unit[old.unit]
+            del self._pods[uid]
+        if new is not None:
+            self._pods[uid] = new
+            self._by_unit.setdefault(new.unit, set()).add(uid)
+            self._count(new, +1)
+        return True
+
+    def _count(self, pod: _Bound, sign: int) -> None:
+        if pod.unit in self._covered:
+            self._replan.add(pod.unit)
+            return
+        add_into(self._used.setdefault(pod.node, {}), pod.requests, sign)
+        self._dirty_nodes.add(pod.node)
+
+    # -- from the engine ------------------------------------------------------------
+    def planned(self, key: str, has_plan: bool) -> None:
+        """Unit `key` has (or no longer has) a plan in the engine: its bound
+        pods move out of (into) their nodes' `used`."""
+        if has_plan == (key in self._covered):
+            return
+        pods = [self._pods[uid] for uid in self._by_unit.get(key, ())]
+        if has_plan:
+            for pod in pods:
+                self._count(pod, -1)
+            self._covered.add(key)
+            self._replan.add(key)
+        else:
+            self._covered.discard(key)
+            self._replan.discard(key)
+            for pod in pods:
+                self._count(pod, +1)
+
+    def flush(self, units: Callable[[str], Unit | None]) -> None:
+        """Push what changed to the engine (once per cycle, before admitting);
+        `units(key)`: the admitted engine unit of `key`, for plans to follow."""
+        if not self.enabled:
+            return
+        engine = self._engine()
+        if self._rebuild_engine:
+            self._rebuild_engine = False
+            self._dirty_nodes.clear()
+            nodes = [self._node(node) for node in self._nodes.values()
+                     if node.ready and node.schedulable]
+            self._in_engine = {node.name for node in nodes}
+            engine.set_nodes(nodes, self._pools)
+        elif self._dirty_nodes:
+            for name in sorted(self._dirty_nodes):
+                if name in self._in_engine:
+                    engine.set_node_used(name, Resources(self._used.get(name, {})))
+            self._dirty_nodes.clear()
+        if self._replan:
+            for key in sorted(self._replan):
+                plan = engine.plan(key)
+                unit = units(key)
+                if plan is None or unit is None:
+                    continue
+                bound = [self._pods[uid] for uid in self._by_unit.get(key, ())]
+                moved = follow_bindings(plan, unit, bound)
+                if moved.nodes != plan.nodes:
+                    engine.replan(key, moved)
+            self._replan.clear()
+
+    def _node(self, node: NodeRecord) -> Node:
+        allocatable = node.allocatable
+        if self.overcommit != 1.0:
+            allocatable = Resources({k: int(v * self.overcommit) for k, v in allocatable.items()})
+        return Node(node.name, dict(node.labels), allocatable,
+                    Resources(self._used.get(node.name, {})))
+
+    # -- queries ---------------------------------------------------------------------
+    def nodes_by_pool(self, pool_of: Callable[[str], str | None]) -> Counter[str]:
+        """How many Ready, schedulable nodes the engine has in each pool."""
+        return Counter(pool for pool in map(pool_of, self._in_engine) if pool is not None)
+
+    def labels(self, node: str) -> dict[str, str]:
+        record = self._nodes.get(node)
+        return dict(record.labels) if record is not None else {}
+
+    def used(self, node: str) -> Resources:
+        return Resources(self._used.get(node, {}))

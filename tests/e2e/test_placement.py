@@ -1,0 +1,235 @@
+"""Placement-aware admission on the real control plane (issue 17, DESIGN §10;
+10 fake nodes × 1 CPU): a unit is admitted only where its pods can run.
+
+The primary arbiter runs with a short reclaim grace here, so a reclaim that
+would evict work the waiting unit cannot use anyway (its queue is confined
+to other nodes) would show within the test. Nodes are labelled for a test
+and unlabelled afterwards; Pools are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from arbiter.api import MANAGED_LABEL
+from arbiter.sandbox import Sandbox
+from tests.e2e.helpers import (
+    CPUS,
+    admissions,
+    arbiter_with,
+    create,
+    get,
+    job,
+    metrics,
+    namespace,
+    pod,
+    scenario,
+    suffix,
+    units,
+    wait_for,
+)
+
+NODES = [f"kwok-node-{index}" for index in range(CPUS)]
+# The pool's nodes: the last by name, so first-fit placement of unconfined
+# work does not reach them first.
+POOL_NODES = NODES[-2:]
+GRACE = 5.0
+LONG = "10m"  # the Jobs here run until their namespace goes
+
+
+@pytest.fixture(scope="module", autouse=True)
+def short_grace(sandbox: Sandbox) -> Iterator[None]:
+    with arbiter_with(sandbox, ["--reclaim-grace", str(GRACE)]):
+        yield
+
+
+@contextmanager
+def labelled(sandbox: Sandbox, nodes: list[str], key: str, value: str) -> Iterator[None]:
+    sandbox.kubectl("label", "node", *nodes, f"{key}={value}", "--overwrite")
+    try:
+        yield
+    finally:
+        sandbox.kubectl("label", "node", *nodes, f"{key}-", check=False)
+
+
+def pool_object(name: str, selector: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "arbiter.dev/v1alpha1", "kind": "Pool",
+            "metadata": {"name": name}, "spec": {"nodeSelector": selector}}
+
+
+def long_job(name: str, ns: str, *, cpu: str = "1", pods: int = 1) -> dict[str, Any]:
+    body = job(name, ns, cpu=cpu, runs_for=LONG)
+    body["spec"]["parallelism"] = pods
+    body["spec"]["completions"] = pods
+    return body
+
+
+def pods_of(sandbox: Sandbox, ns: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get(sandbox, "pods", "-n", ns)["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def unsuspended(sandbox: Sandbox, ns: str) -> int:
+    return sum(1 for j in get(sandbox, "jobs", "-n", ns)["items"] if not j["spec"].get("suspend"))
+
+
+def admitted(sandbox: Sandbox, ns: str) -> list[dict[str, Any]]:
+    return [u for u in units(sandbox, ns)
+            if (u.get("status") or {}).get("phase") in ("Dequeued", "Running")]
+
+
+def bound_nodes(sandbox: Sandbox, ns: str) -> list[str]:
+    return sorted(p["spec"]["nodeName"] for p in pods_of(sandbox, ns)
+                  if p["spec"].get("nodeName"))
+
+
+def no_pod_pending(sandbox: Sandbox, *namespaces: str) -> None:
+    for ns in namespaces:
+        pending = [p["metadata"]["name"] for p in pods_of(sandbox, ns)
+                   if not p["spec"].get("nodeName")]
+        assert pending == [], f"admitted pods without a node in {ns}: {pending}"
+
+
+def taken_back(sandbox: Sandbox, queue_name: str) -> float:
+    return metrics(sandbox).get(
+        ("arbiter_preempted_units_total", (("queue", queue_name), ("reason", "reclaim"))), 0.0)
+
+
+def bound(sandbox: Sandbox, ns: str, count: int) -> list[str] | None:
+    nodes = bound_nodes(sandbox, ns)
+    return nodes if len(nodes) == count else None
+
+
+def confined_then_open(sandbox: Sandbox, confined: dict[str, Any], label: str) -> None:
+    """Five 1-CPU Jobs in a queue confined to POOL_NODES (labelled `label`),
+    then ten in a queue without limits: exactly 2 + 8 admitted, each bound
+    where planned, none of them Pending; a reclaim grace later, the same."""
+    tag = suffix()
+    small, big = f"confined-{tag}", f"open-{tag}"
+    ns_small, ns_big = f"pl-small-{tag}", f"pl-big-{tag}"
+    started = time.monotonic()
+    with scenario(sandbox, {small: {"namespaces": [ns_small], **confined},
+                            big: {"namespaces": [ns_big]}}, [ns_small, ns_big]):
+        create(sandbox, *(long_job(f"s{i}", ns_small) for i in range(5)))
+        nodes = wait_for("the confined queue's two Jobs bound",
+                         lambda: bound(sandbox, ns_small, 2), timeout=60)
+        assert nodes == POOL_NODES
+        create(sandbox, *(long_job(f"b{i}", ns_big) for i in range(10)))
+        wait_for("eight of the open queue's Jobs bound",
+                 lambda: bound(sandbox, ns_big, 8), timeout=90)
+        # Past the reclaim grace: nothing moved (the waiting confined Jobs
+        # cannot use the open queue's nodes, so nothing is taken from it).
+        time.sleep(GRACE + 6)
+        assert len(admitted(sandbox, ns_small)) == 2 and unsuspended(sandbox, ns_small) == 2
+        assert len(admitted(sandbox, ns_big)) == 8 and unsuspended(sandbox, ns_big) == 8
+        # Admitted once each: nothing was taken back and admitted again.
+        assert all(len(admissions(u)) == 1 for u in admitted(sandbox, ns_big))
+        assert taken_back(sandbox, big) == 0
+        assert bound_nodes(sandbox, ns_small) == POOL_NODES
+        assert not set(bound_nodes(sandbox, ns_big)) & set(POOL_NODES)
+        no_pod_pending(sandbox, ns_small, ns_big)
+        for unit in admitted(sandbox, ns_small):
+            planned = unit["status"]["admission"]["nodes"]["main"]
+            assert len(planned) == 1 and planned[0] in POOL_NODES, unit["status"]
+        waiting = [u for u in units(sandbox, ns_small) if u not in admitted(sandbox, ns_small)]
+        assert len(waiting) == 3
+        # The plan travelled: the released Jobs' templates select the nodes.
+        for item in get(sandbox, "jobs", "-n", ns_small)["items"]:
+            if not item["spec"].get("suspend"):
+                selector = item["spec"]["template"]["spec"].get("nodeSelector") or {}
+                assert selector.get(label) == "yes", item["spec"]["template"]["spec"]
+    print(f"\nconfined {json.dumps(confined)}: {time.monotonic() - started:.1f}s")
+
+
+def test_a_queue_confined_by_node_selector_admits_what_its_nodes_hold(
+        sandbox: Sandbox) -> None:
+    key = f"e2e-place-{suffix()}"
+    with labelled(sandbox, POOL_NODES, key, "yes"):
+        confined_then_open(sandbox, {"nodeSelector": {key: "yes"}}, key)
+
+
+def test_a_queue_confined_to_a_pool_admits_what_the_pool_holds(sandbox: Sandbox) -> None:
+    tag = suffix()
+    key, name = f"e2e-pool-{tag}", f"fast-{tag}"
+    with labelled(sandbox, POOL_NODES, key, "yes"):
+        create(sandbox, pool_object(name, {key: "yes"}))
+        try:
+            wait_for("the Pool's status", lambda: (get(sandbox, "pool", name).get("status")
+                                                  or {}).get("nodes") == 2, timeout=30)
+            confined_then_open(sandbox, {"pools": [name]}, key)
+        finally:
+            sandbox.kubectl("delete", "pool", name, "--ignore-not-found", check=False)
+
+
+def test_fragmented_free_space_admits_only_what_fits_on_a_node(sandbox: Sandbox) -> None:
+    """Ten unmanaged 600m pods, one per node (4 CPU free in total, 400m per
+    node): 2 × 1 CPU stays suspended, saying why; 4 × 300m runs."""
+    tag = suffix()
+    name, ns, filler = f"frag-{tag}", f"pl-frag-{tag}", f"pl-fill-{tag}"
+    started = time.monotonic()
+    # Out of arbiter's hands from the start: the webhook lets its pods be.
+    create(sandbox, namespace(filler, {MANAGED_LABEL: "false"}))
+    try:
+        fragmented(sandbox, name, ns, filler)
+    finally:
+        sandbox.kubectl("delete", "namespace", filler, "--timeout=120s", check=False)
+    print(f"\nfragmented: {time.monotonic() - started:.1f}s")
+
+
+def fragmented(sandbox: Sandbox, name: str, ns: str, filler: str) -> None:
+    with scenario(sandbox, {name: {"namespaces": [ns]}}, [ns]):
+        fillers = []
+        for index, node in enumerate(NODES):
+            body = pod(f"fill-{index}", filler, cpu="600m")
+            body["spec"]["nodeName"] = node
+            fillers.append(body)
+        create(sandbox, *fillers)
+        wait_for("the fillers running", lambda: sum(
+            1 for p in pods_of(sandbox, filler)
+            if (p.get("status") or {}).get("phase") == "Running") == CPUS, timeout=60)
+        create(sandbox, long_job("wide", ns, cpu="1", pods=2))
+        unit = wait_for("the wide Job's unit says why it waits", lambda: next(
+            (u for u in units(sandbox, ns)
+             if "no node has room" in (u.get("status") or {}).get("message", "")), None),
+            timeout=60)
+        assert "400m cpu" in unit["status"]["message"], unit["status"]
+        assert "needs 1 cpu per pod" in unit["status"]["message"], unit["status"]
+        create(sandbox, long_job("narrow", ns, cpu="300m", pods=4))
+        nodes = wait_for("the narrow Job's four pods bound",
+                         lambda: bound(sandbox, ns, 4), timeout=60)
+        assert len(set(nodes)) == 4  # one per node: 400m free on each
+        wide = get(sandbox, "job", "wide", "-n", ns)
+        assert wide["spec"]["suspend"] is True
+        assert (get(sandbox, "queueunit", "job-wide", "-n", ns).get("status")
+                or {}).get("phase") == "Enqueued"
+        no_pod_pending(sandbox, ns)
+
+
+def test_pool_and_queue_status_show_per_pool_usage(sandbox: Sandbox) -> None:
+    tag = suffix()
+    key, name = f"e2e-stat-{tag}", f"stat-{tag}"
+    qname, ns = f"stat-q-{tag}", f"pl-stat-{tag}"
+    with labelled(sandbox, POOL_NODES, key, "yes"):
+        create(sandbox, pool_object(name, {key: "yes"}))
+        try:
+            with scenario(sandbox, {qname: {"namespaces": [ns], "pools": [name]}}, [ns]):
+                create(sandbox, long_job("one", ns))
+                wait_for("one pod bound", lambda: bound(sandbox, ns, 1), timeout=60)
+                status = wait_for("the Pool's allocated", lambda: (
+                    s if (s := get(sandbox, "pool", name).get("status") or {})
+                    .get("allocated", {}).get("cpu") == "1" else None), timeout=30)
+                assert status["nodes"] == 2 and status["capacity"]["cpu"] == "2"
+                shares = wait_for("the Queue's pools", lambda: (
+                    get(sandbox, "queue", qname).get("status") or {}).get("pools"), timeout=30)
+                assert shares == [{"name": name, "admitted": 1, "allocated": {"cpu": "1"}}]
+                printed = sandbox.kubectl("get", "pool", name).stdout
+                assert "cpu=2" in printed and "cpu=1" in printed, printed
+        finally:
+            sandbox.kubectl("delete", "pool", name, "--ignore-not-found", check=False)
+

@@ -96,6 +96,19 @@ def no_pod_pending(sandbox: Sandbox, *namespaces: str) -> None:
         assert pending == [], f"admitted pods without a node in {ns}: {pending}"
 
 
+def state(sandbox: Sandbox, *namespaces: str) -> str:
+    """Units and pods of `namespaces`, one line each (for failure messages)."""
+    lines = []
+    for ns in namespaces:
+        for unit in units(sandbox, ns):
+            got = unit.get("status") or {}
+            lines.append(f"{ns}/{unit['metadata']['name']}: {got.get('phase')} "
+                         f"{got.get('admission')} {got.get('message')}")
+        lines += [f"{ns}/{p['metadata']['name']}: node={p['spec'].get('nodeName')} "
+                  f"selector={p['spec'].get('nodeSelector')}" for p in pods_of(sandbox, ns)]
+    return "\n".join(lines)
+
+
 def taken_back(sandbox: Sandbox, queue_name: str) -> float:
     return metrics(sandbox).get(
         ("arbiter_preempted_units_total", (("queue", queue_name), ("reason", "reclaim"))), 0.0)
@@ -121,8 +134,11 @@ def confined_then_open(sandbox: Sandbox, confined: dict[str, Any], label: str) -
                          lambda: bound(sandbox, ns_small, 2), timeout=60)
         assert nodes == POOL_NODES
         create(sandbox, *(long_job(f"b{i}", ns_big) for i in range(10)))
-        wait_for("eight of the open queue's Jobs bound",
-                 lambda: bound(sandbox, ns_big, 8), timeout=90)
+        try:
+            wait_for("eight of the open queue's Jobs bound",
+                     lambda: bound(sandbox, ns_big, 8), timeout=90)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{state(sandbox, ns_small, ns_big)}") from None
         # Past the reclaim grace: nothing moved (the waiting confined Jobs
         # cannot use the open queue's nodes, so nothing is taken from it).
         time.sleep(GRACE + 6)

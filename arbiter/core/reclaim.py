@@ -455,8 +455,17 @@ def plan(
     pool = list(chosen_from) if ordered else sorted(chosen_from, key=victim_order(queues))
     gone: set[str] = set()
 
+    # Queues this pass has served a unit to: never victims of a later unit in
+    # the same pass. A victim is requeued in its queue's order, possibly ahead
+    # of the unit served to that queue; admission would then hand the room to
+    # the victim, not to the unit it was planned for, and undo the pass.
+    takers: set[str] = set()
+
     def candidates() -> Iterable[Admitted]:
         return (u for u in pool if u.key not in gone)
+
+    def reclaimable() -> Iterable[Admitted]:
+        return (u for u in pool if u.key not in gone and u.queue not in takers)
 
     cursor = {name: 0 for name in waiting if name in queues and waiting[name]}
     version = dict.fromkeys(cursor, 0)
@@ -496,7 +505,7 @@ def plan(
         else:
             chosen = None
             if may_reclaim(spec, held, unit, free):
-                found = select_reclaim(unit, free, queues, held_by, candidates(), ordered=True,
+                found = select_reclaim(unit, free, queues, held_by, reclaimable(), ordered=True,
                                        capacity=capacity, held=held)
                 if found is not None or may_gain(spec, held, unit.demand, capacity, richest):
                     # Starving even while the units it could take are
@@ -532,6 +541,7 @@ def plan(
             held[r] = held.get(r, 0) + v
             free[r] = free.get(r, 0) - v
         served.append(unit.key)
+        takers.add(name)
         cursor[name] = index + 1
         for other in touched:
             if other in cursor:

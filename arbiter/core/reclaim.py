@@ -33,9 +33,10 @@ every victim queue V satisfies the rule with all of S_V taken at once
 is checking them all, and dropping victims from an allowed set keeps it
 allowed). T's share is the one before w, whatever the other victims.
 
-Each such move raises the sorted vector of weighted shares (leximin), so
-reclaim cannot loop; for same-shaped units its fixpoint is progressive
-filling's allocation (ties aside). The README gives the argument.
+Each such move raises the sorted vector of weighted shares (leximin) once
+admission admits the unit it was made for (which `plan` sees to: below);
+for same-shaped units the fixpoint is progressive filling's allocation
+(ties aside). The README gives the argument and what it does not cover.
 
 **Order.** Candidates are tried lowest queue priority first, then lowest unit
 priority, then most recently admitted, then most recently created, then key.
@@ -68,7 +69,11 @@ it served in this pass never makes its running units look richer), the
 taker by what it holds plus the units served to it in this pass. A queue
 that lost units to reclaim in this pass counts as due for the rest of it:
 the grace absorbs bursts of new work, and its demand was running a moment
-ago. A queue whose unit cannot be served offers nothing more in this pass.
+ago. A queue that has been served a unit in this pass is no victim for the
+rest of it: its victim would be requeued, perhaps ahead of the unit it was
+served, and admission would give the room back to the victim (the README
+shows the loop that made). A queue whose unit cannot be served offers
+nothing more in this pass.
 The pass stops before it would exceed `max_victims` victims (a single unit
 that needs more is still served).
 """
@@ -460,10 +465,19 @@ def plan(
     pool = list(chosen_from) if ordered else sorted(chosen_from, key=victim_order(queues))
     gone: set[str] = set()
 
+    # Queues this pass has served a unit to: never victims of a later unit in
+    # the same pass. A victim is requeued in its queue's order, possibly ahead
+    # of the unit served to that queue; admission would then hand the room to
+    # the victim, not to the unit it was planned for, and undo the pass.
+    takers: set[str] = set()
+
     def candidates(unit: Waiting) -> Iterable[Admitted]:
         if usable is None:
             return (u for u in pool if u.key not in gone)
         return (u for u in pool if u.key not in gone and usable(unit, u))
+
+    def reclaimable(unit: Waiting) -> Iterable[Admitted]:
+        return (u for u in candidates(unit) if u.queue not in takers)
 
     cursor = {name: 0 for name in waiting if name in queues and waiting[name]}
     version = dict.fromkeys(cursor, 0)
@@ -503,7 +517,7 @@ def plan(
         else:
             chosen = None
             if may_reclaim(spec, held, unit, free):
-                found = select_reclaim(unit, free, queues, held_by, candidates(unit), ordered=True,
+                found = select_reclaim(unit, free, queues, held_by, reclaimable(unit), ordered=True,
                                        capacity=capacity, held=held)
                 if found is not None or may_gain(spec, held, unit.demand, capacity, richest):
                     # Starving even while the units it could take are
@@ -540,6 +554,7 @@ def plan(
             held[r] = held.get(r, 0) + v
             free[r] = free.get(r, 0) - v
         served.append(unit.key)
+        takers.add(name)
         cursor[name] = index + 1
         for other in touched:
             if other in cursor:

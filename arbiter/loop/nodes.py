@@ -77,6 +77,10 @@ def follow_bindings(plan: Placement, unit: Unit, bound: Iterable[_Bound]) -> Pla
     return Placement(plan.pool, nodes)
 
 
+def _planned_nodes(plan: Placement) -> set[str]:
+    return {node for nodes in plan.nodes.values() for node in nodes}
+
+
 class NodeModel:
     """Nodes, Pools and per-node `used` for one AdmissionEngine."""
 
@@ -197,6 +201,7 @@ class NodeModel:
                     engine.set_node_used(name, Resources(self._used.get(name, {})))
             self._dirty_nodes.clear()
         if self._replan:
+            claimed: set[str] | None = None
             for key in sorted(self._replan):
                 plan = engine.plan(key)
                 unit = units(key)
@@ -204,9 +209,36 @@ class NodeModel:
                     continue
                 bound = [self._pods[uid] for uid in self._by_unit.get(key, ())]
                 moved = follow_bindings(plan, unit, bound)
-                if moved.nodes != plan.nodes:
-                    engine.replan(key, moved)
+                if moved.nodes == plan.nodes:
+                    continue
+                # A pod that bound on a node another unit's pod is planned for
+                # but not bound on yet is most likely half of a swap (two pods
+                # of the same shape bound to each other's planned nodes, one
+                # watch event after the other): moving now would count that
+                # node twice and show the other one free for a moment, enough
+                # to admit a unit there whose pods then stay Pending. Keep the
+                # plan; the per-node counts stay right. Rare, so the O(plans)
+                # look is taken only here.
+                if claimed is None:
+                    claimed = self._unbound_planned_nodes(engine)
+                arrived = {pod.node for pod in bound} - _planned_nodes(plan)
+                if arrived & claimed:
+                    continue
+                engine.replan(key, moved)
             self._replan.clear()
+
+    def _unbound_planned_nodes(self, engine: AdmissionEngine) -> set[str]:
+        """Nodes some admitted unit's plan holds a slot on that none of its
+        bound pods fills."""
+        claimed: set[str] = set()
+        for key, plan in engine.plans().items():
+            on = Counter(self._pods[uid].node for uid in self._by_unit.get(key, ()))
+            for node in (node for nodes in plan.nodes.values() for node in nodes):
+                if on[node] > 0:
+                    on[node] -= 1
+                else:
+                    claimed.add(node)
+        return claimed
 
     def _node(self, node: NodeRecord) -> Node:
         allocatable = node.allocatable

@@ -23,7 +23,7 @@ async def test_an_admission_logs_exactly_one_json_line_with_queue_and_unit(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     c = Cluster()
-    await c.nodes(2)
+    await c.nodes(1, cpu="2")  # one node that holds the 2-CPU pod (node fit)
     await c.queue("q")
     await c.job("ns", "train", "q", cpu="2")
     await c.settle()

@@ -9,7 +9,7 @@ decreasing), and a backtracking placer that tries every assignment.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 
 import pytest
@@ -234,31 +234,41 @@ class Checker:
                 assert "no node" in engine.explain_unit(unit.key), unit
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(min_value=0, max_value=2**32))
-def test_admitted_units_fit_and_no_placeable_unit_waits(seed: int) -> None:
-    rng = random.Random(seed)
-    nodes, pools, queues, units = random_cluster(rng)
+def play(rng: random.Random, nodes: list[Node], pools: list[Pool], queues: list[QueueSpec],
+         units: list[Unit], *, rounds: int, releases: Callable[[], int],
+         finish_unmanaged: bool) -> None:
+    """Admit until nothing fits, check every plan and every waiting unit
+    against the oracle, release some plans (and, with `finish_unmanaged`, let
+    an unmanaged pod on some node finish), and go again."""
     capacity = capacity_of(nodes)
     engine = AdmissionEngine(capacity, queues, nodes, pools)
     for unit in units:
         engine.add_pending(unit)
     check = Checker(engine, nodes, pools, queues, capacity)
-    for _ in range(3):
+    for _ in range(rounds):
         while (got := engine.next()) is not None:
             check.admitted(got)
         check.nothing_left()
-        # Free some room and go on: released plans give their nodes back.
-        for key in rng.sample(sorted(check.plans), k=min(2, len(check.plans))):
+        # Released room wakes the queues waiting for it; most find it taken.
+        for key in rng.sample(sorted(check.plans), k=min(releases(), len(check.plans))):
             engine.release(key)
             check.released(key)
-        # ... and an unmanaged pod on some node finishes.
+        if not finish_unmanaged:
+            continue
         node = rng.choice(nodes)
         if node.used:
             engine.set_node_used(node.name, EMPTY)
             for r, v in node.used.items():
                 check.free[node.name][r] = check.free[node.name].get(r, 0) + v
             nodes[nodes.index(node)] = Node(node.name, node.labels, node.allocatable)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32))
+def test_admitted_units_fit_and_no_placeable_unit_waits(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes, pools, queues, units = random_cluster(rng)
+    play(rng, nodes, pools, queues, units, rounds=3, releases=lambda: 2, finish_unmanaged=True)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

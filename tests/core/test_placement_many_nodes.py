@@ -9,9 +9,9 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.fairshare import AdmissionEngine, Node, PodSet, Pool, QueueSpec, Unit
+from arbiter.core.fairshare import Node, PodSet, Pool, QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
-from tests.core.test_placement import Checker, capacity_of
+from tests.core.test_placement import play
 
 
 def many_nodes_cluster(
@@ -60,16 +60,5 @@ def many_nodes_cluster(
 def test_many_nodes_admitted_units_fit_and_no_placeable_unit_waits(seed: int) -> None:
     rng = random.Random(seed)
     nodes, pools, queues, units = many_nodes_cluster(rng)
-    capacity = capacity_of(nodes)
-    engine = AdmissionEngine(capacity, queues, nodes, pools)
-    for unit in units:
-        engine.add_pending(unit)
-    check = Checker(engine, nodes, pools, queues, capacity)
-    for _ in range(4):
-        while (got := engine.next()) is not None:
-            check.admitted(got)
-        check.nothing_left()
-        # Released room wakes the queues waiting for it; most find it taken.
-        for key in rng.sample(sorted(check.plans), k=min(rng.randint(1, 6), len(check.plans))):
-            engine.release(key)
-            check.released(key)
+    play(rng, nodes, pools, queues, units, rounds=4, releases=lambda: rng.randint(1, 6),
+         finish_unmanaged=False)

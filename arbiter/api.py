@@ -65,6 +65,7 @@ ADMISSION_GATE: Final = "arbiter.dev/admission"
 CONSUMER_KIND_LABEL: Final = "arbiter.dev/consumer-kind"
 # On a JobFlow's Jobs: labels to select them by, annotations because the
 # cache's JobRecord keeps a Job's arbiter.dev/ annotations (not its labels).
+# Name constants: one shape by nature, each its own API name.
 FLOW_LABEL: Final = "arbiter.dev/jobflow"
 STEP_LABEL: Final = "arbiter.dev/jobflow-step"
 FLOW_ANNOTATION: Final = "arbiter.dev/jobflow"

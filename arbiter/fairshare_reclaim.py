@@ -34,6 +34,7 @@ from arbiter.fairshare_scenario import (
     Scenario,
     ScenarioError,
     evaluate,
+    list_field,
     load_scenario,
     read_document,
 )
@@ -52,7 +53,7 @@ def take_running(document: object) -> Entries:
     for index, entry in enumerate(document["queues"]):
         if isinstance(entry, dict) and RUNNING in entry:
             field = f"queues[{index}].{RUNNING}"
-            found[str(entry.get("name"))] = (field, _entries(entry.pop(RUNNING), field))
+            found[str(entry.get("name"))] = (field, list_field(entry.pop(RUNNING), field))
     return found
 
 
@@ -61,16 +62,8 @@ def read_from(file: str) -> Entries:
     document = read_document(file)
     if not isinstance(document, Mapping):
         raise ScenarioError(f"{file}: expected a mapping of queue names to running units")
-    return {str(name): (f"{file}: {name}", _entries(entries, f"{file}: {name}"))
+    return {str(name): (f"{file}: {name}", list_field(entries, f"{file}: {name}"))
             for name, entries in document.items()}
-
-
-def _entries(value: object, field: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ScenarioError(f"{field}: expected a list of units")
-    return value
 
 
 def running_units(scenario: Scenario, running: Entries) -> list[Unit]:

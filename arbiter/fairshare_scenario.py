@@ -141,7 +141,7 @@ def _labels(value: object, field: str) -> dict[str, str]:
     return dict(value)
 
 
-def _list(value: object, field: str) -> list[Any]:
+def list_field(value: object, field: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -160,7 +160,7 @@ def _named(raw: object, field: str, allowed: tuple[str, ...]) -> tuple[Mapping[s
 def _load_nodes(raw_nodes: object) -> tuple[Node, ...]:
     nodes: list[Node] = []
     seen: set[str] = set()
-    for ni, raw_node in enumerate(_list(raw_nodes, "nodes")):
+    for ni, raw_node in enumerate(list_field(raw_nodes, "nodes")):
         nf = f"nodes[{ni}]"
         entry, name = _named(raw_node, nf, _NODE_FIELDS)
         if "allocatable" not in entry or not isinstance(entry["allocatable"], Mapping):
@@ -180,10 +180,11 @@ def _load_nodes(raw_nodes: object) -> tuple[Node, ...]:
     return tuple(nodes)
 
 
+# Same loading steps as _load_nodes (list, name, duplicates); the entries differ.
 def _load_pools(raw_pools: object) -> tuple[Pool, ...]:
     pools: list[Pool] = []
     seen: set[str] = set()
-    for pi, raw_pool in enumerate(_list(raw_pools, "pools")):
+    for pi, raw_pool in enumerate(list_field(raw_pools, "pools")):
         pf = f"pools[{pi}]"
         entry, name = _named(raw_pool, pf, _POOL_FIELDS)
         if name == DEFAULT_POOL:
@@ -202,7 +203,7 @@ def _queue_pools(entry: Mapping[str, Any], qf: str, known: set[str] | None) -> t
         return ()
     if known is None:
         raise ScenarioError(f"{qf}.pools: needs top-level nodes")
-    raw = _list(entry["pools"], f"{qf}.pools")
+    raw = list_field(entry["pools"], f"{qf}.pools")
     names = tuple(_name(pool, f"{qf}.pools[{i}]") for i, pool in enumerate(raw))
     for i, pool in enumerate(names):
         if pool not in known:

@@ -130,6 +130,7 @@ async def open_stream(
     return response
 
 
+# Same keyword signature as open_stream on purpose: one call shape for both.
 async def request_json(
     api: Any,
     method: str,

@@ -52,6 +52,7 @@ preempted_units_total = Counter(
     registry=REGISTRY,
 )
 
+# Metric declarations repeat one shape by nature (name, help, labels, registry).
 # Per pool (DESIGN §10).
 pool_capacity = Gauge(
     "arbiter_pool_capacity",

@@ -249,6 +249,7 @@ async def _load(kubeconfig: Path | None) -> list[QueueRow]:
         return await fetch_rows(client)
 
 
+# Every CLI command registers itself this way (same shape as the others, by design).
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "queues",

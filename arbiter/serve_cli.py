@@ -89,11 +89,18 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=_DefaultsFormatter,
     )
     add = parser.add_argument
+
+    def number(flag: str, kind: type[int] | type[float], default: float, help: str) -> None:
+        # The flag's default: its ARBITER_ variable when set and not empty, else the
+        # ServeConfig default.
+        raw = _env(flag[2:])
+        add(flag, type=kind, default=kind(raw) if raw else default, help=help)
+
     add("--kubeconfig", default=_env("kubeconfig"),
         help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     add("--host", default=_env("host", defaults.host), help="address to listen on")
-    add("--port", type=int, default=int(_env("port", str(defaults.port)) or defaults.port),
-        help="HTTPS port of the webhook (and of /healthz, /readyz, /metrics)")
+    number("--port", int, defaults.port,
+           help="HTTPS port of the webhook (and of /healthz, /readyz, /metrics)")
     add("--cert-dir", type=Path, default=Path(_env("cert_dir", str(defaults.cert_dir)) or "."),
         help="directory with ca.crt/ca.key/tls.crt/tls.key; generated when empty; used as "
              "is (and reloaded on change) when it holds tls.crt/tls.key but no ca.key")
@@ -110,8 +117,7 @@ def add_parser(subparsers: Any) -> None:
     add("--excluded-namespaces",
         default=_env("excluded_namespaces", ",".join(DEFAULT_EXCLUDED_NAMESPACES)),
         help="comma-separated namespaces arbiter never manages")
-    add("--overcommit", type=float,
-        default=float(_env("overcommit", str(defaults.overcommit)) or 1.0),
+    number("--overcommit", float, defaults.overcommit,
         help="factor applied to cluster capacity")
     add("--no-leader-elect", action="store_true", default=_env_flag("no_leader_elect"),
         help="run the admission loop without a Lease (one replica only)")
@@ -119,51 +125,40 @@ def add_parser(subparsers: Any) -> None:
         help="this replica's leader-election identity (default: hostname)")
     add("--lease-name", default=_env("lease_name", defaults.lease_name),
         help="name of the leader-election Lease in --namespace")
-    add("--reclaim-grace", type=float,
-        default=float(_env("reclaim_grace", str(defaults.reclaim_grace)) or 0.0),
+    number("--reclaim-grace", float, defaults.reclaim_grace,
         help="seconds a queue below its deserved share waits before resources are "
              "reclaimed for it (short bursts do not thrash)")
-    add("--admission-timeout", type=float,
-        default=float(_env("admission_timeout", str(defaults.admission_timeout)) or 0.0),
+    number("--admission-timeout", float, defaults.admission_timeout,
         help="seconds an admitted unit may take to start running before it is backed off "
              "and requeued")
-    add("--status-interval", type=float,
-        default=float(_env("status_interval", str(defaults.status_interval)) or 0.0),
+    number("--status-interval", float, defaults.status_interval,
         help="minimum seconds between two status writes of one Queue or QueueUnit")
-    add("--status-qps", type=float,
-        default=float(_env("status_qps", str(defaults.status_qps)) or 0.0),
+    number("--status-qps", float, defaults.status_qps,
         help="status writes per second, all objects together")
     add("--username", action="append", default=list(_csv(_env("username") or "")),
         help="username arbiter's requests carry, if SelfSubjectReview is unavailable "
              "(repeatable)")
-    add("--max-body-bytes", type=int,
-        default=int(_env("max_body_bytes", str(defaults.max_body_bytes)) or 0),
+    number("--max-body-bytes", int, defaults.max_body_bytes,
         help="largest AdmissionReview body accepted (larger: HTTP 400)")
-    add("--extender-assume-ttl", type=float,
-        default=float(_env("extender_assume_ttl", str(defaults.extender_assume_ttl)) or 30.0),
+    number("--extender-assume-ttl", float, defaults.extender_assume_ttl,
         help="seconds a pod the scheduler extender approved counts against its queue's "
              "capability before its binding is seen")
-    add("--extender-port", type=int,
-        default=int(_env("extender_port", str(defaults.extender_port)) or 0),
+    number("--extender-port", int, defaults.extender_port,
         help="HTTPS port of the scheduler extender (/scheduler/...), its own listener")
     add("--extender-client-ca", type=Path, default=_env("extender_client_ca"),
         help="CA file: the extender then requires a client certificate it signed "
              "(kube-scheduler's tlsConfig certFile/keyFile); without it any client may "
              "call the extender and a warning is logged at start")
-    add("--metrics-port", type=int,
-        default=int(_env("metrics_port", str(defaults.metrics_port)) or 0),
+    number("--metrics-port", int, defaults.metrics_port,
         help="HTTPS port of /metrics, /healthz, /readyz and the debug API")
     add("--debug-api", default=_env("debug_api", defaults.debug_api),
         choices=["off", "loopback", "token"],
         help="the read-only /debug API on the metrics port: off; loopback (clients on "
              "this host only); token (a bearer token the apiserver accepts, for a user "
              "who may get Queues)")
-    add("--extender-locality-weight", type=int,
-        default=int(_env("extender_locality_weight",
-                         str(defaults.extender_locality_weight)) or 0),
+    number("--extender-locality-weight", int, defaults.extender_locality_weight,
         help="prioritize: weight of gang locality (nodes running the unit's pods)")
-    add("--extender-binpack-weight", type=int,
-        default=int(_env("extender_binpack_weight", str(defaults.extender_binpack_weight)) or 0),
+    number("--extender-binpack-weight", int, defaults.extender_binpack_weight,
         help="prioritize: weight of bin-packing on the pod's dominant resource")
     add("--log-level", default=_env("log_level", "info"),
         choices=["debug", "info", "warning", "error", "DEBUG", "INFO", "WARNING", "ERROR"],
@@ -172,6 +167,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    # Field by field on purpose (same shape as the other record copies): mypy checks
+    # each name and type, which a generic copy by field name would not.
     return ServeConfig(
         host=args.host,
         port=args.port,

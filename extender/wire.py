@@ -310,6 +310,8 @@ def _parse_victims(value: Any, where: str, *, meta: bool) -> NodeVictims:
     return NodeVictims(pods=tuple(pods), pdb_violations=violations)
 
 
+# Same opening as parse_extender_args (fields, Pod, exactly one of two forms):
+# the two wire types say the same thing their own way, so each is parsed in full.
 def parse_preemption_args(body: Any) -> ExtenderPreemptionArgs:
     """ExtenderPreemptionArgs: `Pod` plus NodeNameToMetaVictims (nodeCacheCapable)
     or NodeNameToVictims (whole pods)."""

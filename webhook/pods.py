@@ -26,6 +26,8 @@ from typing import Any
 from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
 from webhook.patch import set_label
 from webhook.queueing import check_new_work, not_ready
+
+# The same review helpers as jobs.py imports: each kind's module names what it uses.
 from webhook.review import (
     ALLOW,
     AdmissionEnv,

@@ -127,6 +127,8 @@ def _check_requests(requests: Any, where: str, errors: list[str]) -> None:
         errors.append(str(error))
 
 
+# Same opening as mutate (operation, object, managed namespace): both hooks must
+# skip exactly the same requests, and each stays readable on its own.
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         return ALLOW

@@ -49,6 +49,8 @@ class FlowSpec:
     queue: str | None = None
 
 
+# Records are plain field lists: any likeness to other records is of shape only
+# (deliberate; each names what its own kind needs).
 @dataclass(frozen=True, slots=True)
 class JobFlowRecord:
     namespace: str
@@ -92,6 +94,8 @@ def _int(value: object, where: str, default: int) -> int:
     return value
 
 
+# Like fairshare_scenario._name, but raising FlowSpecError: each reader keeps its
+# own error type so its callers catch only their own.
 def _text(value: object, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise FlowSpecError(f"{where}: must be a non-empty string")

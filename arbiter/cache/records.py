@@ -140,6 +140,8 @@ class UnitAdmission:
         return frozenset(node for _, nodes in self.nodes for node in nodes)
 
 
+# Records are plain field lists: any likeness to other records is of shape only
+# (deliberate; each names what its own kind needs).
 @dataclass(frozen=True, slots=True)
 class OwnerRef:
     kind: str

@@ -319,6 +319,8 @@ class ClusterStore:
             self._put(self.table(kind), key, record)
             self._notify(kind, key)
 
+    # The same dispatch as apply's upsert, one verb per kind: explicit calls keep
+    # each kind's typed method visible to mypy (a table of bound methods would not).
     def _delete(self, kind: Kind, key: str, uid: str) -> None:
         if kind == "Queue":
             self.delete_queue(key)

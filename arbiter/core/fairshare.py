@@ -100,18 +100,12 @@ from arbiter.core.quantities import format_quantity
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
+    # QUEUE_POLICIES and Node .. Unit are the model's, re-exported: the engine's
+    # callers import them from here.
     "QUEUE_POLICIES",
     "AdmissionEngine",
-    "Node",
-    "Placement",
-    "PodSet",
-    "Pool",
-    "QueuePolicy",
-    "QueueSpec",
-    "Unit",
-    "admission_order",
-    "dominant_share_of",
-    "order_key",
+    "Node", "Placement", "PodSet", "Pool", "QueuePolicy", "QueueSpec", "Unit",
+    "admission_order", "dominant_share_of", "order_key",
 ]
 
 

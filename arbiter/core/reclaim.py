@@ -129,6 +129,8 @@ class ReclaimQueue:
     within_queue: WithinQueue = "Never"
 
 
+# Admitted and Waiting share fields on purpose (a unit is one or the other);
+# kept apart so a waiting unit can never be passed where a victim is expected.
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """An admitted unit (holds capacity); `admitted` is when, `created` its submission."""

@@ -85,6 +85,7 @@ class Attempt:
     retryable: bool = True
 
 
+# Plain field lists (same shape as records elsewhere, by nature).
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     phases: Mapping[str, StepPhase]

@@ -48,6 +48,7 @@ class AttemptInfo:
     index: int
     job_name: str
     phase: AttemptPhase
+    # Timestamps as plain fields (same shape as other records, deliberately).
     created: float = 0.0
     started: float = 0.0
     finished: float = 0.0

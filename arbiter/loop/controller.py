@@ -92,6 +92,7 @@ class LoopSettings:
 
 
 @dataclass(slots=True)
+# Counters as plain fields (same shape as LoopSettings above, by nature).
 class CycleStats:
     cycles: int = 0
     admitted: int = 0

@@ -15,7 +15,7 @@ from arbiter.api import POOL
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.kubeapi import ClusterApi, NotFound
 from arbiter.loop.mirror import EngineMirror
-from arbiter.loop.status import ResourceGauges, summary
+from arbiter.loop.status import ResourceGauges, add_summaries
 from arbiter.ratelimit import Throttle
 
 
@@ -30,10 +30,7 @@ class PoolView:
         status: dict[str, Any] = {"nodes": self.nodes,
                                   "capacity": self.capacity.to_quantities(),
                                   "allocated": self.allocated.to_quantities()}
-        for key, resources in (("capacitySummary", self.capacity),
-                               ("allocatedSummary", self.allocated)):
-            if text := summary(resources):
-                status[key] = text
+        add_summaries(status, capacitySummary=self.capacity, allocatedSummary=self.allocated)
         return status
 
     def to_json(self) -> dict[str, Any]:

@@ -71,10 +71,7 @@ class QueueView:
         }
         if self.pools:
             status["pools"] = [dict(share) for share in self.pools]
-        for key, resources in (("allocatedSummary", self.allocated),
-                               ("deservedSummary", self.deserved)):
-            if text := summary(resources):
-                status[key] = text
+        add_summaries(status, allocatedSummary=self.allocated, deservedSummary=self.deserved)
         return status
 
     def to_json(self) -> dict[str, Any]:
@@ -89,6 +86,13 @@ def summary(resources: Resources) -> str:
     return ",".join(f"{name}={quantity}"
                     for name, quantity in sorted(resources.to_quantities().items()))
 
+
+def add_summaries(status: dict[str, Any], **summaries: Resources) -> None:
+    """Adds each non-empty summary line to `status` under its key (absent when
+    empty, so kubectl shows `<none>`)."""
+    for key, resources in summaries.items():
+        if text := summary(resources):
+            status[key] = text
 
 
 def split_key(key: str) -> tuple[str, str]:

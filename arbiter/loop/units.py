@@ -77,6 +77,7 @@ class Owner:
     block_owner_deletion: bool = False
 
 
+# Plain field list (same shape as the cache's records, by nature).
 @dataclass(frozen=True, slots=True)
 class DesiredUnit:
     namespace: str
@@ -303,6 +304,8 @@ def job_state(job: JobRecord | None, uid: str) -> Consumer:
     return Consumer.RELEASED
 
 
+# Same steps as job_state over another record (phase instead of outcome, the gate
+# instead of suspend); kept as two plain functions rather than one with accessors.
 def pod_state(pod: PodRecord | None, uid: str) -> Consumer:
     if pod is None or pod.uid != uid:  # no uid: not known to be this Pod's
         return Consumer.MISSING

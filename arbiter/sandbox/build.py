@@ -64,6 +64,7 @@ class Versions:
     kwok: str
 
 
+# Typed paths, one property each (see sandbox.pki.Pki).
 @dataclass(frozen=True, slots=True)
 class Toolchain:
     """Where the cached binaries and kwok stage files of one build live."""

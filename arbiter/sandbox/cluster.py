@@ -96,7 +96,7 @@ class Sandbox:
     def kubectl_path(self) -> Path:
         return self.dir / "bin" / "kubectl"
 
-    @property
+    @property  # typed paths, one property each (see sandbox.pki.Pki)
     def state_file(self) -> Path:
         return self.dir / "state.json"
 

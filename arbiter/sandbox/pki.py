@@ -44,6 +44,8 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+# Typed paths, one property each (same shape as Toolchain's and Sandbox's, by
+# design: callers get a name, not a string to join).
 @dataclass(frozen=True, slots=True)
 class Pki:
     """Paths of everything in the sandbox's `pki/` directory."""

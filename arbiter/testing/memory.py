@@ -252,6 +252,8 @@ class InMemoryApi:
         new.setdefault("metadata", {})["uid"] = old["metadata"]["uid"]
         return self._store(target, new, "MODIFIED")
 
+    # Each verb spells out check / split / get / precondition, like the real
+    # apiserver's handlers; the steps are shared, their order per verb is the point.
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Obj:
         self._check("PATCH", path, patch)
         target, status = _split(path)

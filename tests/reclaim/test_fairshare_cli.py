@@ -85,7 +85,7 @@ def test_without_running_units_the_output_is_unchanged(capsys: pytest.CaptureFix
     (lambda d: d["queues"][0].update(running=[{"count": 1}]),
      "queues[0].running[0].requests: required"),
     (lambda d: d["queues"][0].update(running={"count": 1}),
-     "queues[0].running: expected a list of units"),
+     "queues[0].running: expected a list, got "),
     (lambda d: d["queues"][0].update(running=[{"count": 11, "requests": {"cpu": "1"}}]),
      "running: the running units need more than the capacity of cpu"),
     (lambda d: d["queues"][0].update(running=[{"requests": {"cpu": "1"}, "size": 2}]),

@@ -249,3 +249,34 @@ def test_pool_and_queue_status_show_per_pool_usage(sandbox: Sandbox) -> None:
         finally:
             sandbox.kubectl("delete", "pool", name, "--ignore-not-found", check=False)
 
+
+
+def test_a_gated_pod_gets_its_pools_selector_and_binds_there(sandbox: Sandbox) -> None:
+    """A plain pod (held by the scheduling gate) in a queue limited to a
+    Pool over two labelled nodes: the gate comes off in the same patch that
+    adds the pool's nodeSelector and toleration, and it binds on one of them."""
+    tag = suffix()
+    key, name = f"e2e-gate-{tag}", f"gate-{tag}"
+    qname, ns = f"gate-q-{tag}", f"pl-gate-{tag}"
+    toleration = {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+    body = pool_object(name, {key: "yes"})
+    body["spec"]["tolerations"] = [toleration]
+    with labelled(sandbox, POOL_NODES, key, "yes"):
+        create(sandbox, body)
+        try:
+            wait_for("the Pool's status", lambda: (get(sandbox, "pool", name).get("status")
+                                                  or {}).get("nodes") == 2, timeout=30)
+            with scenario(sandbox, {qname: {"namespaces": [ns], "pools": [name]}}, [ns]):
+                create(sandbox, pod("probe", ns, cpu="500m"))
+                nodes = wait_for("the pod bound", lambda: bound(sandbox, ns, 1), timeout=60)
+                assert nodes[0] in POOL_NODES, state(sandbox, ns)
+                spec = get(sandbox, "pod", "probe", "-n", ns)["spec"]
+                assert spec["nodeSelector"] == {key: "yes"}, spec
+                assert toleration in spec["tolerations"], spec
+                assert not spec.get("schedulingGates"), spec
+                (unit,) = units(sandbox, ns)
+                admission = unit["status"]["admission"]
+                assert admission["pool"] == name, unit["status"]
+                assert admission["nodes"]["main"][0] in POOL_NODES, unit["status"]
+        finally:
+            sandbox.kubectl("delete", "pool", name, "--ignore-not-found", check=False)

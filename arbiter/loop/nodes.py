@@ -102,6 +102,7 @@ class NodeModel:
         self._replan: set[str] = set()
         # Units whose move waits (see `_follow`) -> their pods counted in `used` meanwhile.
         self._deferred: dict[str, list[_Bound]] = {}
+        self._plan_dropped = False
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
@@ -183,6 +184,7 @@ class NodeModel:
         else:
             self._covered.discard(key)
             self._replan.discard(key)
+            self._plan_dropped = True
             self._count_extra(self._deferred.pop(key, ()), -1)
             for pod in pods:
                 self._count(pod, +1)
@@ -200,8 +202,11 @@ class NodeModel:
                      if node.ready and node.schedulable]
             self._in_engine = {node.name for node in nodes}
             engine.set_nodes(nodes, self._pools)
-        if self._replan or self._deferred:
+        # A waiting move can only be made after a binding or a plan gone:
+        # otherwise its O(plans) look is not taken again.
+        if self._replan or (self._deferred and self._plan_dropped):
             self._follow(engine, units)  # may change some nodes' `used`
+        self._plan_dropped = False
         if self._dirty_nodes:
             for name in sorted(self._dirty_nodes):
                 if name in self._in_engine:

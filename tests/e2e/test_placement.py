@@ -204,14 +204,19 @@ def test_fragmented_free_space_admits_only_what_fits_on_a_node(sandbox: Sandbox)
     print(f"\nfragmented: {time.monotonic() - started:.1f}s")
 
 
+def fillers(ns: str, nodes: list[str], cpu: str) -> list[dict[str, Any]]:
+    """One pod per node, placed by name (past kube-scheduler and arbiter)."""
+    bodies = []
+    for index, node in enumerate(nodes):
+        body = pod(f"fill-{index}", ns, cpu=cpu)
+        body["spec"]["nodeName"] = node
+        bodies.append(body)
+    return bodies
+
+
 def fragmented(sandbox: Sandbox, name: str, ns: str, filler: str) -> None:
     with scenario(sandbox, {name: {"namespaces": [ns]}}, [ns]):
-        fillers = []
-        for index, node in enumerate(NODES):
-            body = pod(f"fill-{index}", filler, cpu="600m")
-            body["spec"]["nodeName"] = node
-            fillers.append(body)
-        create(sandbox, *fillers)
+        create(sandbox, *fillers(filler, NODES, "600m"))
         wait_for("the fillers running", lambda: sum(
             1 for p in pods_of(sandbox, filler)
             if (p.get("status") or {}).get("phase") == "Running") == CPUS, timeout=60)
@@ -329,12 +334,7 @@ def readmitted(sandbox: Sandbox, ns: str, filler: str, first: tuple[str, str],
     assert template["nodeSelector"] == {key_a: "yes"}, template
     # Pool A fills up (unmanaged pods placed by name): the retry must go to B.
     create(sandbox, namespace(filler, {MANAGED_LABEL: "false"}))
-    fillers = []
-    for index, node in enumerate(POOL_NODES):
-        body = pod(f"fill-{index}", filler, cpu="1")
-        body["spec"]["nodeName"] = node
-        fillers.append(body)
-    create(sandbox, *fillers)
+    create(sandbox, *fillers(filler, POOL_NODES, "1"))
     wait_for("the Job admitted again, into pool B", lambda: in_pool(pool_b),
              timeout=ADMISSION_TIMEOUT + 60)
     nodes = wait_for("the Job's pod bound", lambda: bound(sandbox, ns, 1), timeout=60)

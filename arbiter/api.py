@@ -63,6 +63,9 @@ POD_GROUP_SIZE_ANNOTATION: Final = "arbiter.dev/pod-group-size"
 ADMISSION_GATE: Final = "arbiter.dev/admission"
 # On a QueueUnit the loop creates: its consumer's kind (Job, Pod, PodGroup).
 CONSUMER_KIND_LABEL: Final = "arbiter.dev/consumer-kind"
+# On a Job arbiter released into a pool: the nodeSelector keys and
+# tolerations it added to the pod template, taken off at the next release.
+PLACED_ANNOTATION: Final = "arbiter.dev/placed"
 # On a JobFlow's Jobs: labels to select them by, annotations because the
 # cache's JobRecord keeps a Job's arbiter.dev/ annotations (not its labels).
 # Name constants: one shape by nature, each its own API name.

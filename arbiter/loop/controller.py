@@ -229,7 +229,10 @@ class AdmissionController:
     def _directives(self, unit: UnitRecord) -> PodDirectives:
         """What a released unit's pods are given: its pool's nodeSelector and
         tolerations, and its queue's nodeSelector."""
-        return directives_for(unit, self.store.pools, self.store.queues)
+        consumer = unit.consumer
+        job = self.store.jobs.get(f"{unit.namespace}/{consumer.name}") \
+            if consumer is not None and consumer.kind == "Job" else None
+        return directives_for(unit, self.store.pools, self.store.queues, job)
 
     def consumer(self, unit: UnitRecord) -> tuple[Consumer, tuple[PodRecord, ...]]:
         """What the unit's consumer is doing (with our unseen writes applied)."""

@@ -77,8 +77,9 @@ def follow_bindings(plan: Placement, unit: Unit, bound: Iterable[_Bound]) -> Pla
     return Placement(plan.pool, nodes)
 
 
-def _planned_nodes(plan: Placement) -> set[str]:
-    return {node for nodes in plan.nodes.values() for node in nodes}
+def _planned(plan: Placement) -> list[str]:
+    """The planned node of every pod (a node once per pod planned there)."""
+    return [node for nodes in plan.nodes.values() for node in nodes]
 
 
 class NodeModel:
@@ -99,6 +100,9 @@ class NodeModel:
         self._rebuild_engine = False
         self._dirty_nodes: set[str] = set()
         self._replan: set[str] = set()
+        # Units whose move waits (see `_follow`) -> their pods counted in `used` meanwhile.
+        self._deferred: dict[str, list[_Bound]] = {}
+        self._plan_dropped = False
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
@@ -110,6 +114,7 @@ class NodeModel:
         self._pods = {}
         self._by_unit = {}
         self._used = {}
+        self._deferred = {}
         self._covered = set(self._engine().plans())
         for uid, pod in store.pods.items():
             self.on_pod(uid, pod)
@@ -179,6 +184,8 @@ class NodeModel:
         else:
             self._covered.discard(key)
             self._replan.discard(key)
+            self._plan_dropped = True
+            self._count_extra(self._deferred.pop(key, ()), -1)
             for pod in pods:
                 self._count(pod, +1)
 
@@ -195,50 +202,82 @@ class NodeModel:
                      if node.ready and node.schedulable]
             self._in_engine = {node.name for node in nodes}
             engine.set_nodes(nodes, self._pools)
-        elif self._dirty_nodes:
+        # A waiting move can only be made after a binding or a plan gone:
+        # otherwise its O(plans) look is not taken again.
+        if self._replan or (self._deferred and self._plan_dropped):
+            self._follow(engine, units)  # may change some nodes' `used`
+        self._plan_dropped = False
+        if self._dirty_nodes:
             for name in sorted(self._dirty_nodes):
                 if name in self._in_engine:
                     engine.set_node_used(name, Resources(self._used.get(name, {})))
             self._dirty_nodes.clear()
-        if self._replan:
-            claimed: set[str] | None = None
-            for key in sorted(self._replan):
-                plan = engine.plan(key)
-                unit = units(key)
-                if plan is None or unit is None:
-                    continue
-                bound = [self._pods[uid] for uid in self._by_unit.get(key, ())]
-                moved = follow_bindings(plan, unit, bound)
-                if moved.nodes == plan.nodes:
-                    continue
-                # A pod that bound on a node another unit's pod is planned for
-                # but not bound on yet is most likely half of a swap (two pods
-                # of the same shape bound to each other's planned nodes, one
-                # watch event after the other): moving now would count that
-                # node twice and show the other one free for a moment, enough
-                # to admit a unit there whose pods then stay Pending. Keep the
-                # plan; the per-node counts stay right. Rare, so the O(plans)
-                # look is taken only here.
-                if claimed is None:
-                    claimed = self._unbound_planned_nodes(engine)
-                arrived = {pod.node for pod in bound} - _planned_nodes(plan)
-                if arrived & claimed:
-                    continue
-                engine.replan(key, moved)
-            self._replan.clear()
 
-    def _unbound_planned_nodes(self, engine: AdmissionEngine) -> set[str]:
-        """Nodes some admitted unit's plan holds a slot on that none of its
-        bound pods fills."""
-        claimed: set[str] = set()
+    def _follow(self, engine: AdmissionEngine, units: Callable[[str], Unit | None]) -> None:
+        """Plans follow their pods' bindings, except a move that may be half
+        of a swap not fully seen yet.
+
+        Two pods of the same shape bound to each other's planned nodes reach
+        us one watch event after the other. Moving the first one's plan at
+        once would count its new node twice (its pod, and the other unit's
+        slot there) and show its old node free, though the second pod is
+        there already, unseen: enough to admit a unit there whose pods then
+        stay Pending. So while another unit still has a pod not seen bound
+        planned on the node a pod arrived at, the move waits, and the arrived
+        pod counts in that node's `used` as well, on top of its unit's plan:
+        every node counts at least what the move would give it (the plan
+        covers the pods bound where planned and the slots left), so waiting
+        can only delay an admission, never let one through. When the other
+        pod's binding shows (or its unit goes), the move is made; the extra
+        count goes.
+        """
+        waiting: dict[str, set[str]] | None = None
+        for key in sorted(self._replan | self._deferred.keys()):
+            self._count_extra(self._deferred.pop(key, ()), -1)
+            plan = engine.plan(key)
+            unit = units(key)
+            if plan is None or unit is None:
+                continue
+            bound = [self._pods[uid] for uid in self._by_unit.get(key, ())]
+            moved = follow_bindings(plan, unit, bound)
+            if moved.nodes == plan.nodes:
+                continue
+            off_plan = Counter(pod.node for pod in bound) - Counter(_planned(plan))
+            if off_plan:
+                if waiting is None:  # rare: only with a pod bound off its plan
+                    waiting = self._unbound_slots(engine, units)
+                if any(waiting.get(node, set()) - {key} for node in off_plan):
+                    extra = []
+                    for pod in bound:
+                        if off_plan[pod.node] > 0:
+                            off_plan[pod.node] -= 1
+                            extra.append(pod)
+                    self._deferred[key] = extra
+                    self._count_extra(extra, +1)
+                    continue
+            engine.replan(key, moved)
+        self._replan.clear()
+
+    def _unbound_slots(self, engine: AdmissionEngine,
+                       units: Callable[[str], Unit | None]) -> dict[str, set[str]]:
+        """Node -> the units with a pod not seen bound yet planned there, by
+        their plans as followed to their bindings (so both halves of a swap,
+        once seen, claim nothing). O(plans)."""
+        waiting: dict[str, set[str]] = {}
         for key, plan in engine.plans().items():
-            on = Counter(self._pods[uid].node for uid in self._by_unit.get(key, ()))
-            for node in (node for nodes in plan.nodes.values() for node in nodes):
-                if on[node] > 0:
-                    on[node] -= 1
-                else:
-                    claimed.add(node)
-        return claimed
+            unit = units(key)
+            bound = [self._pods[uid] for uid in self._by_unit.get(key, ())]
+            followed = follow_bindings(plan, unit, bound) if unit is not None else plan
+            slots = Counter(_planned(followed)) - Counter(pod.node for pod in bound)
+            for node in slots:
+                waiting.setdefault(node, set()).add(key)
+        return waiting
+
+    def _count_extra(self, pods: Iterable[_Bound], sign: int) -> None:
+        """Count pods in their nodes' `used` although their unit has a plan."""
+        for pod in pods:
+            add_into(self._used.setdefault(pod.node, {}), pod.requests, sign)
+            self._dirty_nodes.add(pod.node)
 
     def _node(self, node: NodeRecord) -> Node:
         allocatable = node.allocatable

@@ -4,10 +4,18 @@ are given when arbiter lets them go, and the JSON Patches that give it.
 A unit admitted into a pool gets the pool's nodeSelector and tolerations,
 plus its queue's nodeSelector, so kube-scheduler itself keeps the pods on
 the pool's nodes. Both writes are legal (DESIGN §5): a suspended Job that
-never started may have its pod template's nodeSelector and tolerations
-changed, in the same patch that sets `suspend: false`; a gated pod may gain
-nodeSelector keys, and any pod may gain tolerations (only additions), in the
-same patch that removes the gate.
+never started (or was suspended again, which clears its start time) may
+have its pod template's nodeSelector and tolerations changed, in the same
+patch that sets `suspend: false`; a gated pod may gain nodeSelector keys,
+and any pod may gain tolerations (only additions), in the same patch that
+removes the gate.
+
+A Job can be admitted again after a timeout or a reclaim, perhaps into
+another pool: what arbiter added before must come off, or the template
+would ask for two pools at once. The Job's `arbiter.dev/placed` annotation
+records what arbiter set (and a user's value it replaced); the next release
+takes exactly that off before adding the new pool's. Keys and tolerations
+the user set are never removed, nor a key the user changed since.
 
 The patches are built from the object as read just before (the cache keeps
 neither a template's nodeSelector nor its tolerations), guarded by `test`
@@ -17,12 +25,13 @@ and nothing is written over a newer version.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter.api import ADMISSION_GATE
-from arbiter.cache.records import PoolRecord, QueueRecord, Toleration, UnitRecord
+from arbiter.api import ADMISSION_GATE, PLACED_ANNOTATION
+from arbiter.cache.records import JobRecord, PoolRecord, QueueRecord, Toleration, UnitRecord
 
 Op = dict[str, Any]
 
@@ -31,19 +40,26 @@ Op = dict[str, Any]
 class PodDirectives:
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    # The consumer may carry what an earlier release gave it: patch it even
+    # when this release gives nothing, so that comes off.
+    undo_earlier: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.node_selector or self.tolerations)
+        return bool(self.node_selector or self.tolerations or self.undo_earlier)
 
 
 NOTHING = PodDirectives()
 
 
 def directives_for(unit: UnitRecord, pools: Mapping[str, PoolRecord],
-                   queues: Mapping[str, QueueRecord]) -> PodDirectives:
+                   queues: Mapping[str, QueueRecord],
+                   job: JobRecord | None = None) -> PodDirectives:
     """The unit's pool's nodeSelector and tolerations and its queue's
     nodeSelector; nothing for a unit admitted without a plan, or into the
-    pool `default` (which no selector describes) by a queue without one."""
+    pool `default` (which no selector describes) by a queue without one.
+    `job`: the unit's Job as cached, whose annotation says whether an
+    earlier release placed it (a re-admission counts too, in case the
+    cache has not seen that annotation yet)."""
     selector: dict[str, str] = {}
     tolerations: tuple[Toleration, ...] = ()
     admission = unit.admission
@@ -55,7 +71,9 @@ def directives_for(unit: UnitRecord, pools: Mapping[str, PoolRecord],
     if queue is not None and admission is not None:
         for key, value in queue.node_selector:
             selector.setdefault(key, value)  # the pool's word wins (its nodes were chosen)
-    return PodDirectives(tuple(sorted(selector.items())), tolerations)
+    placed_before = job is not None and (
+        unit.attempts > 1 or any(key == PLACED_ANNOTATION for key, _ in job.annotations))
+    return PodDirectives(tuple(sorted(selector.items())), tolerations, placed_before)
 
 
 def _pointer(key: str) -> str:
@@ -70,42 +88,123 @@ def _guards(obj: Mapping[str, Any]) -> list[Op]:
              "value": meta.get("resourceVersion", "")}]
 
 
-def _spec_ops(base: str, spec: Mapping[str, Any], directives: PodDirectives) -> list[Op]:
-    """Add the selector keys and the tolerations a pod spec lacks."""
-    ops: list[Op] = []
-    current = spec.get("nodeSelector")
-    if directives.node_selector:
-        if not isinstance(current, Mapping):
-            ops.append({"op": "add", "path": f"{base}/nodeSelector",
-                        "value": dict(directives.node_selector)})
+@dataclass(slots=True)
+class Placed:
+    """What arbiter set on a pod spec: selector keys with the value it set,
+    the user's values it replaced, the tolerations it appended."""
+
+    node_selector: dict[str, str]
+    replaced: dict[str, str]
+    tolerations: list[Any]
+
+    def to_annotation(self) -> str:
+        return json.dumps({"nodeSelector": self.node_selector, "replaced": self.replaced,
+                           "tolerations": self.tolerations}, sort_keys=True)
+
+    @classmethod
+    def from_annotation(cls, text: Any) -> Placed:
+        """Parsed leniently: an annotation someone mangled undoes nothing."""
+        try:
+            raw = json.loads(text) if isinstance(text, str) else {}
+        except ValueError:
+            raw = {}
+        raw = raw if isinstance(raw, dict) else {}
+
+        def strings(value: Any) -> dict[str, str]:
+            return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)} \
+                if isinstance(value, dict) else {}
+
+        tolerations = raw.get("tolerations")
+        return cls(strings(raw.get("nodeSelector")), strings(raw.get("replaced")),
+                   list(tolerations) if isinstance(tolerations, list) else [])
+
+    def __bool__(self) -> bool:
+        return bool(self.node_selector or self.tolerations)
+
+
+def _undo(selector: dict[str, str], tolerations: list[Any], earlier: Placed) -> None:
+    """Take off what an earlier release set, where it is still as set."""
+    for key, value in earlier.node_selector.items():
+        if selector.get(key) != value:
+            continue  # changed (or removed) since: the user's now
+        if key in earlier.replaced:
+            selector[key] = earlier.replaced[key]
         else:
-            ops += [{"op": "add", "path": f"{base}/nodeSelector/{_pointer(key)}", "value": value}
-                    for key, value in directives.node_selector if current.get(key) != value]
-    have = spec.get("tolerations")
-    wanted = [t.to_api() for t in directives.tolerations]
-    if wanted:
-        if not isinstance(have, list):
-            ops.append({"op": "add", "path": f"{base}/tolerations", "value": wanted})
-        else:
-            ops += [{"op": "add", "path": f"{base}/tolerations/-", "value": t}
-                    for t in wanted if t not in have]
-    return ops
+            del selector[key]
+    for toleration in earlier.tolerations:
+        if toleration in tolerations:
+            tolerations.remove(toleration)
+
+
+def _give(selector: dict[str, str], tolerations: list[Any], directives: PodDirectives) -> Placed:
+    placed = Placed({}, {}, [])
+    for key, value in directives.node_selector:
+        if selector.get(key) == value:
+            continue  # the user's already: not ours to take off later
+        if key in selector:
+            placed.replaced[key] = selector[key]
+        selector[key] = placed.node_selector[key] = value
+    for toleration in (t.to_api() for t in directives.tolerations):
+        if toleration not in tolerations:
+            tolerations.append(toleration)
+            placed.tolerations.append(toleration)
+    return placed
+
+
+def _field_op(path: str, before: Any, after: Any) -> list[Op]:
+    """Set a spec field to `after` as a whole (the resourceVersion guard
+    makes that as safe as per-key ops); an empty result removes it."""
+    if after == (before or type(after)()):
+        return []
+    if not after:
+        return [{"op": "remove", "path": path}]
+    return [{"op": "add", "path": path, "value": after}]
+
+
+def _spec_ops(base: str, spec: Mapping[str, Any], directives: PodDirectives,
+              earlier: Placed | None = None) -> tuple[list[Op], Placed]:
+    """Take `earlier` off a pod spec and give it `directives`."""
+    old_selector = spec.get("nodeSelector")
+    old_tolerations = spec.get("tolerations")
+    selector = dict(old_selector) if isinstance(old_selector, Mapping) else {}
+    tolerations = list(old_tolerations) if isinstance(old_tolerations, list) else []
+    if earlier is not None:
+        _undo(selector, tolerations, earlier)
+    placed = _give(selector, tolerations, directives)
+    ops = [*_field_op(f"{base}/nodeSelector", old_selector, selector),
+           *_field_op(f"{base}/tolerations", old_tolerations, tolerations)]
+    return ops, placed
 
 
 def job_release_ops(job: Mapping[str, Any], directives: PodDirectives) -> list[Op]:
-    """Unsuspend a Job, giving its pod template the pool's directives."""
+    """Unsuspend a Job, giving its pod template the pool's directives in
+    place of those an earlier release gave it, and recording them."""
+    meta = job.get("metadata") or {}
+    annotations = meta.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
     template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return [*_guards(job), *_spec_ops("/spec/template/spec", template, directives),
-            {"op": "add", "path": "/spec/suspend", "value": False}]
+    earlier = Placed.from_annotation(annotations.get(PLACED_ANNOTATION))
+    ops, placed = _spec_ops("/spec/template/spec", template, directives, earlier)
+    record = f"/metadata/annotations/{_pointer(PLACED_ANNOTATION)}"
+    if placed:
+        if annotations:
+            ops.append({"op": "add", "path": record, "value": placed.to_annotation()})
+        else:
+            ops.append({"op": "add", "path": "/metadata/annotations",
+                        "value": {PLACED_ANNOTATION: placed.to_annotation()}})
+    elif PLACED_ANNOTATION in annotations:
+        ops.append({"op": "remove", "path": record})
+    return [*_guards(job), *ops, {"op": "add", "path": "/spec/suspend", "value": False}]
 
 
 def pod_release_ops(pod: Mapping[str, Any], directives: PodDirectives) -> list[Op] | None:
     """Remove arbiter's gate from a pod, giving it the pool's directives;
-    None when the gate is gone already."""
+    None when the gate is gone already. (A pod is released once: nothing
+    earlier to take off, only additions, as a gated pod allows.)"""
     spec = pod.get("spec") or {}
     gates = [g.get("name") for g in spec.get("schedulingGates") or []]
     if ADMISSION_GATE not in gates:
         return None
     index = gates.index(ADMISSION_GATE)
-    return [*_guards(pod), *_spec_ops("/spec", spec, directives),
-            {"op": "remove", "path": f"/spec/schedulingGates/{index}"}]
+    ops, _ = _spec_ops("/spec", spec, directives)
+    return [*_guards(pod), *ops, {"op": "remove", "path": f"/spec/schedulingGates/{index}"}]

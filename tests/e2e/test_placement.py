@@ -3,8 +3,10 @@
 
 The primary arbiter runs with a short reclaim grace here, so a reclaim that
 would evict work the waiting unit cannot use anyway (its queue is confined
-to other nodes) would show within the test. Nodes are labelled for a test
-and unlabelled afterwards; Pools are deleted afterwards.
+to other nodes) would show within the test, and a short admission timeout,
+so a Job that cannot start is requeued (and admitted again) within one.
+Nodes are labelled for a test and unlabelled afterwards; Pools are deleted
+afterwards.
 """
 
 from __future__ import annotations
@@ -40,12 +42,16 @@ NODES = [f"kwok-node-{index}" for index in range(CPUS)]
 # work does not reach them first.
 POOL_NODES = NODES[-2:]
 GRACE = 5.0
+# Admitted units that do not start in this long are backed off and requeued
+# (long enough that nothing else in this module times out on a busy machine).
+ADMISSION_TIMEOUT = 30.0
 LONG = "10m"  # the Jobs here run until their namespace goes
 
 
 @pytest.fixture(scope="module", autouse=True)
 def short_grace(sandbox: Sandbox) -> Iterator[None]:
-    with arbiter_with(sandbox, ["--reclaim-grace", str(GRACE)]):
+    with arbiter_with(sandbox, ["--reclaim-grace", str(GRACE),
+                                "--admission-timeout", str(ADMISSION_TIMEOUT)]):
         yield
 
 
@@ -198,14 +204,19 @@ def test_fragmented_free_space_admits_only_what_fits_on_a_node(sandbox: Sandbox)
     print(f"\nfragmented: {time.monotonic() - started:.1f}s")
 
 
+def fillers(ns: str, nodes: list[str], cpu: str) -> list[dict[str, Any]]:
+    """One pod per node, placed by name (past kube-scheduler and arbiter)."""
+    bodies = []
+    for index, node in enumerate(nodes):
+        body = pod(f"fill-{index}", ns, cpu=cpu)
+        body["spec"]["nodeName"] = node
+        bodies.append(body)
+    return bodies
+
+
 def fragmented(sandbox: Sandbox, name: str, ns: str, filler: str) -> None:
     with scenario(sandbox, {name: {"namespaces": [ns]}}, [ns]):
-        fillers = []
-        for index, node in enumerate(NODES):
-            body = pod(f"fill-{index}", filler, cpu="600m")
-            body["spec"]["nodeName"] = node
-            fillers.append(body)
-        create(sandbox, *fillers)
+        create(sandbox, *fillers(filler, NODES, "600m"))
         wait_for("the fillers running", lambda: sum(
             1 for p in pods_of(sandbox, filler)
             if (p.get("status") or {}).get("phase") == "Running") == CPUS, timeout=60)
@@ -249,3 +260,87 @@ def test_pool_and_queue_status_show_per_pool_usage(sandbox: Sandbox) -> None:
         finally:
             sandbox.kubectl("delete", "pool", name, "--ignore-not-found", check=False)
 
+
+
+def test_a_gated_pod_gets_its_pools_selector_and_binds_there(sandbox: Sandbox) -> None:
+    """A plain pod (held by the scheduling gate) in a queue limited to a
+    Pool over two labelled nodes: the gate comes off in the same patch that
+    adds the pool's nodeSelector and toleration, and it binds on one of them."""
+    tag = suffix()
+    key, name = f"e2e-gate-{tag}", f"gate-{tag}"
+    qname, ns = f"gate-q-{tag}", f"pl-gate-{tag}"
+    toleration = {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+    body = pool_object(name, {key: "yes"})
+    body["spec"]["tolerations"] = [toleration]
+    with labelled(sandbox, POOL_NODES, key, "yes"):
+        create(sandbox, body)
+        try:
+            wait_for("the Pool's status", lambda: (get(sandbox, "pool", name).get("status")
+                                                  or {}).get("nodes") == 2, timeout=30)
+            with scenario(sandbox, {qname: {"namespaces": [ns], "pools": [name]}}, [ns]):
+                create(sandbox, pod("probe", ns, cpu="500m"))
+                nodes = wait_for("the pod bound", lambda: bound(sandbox, ns, 1), timeout=60)
+                assert nodes[0] in POOL_NODES, state(sandbox, ns)
+                spec = get(sandbox, "pod", "probe", "-n", ns)["spec"]
+                assert spec["nodeSelector"] == {key: "yes"}, spec
+                assert toleration in spec["tolerations"], spec
+                assert not spec.get("schedulingGates"), spec
+                (unit,) = units(sandbox, ns)
+                admission = unit["status"]["admission"]
+                assert admission["pool"] == name, unit["status"]
+                assert admission["nodes"]["main"][0] in POOL_NODES, unit["status"]
+        finally:
+            sandbox.kubectl("delete", "pool", name, "--ignore-not-found", check=False)
+
+
+def test_a_job_admitted_again_into_another_pool_loses_the_first_pools_selector(
+        sandbox: Sandbox) -> None:
+    """Pool A's nodes are tainted (its pods cannot start there); a Job
+    admitted into A times out, A fills up meanwhile, and the Job is admitted
+    again into pool B: its template selects B's nodes only, and it binds there."""
+    tag = suffix()
+    key_a, key_b = f"e2e-ra-{tag}", f"e2e-rb-{tag}"
+    pool_a, pool_b = f"ra-{tag}", f"rb-{tag}"
+    qname, ns, filler = f"re-q-{tag}", f"pl-re-{tag}", f"pl-re-fill-{tag}"
+    nodes_b = NODES[-4:-2]
+    with labelled(sandbox, POOL_NODES, key_a, "yes"), labelled(sandbox, nodes_b, key_b, "yes"):
+        sandbox.kubectl("taint", "node", *POOL_NODES, f"{key_a}=yes:NoSchedule")
+        create(sandbox, pool_object(pool_a, {key_a: "yes"}), pool_object(pool_b, {key_b: "yes"}))
+        try:
+            with scenario(sandbox, {qname: {"namespaces": [ns], "pools": [pool_a, pool_b]}},
+                          [ns]):
+                readmitted(sandbox, ns, filler, (key_a, pool_a), (key_b, pool_b), nodes_b)
+        finally:
+            sandbox.kubectl("taint", "node", *POOL_NODES, f"{key_a}-", check=False)
+            sandbox.kubectl("delete", "namespace", filler, "--ignore-not-found",
+                            "--timeout=120s", check=False)
+            sandbox.kubectl("delete", "pool", pool_a, pool_b, "--ignore-not-found", check=False)
+
+
+def readmitted(sandbox: Sandbox, ns: str, filler: str, first: tuple[str, str],
+               second: tuple[str, str], nodes_b: list[str]) -> None:
+    (key_a, pool_a), (key_b, pool_b) = first, second
+    create(sandbox, long_job("train", ns))
+
+    def in_pool(name: str) -> dict[str, Any] | None:
+        unit = get(sandbox, "queueunit", "job-train", "-n", ns)
+        status = unit.get("status") or {}
+        admission = status.get("admission") or {}
+        return status if admission.get("pool") == name and status.get("phase") in (
+            "Dequeued", "Running") else None
+
+    wait_for("the Job admitted into pool A", lambda: in_pool(pool_a), timeout=60)
+    template = get(sandbox, "job", "train", "-n", ns)["spec"]["template"]["spec"]
+    assert template["nodeSelector"] == {key_a: "yes"}, template
+    # Pool A fills up (unmanaged pods placed by name): the retry must go to B.
+    create(sandbox, namespace(filler, {MANAGED_LABEL: "false"}))
+    create(sandbox, *fillers(filler, POOL_NODES, "1"))
+    wait_for("the Job admitted again, into pool B", lambda: in_pool(pool_b),
+             timeout=ADMISSION_TIMEOUT + 60)
+    nodes = wait_for("the Job's pod bound", lambda: bound(sandbox, ns, 1), timeout=60)
+    assert nodes[0] in nodes_b, state(sandbox, ns)
+    job_obj = get(sandbox, "job", "train", "-n", ns)
+    assert job_obj["spec"]["template"]["spec"]["nodeSelector"] == {key_b: "yes"}, job_obj
+    placed = json.loads(job_obj["metadata"]["annotations"]["arbiter.dev/placed"])
+    assert placed["nodeSelector"] == {key_b: "yes"}, placed
+    assert len(admissions(get(sandbox, "queueunit", "job-train", "-n", ns))) == 2

@@ -1,0 +1,142 @@
+"""A Job admitted again, into another pool (DESIGN §10): the earlier pool's
+nodeSelector and tolerations come off its pod template, what the user set
+stays."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from arbiter.api import PLACED_ANNOTATION
+from arbiter.cache.records import Toleration
+from arbiter.kubeapi import job_path
+from arbiter.loop.controller import LoopSettings
+from arbiter.loop.placement import PodDirectives, job_release_ops
+from arbiter.testing.memory import json_patch
+from tests.loop.harness import Cluster
+from tests.loop.test_placement import node, pool
+
+USER_TOLERATION = {"key": "spot", "operator": "Exists"}
+GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def template(cluster: Cluster, name: str) -> dict[str, Any]:
+    return dict(cluster.api.objects[job_path("ns", name)]["spec"]["template"]["spec"])
+
+
+def job_annotations(cluster: Cluster, name: str) -> dict[str, str]:
+    return dict(cluster.api.objects[job_path("ns", name)]["metadata"].get("annotations") or {})
+
+
+async def fill(cluster: Cluster, node_name: str) -> None:
+    """An unmanaged pod takes the whole node (so the next admission goes elsewhere)."""
+    await cluster.pod("other", f"fill-{node_name}", None, cpu="1", gated=False,
+                      node=node_name, phase="Running")
+
+
+async def test_a_job_admitted_again_into_another_pool_loses_the_first_pools_directives() -> None:
+    cluster = Cluster(LoopSettings(debounce=0.0, admission_timeout=60.0, backoff_base=10.0,
+                                   backoff_max=100.0))
+    cluster.controller.rng = random.Random(0)
+    await node(cluster, "a0", pool="a")
+    await node(cluster, "b0", tier="b")
+    await node(cluster, "d0")
+    await pool(cluster, "a", {"pool": "a"}, tolerations=[GPU_TOLERATION])
+    await pool(cluster, "b", {"tier": "b"})
+    await cluster.queue("q", pools=["a", "b", "default"])
+    await cluster.job("ns", "train", "q")
+
+    def user_settings(job: dict[str, Any]) -> None:
+        job["spec"]["template"]["spec"].update(nodeSelector={"disk": "ssd"},
+                                               tolerations=[USER_TOLERATION])
+
+    cluster.api.edit(job_path("ns", "train"), user_settings)
+    await cluster.settle()
+    spec = template(cluster, "train")
+    assert spec["nodeSelector"] == {"disk": "ssd", "pool": "a"}
+    assert spec["tolerations"] == [USER_TOLERATION, GPU_TOLERATION]
+    assert json.loads(job_annotations(cluster, "train")[PLACED_ANNOTATION])["nodeSelector"] == {
+        "pool": "a"}
+
+    # It never starts; meanwhile pool a fills up. Timed out, held, backed
+    # off, admitted again: into pool b, with nothing of pool a's left.
+    await fill(cluster, "a0")
+    cluster.clock.advance(61)
+    await cluster.settle()
+    assert cluster.suspended("ns", "train")
+    cluster.clock.advance(16)
+    await cluster.settle()
+    assert not cluster.suspended("ns", "train")
+    assert cluster.unit_obj("ns", "job-train")["status"]["admission"]["pool"] == "b"
+    spec = template(cluster, "train")
+    assert spec["nodeSelector"] == {"disk": "ssd", "tier": "b"}
+    assert spec["tolerations"] == [USER_TOLERATION]
+
+    # Once more, into the pool `default`, which gives nothing: what arbiter
+    # added comes off all the same, and so does its record.
+    await fill(cluster, "b0")
+    cluster.clock.advance(61)
+    await cluster.settle()
+    cluster.clock.advance(31)
+    await cluster.settle()
+    assert not cluster.suspended("ns", "train")
+    assert cluster.unit_obj("ns", "job-train")["status"]["admission"]["pool"] == "default"
+    spec = template(cluster, "train")
+    assert spec["nodeSelector"] == {"disk": "ssd"}
+    assert spec["tolerations"] == [USER_TOLERATION]
+    assert PLACED_ANNOTATION not in job_annotations(cluster, "train")
+    assert cluster.admissions("ns", "job-train") == 3
+
+
+def suspended_job(selector: dict[str, str] | None = None,
+                  annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": []}
+    if selector is not None:
+        spec["nodeSelector"] = selector
+    meta: dict[str, Any] = {"uid": "u1", "resourceVersion": "7"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"metadata": meta, "spec": {"suspend": True, "template": {"spec": spec}}}
+
+
+def release(job: dict[str, Any], directives: PodDirectives) -> dict[str, Any]:
+    released: dict[str, Any] = json_patch(job, job_release_ops(job, directives))
+    released["spec"]["suspend"] = True  # suspended again, for the next release
+    return released
+
+
+def selector_of(job: dict[str, Any]) -> dict[str, str] | None:
+    value = job["spec"]["template"]["spec"].get("nodeSelector")
+    return dict(value) if value is not None else None
+
+
+def test_a_user_value_arbiter_replaced_comes_back_and_a_user_change_is_kept() -> None:
+    zone_a = PodDirectives((("zone", "a"),))
+    zone_b = PodDirectives((("zone", "b"), ("pool", "b")))
+    job = release(suspended_job({"zone": "user", "team": "x"}), zone_a)
+    assert selector_of(job) == {"zone": "a", "team": "x"}
+    job = release(job, zone_b)
+    assert selector_of(job) == {"zone": "b", "pool": "b", "team": "x"}
+    job = release(job, PodDirectives(undo_earlier=True))
+    assert selector_of(job) == {"zone": "user", "team": "x"}  # the user's value, back
+    assert PLACED_ANNOTATION not in job["metadata"]["annotations"]
+    # The user changes a key arbiter set, while suspended: it is theirs now.
+    job = release(suspended_job(annotations={"note": "n"}), zone_b)
+    job["spec"]["template"]["spec"]["nodeSelector"]["pool"] = "mine"
+    job = release(job, PodDirectives(undo_earlier=True))
+    assert selector_of(job) == {"pool": "mine"}
+    assert job["metadata"]["annotations"] == {"note": "n"}
+
+
+def test_tolerations_arbiter_added_are_replaced_and_a_mangled_record_undoes_nothing() -> None:
+    gpu = PodDirectives(tolerations=(Toleration("gpu", "Exists", effect="NoSchedule"),))
+    job = release(suspended_job(), gpu)
+    assert job["spec"]["template"]["spec"]["tolerations"] == [GPU_TOLERATION]
+    job = release(job, PodDirectives(undo_earlier=True))
+    assert "tolerations" not in job["spec"]["template"]["spec"]
+    assert "nodeSelector" not in job["spec"]["template"]["spec"]
+    mangled = suspended_job({"pool": "a"}, {PLACED_ANNOTATION: "{not json"})
+    job = release(mangled, PodDirectives(undo_earlier=True))
+    assert selector_of(job) == {"pool": "a"}
+    assert PLACED_ANNOTATION not in job["metadata"]["annotations"]

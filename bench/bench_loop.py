@@ -234,7 +234,7 @@ class StageTimes:
 async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int) -> None:
     from kubernetes_asyncio import config as kube_config
 
-    from arbiter.kubeapi import request_json
+    from arbiter.kubeapi import ApiError, request_json
     from bench.watching import Watches
 
     client = await kube_config.new_client_from_config(
@@ -256,6 +256,7 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int) ->
         await watches.add("/apis/batch/v1/jobs", stages.on_job, QUEUE_LABEL)
         await watches.add("/apis/arbiter.dev/v1alpha1/queueunits", stages.on_unit)
         semaphore = asyncio.Semaphore(in_flight)
+        failures: list[str] = []
 
         async def create(index: int) -> None:
             namespace = names[index % queues]
@@ -273,13 +274,21 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int) ->
             key = f"{namespace}/{name}"
             async with semaphore:
                 stages.at["sent"][key] = time.monotonic()
-                await request_json(client, "POST",
-                                   f"/apis/batch/v1/namespaces/{namespace}/jobs", body=body)
+                try:
+                    await request_json(client, "POST",
+                                       f"/apis/batch/v1/namespaces/{namespace}/jobs", body=body)
+                except ApiError as error:
+                    del stages.at["sent"][key]
+                    stages.expected -= 1
+                    failures.append(str(error)[:200])
+                    return
                 stages.at["created"][key] = time.monotonic()
 
         started = time.monotonic()
         await asyncio.gather(*(create(i) for i in range(jobs)))
         created = time.monotonic()
+        if failures:
+            print(f"{len(failures)} creations failed, e.g. {failures[0]}")
         try:
             await asyncio.wait_for(stages.done.wait(), 600)
         finally:

@@ -469,26 +469,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--dir", type=Path, help="sandbox directory (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--systems", default="arbiter,kueue",
+                        help="which to run, comma-separated (default both; one: for debugging)")
     args = parser.parse_args(argv)
-    kueue_build = ensure_kueue_built()
+    systems = set(args.systems.split(","))
+    kueue_build = ensure_kueue_built() if "kueue" in systems else None
     directory = args.dir or Path(tempfile.mkdtemp(prefix="compare-kueue-"))
     sandbox = Sandbox(directory)
-    runner = KueueProcess(sandbox, kueue_build)
+    runner = KueueProcess(sandbox, kueue_build) if kueue_build is not None else None
     results: list[Json] = []
     try:
         sandbox.up(NodeShape(count=args.nodes, cpu=args.node_cpu, memory="64Gi"))
-        info = versions(sandbox, kueue_build.version)
-        runner.install_crds()
+        info = versions(sandbox, kueue_build.version if kueue_build is not None else "-")
+        if runner is not None:
+            runner.install_crds()
         asyncio.run(_prepare(sandbox))
-        results.append(asyncio.run(run_system(sandbox, Arbiter(sandbox), ARBITER_USER, args)))
-        sandbox.stop_arbiter()
-        scheduler = sandbox.scheduler_config()
-        scheduler.pop("extenders", None)
-        sandbox.restart_scheduler(scheduler)
-        runner.start()
-        results.append(asyncio.run(run_system(sandbox, Kueue(runner), KUEUE_USER, args)))
+        if "arbiter" in systems:
+            results.append(asyncio.run(run_system(sandbox, Arbiter(sandbox), ARBITER_USER,
+                                                  args)))
+        if runner is not None:
+            sandbox.stop_arbiter()
+            scheduler = sandbox.scheduler_config()
+            scheduler.pop("extenders", None)
+            sandbox.restart_scheduler(scheduler)
+            runner.start()
+            results.append(asyncio.run(run_system(sandbox, Kueue(runner), KUEUE_USER, args)))
     finally:
-        runner.stop()
+        if runner is not None:
+            runner.stop()
         sandbox.down()
     print_table(info, results, args)
     if args.json is not None:

@@ -308,13 +308,15 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int) ->
 
 async def cleanup(client: Any, names: list[str]) -> None:
     """Namespaces first (their units go with them), then the queues, which
-    may only be deleted once nothing admitted is left in them."""
+    may only be deleted once nothing admitted is left in them (given up
+    after a minute: a loaded sandbox empties namespaces slowly)."""
     from arbiter.kubeapi import ApiError, request_json
 
     for name in names:
         await request_json(client, "DELETE", f"/api/v1/namespaces/{name}")
+    deadline = time.monotonic() + 60.0
     for name in names:
-        for _ in range(600):
+        while time.monotonic() < deadline:
             try:
                 await request_json(client, "DELETE",
                                    f"/apis/arbiter.dev/v1alpha1/queues/{name}")

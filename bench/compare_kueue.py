@@ -419,21 +419,24 @@ async def run_system(sandbox: Sandbox, system: System, user: str,
             "requests_all": after.get("*", 0) - before.get("*", 0),
         }
         if isinstance(system, Arbiter):
-            await remove_arbiter_work(client, sandbox, system)
+            await remove_arbiter_work(client, system)
     return result
 
 
-async def remove_arbiter_work(client: Any, sandbox: Sandbox, system: Arbiter) -> None:
-    """Namespaces, then Queues, and wait until they are gone, so Kueue's caches
-    start as empty as arbiter's did."""
-    from bench.bench_loop import cleanup
-
-    await cleanup(client, system.queues)
-    for _ in range(600):
+async def remove_arbiter_work(client: Any, system: Arbiter) -> None:
+    """Its namespaces, gone, before Kueue starts, so Kueue's caches start as
+    empty as arbiter's did; then its Queues (a Queue with admitted units left
+    is refused: arbiter is stopped next anyway)."""
+    for name in system.queues:
+        await request_json(client, "DELETE", f"/api/v1/namespaces/{name}")
+    for _ in range(360):
         listed = await request_json(client, "GET", "/api/v1/namespaces")
         if not any(n["metadata"]["name"] in system.queues for n in listed.get("items", [])):
-            return
+            break
         await asyncio.sleep(0.5)
+    for name in system.queues:
+        with contextlib.suppress(ApiError):
+            await request_json(client, "DELETE", f"/apis/arbiter.dev/v1alpha1/queues/{name}")
 
 
 def versions(sandbox: Sandbox, kueue_version: str) -> Json:

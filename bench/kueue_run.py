@@ -169,7 +169,9 @@ class KueueProcess:
         args = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
         env = {"KUBECONFIG": str(client), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
         health = f"http://127.0.0.1:{self.health_port}/readyz"
-        self.record = self.sandbox.start_process(
+        # Recorded among the sandbox's processes, so `Sandbox.down` stops it
+        # by pid with the rest, whatever happens to this script.
+        self.record = self.sandbox._spawn(
             "kueue", args, ports={"webhook": self.webhook_port, "health": self.health_port},
             health_url=health, env=env)
         deadline = time.monotonic() + timeout

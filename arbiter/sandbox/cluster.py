@@ -278,12 +278,6 @@ class Sandbox:
         self._record(record)
         return record
 
-    def start_process(self, name: str, args: list[str], *, ports: dict[str, int],
-                      health_url: str | None, env: dict[str, str] | None = None) -> ProcessRecord:
-        """Start a further process (e.g. a benchmark's peer controller) under this
-        sandbox's records, so `down` stops it by pid with everything else."""
-        return self._spawn(name, args, ports=ports, health_url=health_url, env=env)
-
     def _spawn_https(self, name: str, args: list[str], port: int, health_path: str, *,
                      env: dict[str, str] | None = None,
                      cwd: Path | None = None) -> ProcessRecord:

@@ -62,7 +62,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -441,6 +443,15 @@ def versions(sandbox: Sandbox, kueue_version: str) -> Json:
     }
 
 
+def attempt(name: str, run: Callable[[], Json]) -> Json:
+    """One system's run; a failure is reported in its column, not lost with the other's."""
+    try:
+        return run()
+    except Exception as error:
+        traceback.print_exc()
+        return {"system": name, "error": f"{type(error).__name__}: {error}"[:300]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000)
@@ -471,15 +482,19 @@ def main(argv: list[str] | None = None) -> int:
         if runner is not None:
             runner.install_crds()
         if "arbiter" in systems:
-            results.append(asyncio.run(run_system(sandbox, Arbiter(sandbox), "arbiter.dev",
-                                                  args)))
+            results.append(attempt("kube-arbiter", lambda: asyncio.run(
+                run_system(sandbox, Arbiter(sandbox), "arbiter.dev", args))))
         if runner is not None:
-            sandbox.stop_arbiter()
-            scheduler = sandbox.scheduler_config()
-            scheduler.pop("extenders", None)
-            sandbox.restart_scheduler(scheduler)
-            runner.start()
-            results.append(asyncio.run(run_system(sandbox, Kueue(runner), "kueue.x-k8s.io", args)))
+            def kueue() -> Json:
+                assert runner is not None
+                sandbox.stop_arbiter()
+                scheduler = sandbox.scheduler_config()
+                scheduler.pop("extenders", None)
+                sandbox.restart_scheduler(scheduler)
+                runner.start()
+                return asyncio.run(run_system(sandbox, Kueue(runner), "kueue.x-k8s.io", args))
+
+            results.append(attempt("Kueue", kueue))
     finally:
         if runner is not None:
             runner.stop()

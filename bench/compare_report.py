@@ -64,6 +64,8 @@ def table(info: Json, results: list[Json], args: argparse.Namespace) -> str:
         lines.append(f"| {label} | {_cell(values[0], fmt)} | {_cell(values[1], fmt)} "
                      f"| {_ratio(values[0], values[1])} |")
     for result in results:
+        if "error" in result:
+            lines.append(f"\n{result['system']} failed: {result['error']}")
         fair = result.get("fairness")
         if fair:
             lines.append(f"\n{result['system']}: running Jobs per tenant at the end "

@@ -501,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         sandbox.down()
     print_table(info, results, args)
     if args.json is not None:
+        info["args"] = {k: str(v) for k, v in vars(args).items()}
         args.json.write_text(json.dumps({"info": info, "results": results}, indent=1))
     return 0
 

@@ -13,6 +13,7 @@ Json = dict[str, Any]
 ROWS: list[tuple[str, Callable[[Json], float], str, bool]] = [
     ("Jobs created/s (client, 16 in flight)", lambda r: r["throughput"]["created_per_s"],
      "{:.1f}", False),
+    ("Jobs admitted before the timeout", lambda r: r["throughput"]["admitted"], "{:.0f}", False),
     ("Jobs admitted/s", lambda r: r["throughput"]["admitted_per_s"], "{:.1f}", False),
     ("creation → admission p50 (s)", lambda r: r["throughput"]["wait_p50"], "{:.2f}", True),
     ("creation → admission p99 (s)", lambda r: r["throughput"]["wait_p99"], "{:.2f}", True),
@@ -41,15 +42,21 @@ def _ratio(ours: float, theirs: float) -> str:
     return f"{ours / theirs:.2f}×"
 
 
-def table(info: Json, results: list[Json], args: argparse.Namespace) -> str:
+# Rows that only see the Jobs admitted: a lower bound when some never were.
+CENSORED = {"creation → admission p50 (s)", "creation → admission p99 (s)"}
+
+
+def table(info: Json, results: list[Json], args: argparse.Namespace | None = None) -> str:
     by_name = {r["system"]: r for r in results}
     ours, theirs = by_name.get("kube-arbiter"), by_name.get("Kueue")
+    size = vars(args) if args is not None else info.get("args", {})
     lines = [
         f"machine: {info['machine']}",
         f"versions: Kubernetes {info['kubernetes']}, Kueue {info['kueue']}, "
         f"kube-arbiter {info['kube-arbiter']}",
-        f"workload: {args.jobs} Jobs over {args.tenants} tenants; fairness 3 tenants 3:2:1 "
-        f"on {args.nodes} nodes × {args.node_cpu} CPU",
+        f"workload: {size.get('jobs', '?')} Jobs over {size.get('tenants', '?')} tenants; "
+        f"fairness 3 tenants 3:2:1 on {size.get('nodes', '?')} nodes × "
+        f"{size.get('node_cpu', '?')} CPU",
         "",
         "| | kube-arbiter | Kueue | arbiter / Kueue |",
         "|---|---:|---:|---:|",
@@ -61,8 +68,12 @@ def table(info: Json, results: list[Json], args: argparse.Namespace) -> str:
                 values.append(float(read(result)) if result is not None else float("nan"))
             except (KeyError, TypeError):
                 values.append(float("nan"))
-        lines.append(f"| {label} | {_cell(values[0], fmt)} | {_cell(values[1], fmt)} "
-                     f"| {_ratio(values[0], values[1])} |")
+        cells = [_cell(v, fmt) for v in values]
+        if label in CENSORED:
+            for index, result in enumerate((ours, theirs)):
+                if result is not None and _unfinished(result):
+                    cells[index] = f"> {cells[index]}"
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {_ratio(values[0], values[1])} |")
     for result in results:
         if "error" in result:
             lines.append(f"\n{result['system']} failed: {result['error']}")
@@ -73,5 +84,20 @@ def table(info: Json, results: list[Json], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _unfinished(result: Json) -> bool:
+    throughput = result.get("throughput") or {}
+    return bool(throughput) and throughput.get("admitted", 0) < throughput.get("jobs", 0)
+
+
 def print_table(info: Json, results: list[Json], args: argparse.Namespace) -> None:
     print(table(info, results, args))
+
+
+if __name__ == "__main__":
+    # Print the table again from a run's --json file.
+    import json
+    import sys
+    from pathlib import Path
+
+    saved = json.loads(Path(sys.argv[1]).read_text())
+    print(table(saved["info"], saved["results"]))

@@ -268,6 +268,9 @@ async def throughput(client: Any, system: System, seen: Observed, args: argparse
     waits = [seen.admitted[k] - seen.sent[k] for k in admitted]
     last_admitted = max((seen.admitted[k] for k in admitted), default=first)
     done = [seen.completed[k] for k in keys if k in seen.completed]
+    # What is left must not spill into the fairness run (a backlog still
+    # being admitted there would compete for the same nodes).
+    await delete_namespaces(client, [ns for ns, _ in tenants])
     return {
         "jobs": len(keys), "admitted": len(admitted), "completed": len(done),
         "created_per_s": len(keys) / creating,
@@ -388,12 +391,15 @@ async def run_system(sandbox: Sandbox, system: System, group: str,
         cpu_before = cpu_seconds(system.record.pid), cpu_seconds(apiserver_pid)
         result: Json = {"system": system.name}
         try:
-            print(f"[compare] {system.name}: throughput, {args.jobs} Jobs", file=sys.stderr)
-            result["throughput"] = await throughput(client, system, seen, args, run,
+            if "throughput" in args.phases:
+                print(f"[compare] {system.name}: throughput, {args.jobs} Jobs", file=sys.stderr)
+                result["throughput"] = await throughput(client, system, seen, args, run,
+                                                        capacity_milli)
+            if "fairness" in args.phases:
+                print(f"[compare] {system.name}: fairness 3:2:1", file=sys.stderr)
+                seen.preemptions = 0
+                result["fairness"] = await fairness(client, system, seen, args, run,
                                                     capacity_milli)
-            print(f"[compare] {system.name}: fairness 3:2:1", file=sys.stderr)
-            seen.preemptions = 0
-            result["fairness"] = await fairness(client, system, seen, args, run, capacity_milli)
         finally:
             await watches.close()
         after = await apiserver_metrics(client)
@@ -409,17 +415,24 @@ async def run_system(sandbox: Sandbox, system: System, group: str,
     return result
 
 
+async def delete_namespaces(client: Any, names: list[str], seconds: float = 180.0) -> None:
+    """Delete them and wait until they are gone (or `seconds` passed)."""
+    for name in names:
+        with contextlib.suppress(ApiError):
+            await request_json(client, "DELETE", f"/api/v1/namespaces/{name}")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        listed = await request_json(client, "GET", "/api/v1/namespaces")
+        if not any(n["metadata"]["name"] in names for n in listed.get("items", [])):
+            return
+        await asyncio.sleep(0.5)
+
+
 async def remove_arbiter_work(client: Any, system: Arbiter) -> None:
     """Its namespaces, gone, before Kueue starts, so Kueue's caches start as
     empty as arbiter's did; then its Queues (a Queue with admitted units left
     is refused: arbiter is stopped next anyway)."""
-    for name in system.queues:
-        await request_json(client, "DELETE", f"/api/v1/namespaces/{name}")
-    for _ in range(360):
-        listed = await request_json(client, "GET", "/api/v1/namespaces")
-        if not any(n["metadata"]["name"] in system.queues for n in listed.get("items", [])):
-            break
-        await asyncio.sleep(0.5)
+    await delete_namespaces(client, system.queues)
     for name in system.queues:
         with contextlib.suppress(ApiError):
             await request_json(client, "DELETE", f"/apis/arbiter.dev/v1alpha1/queues/{name}")
@@ -469,7 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--systems", default="arbiter,kueue",
                         help="which to run, comma-separated (default both; one: for debugging)")
+    parser.add_argument("--phases", default="throughput,fairness",
+                        help="which workloads, comma-separated (default both)")
     args = parser.parse_args(argv)
+    args.phases = set(args.phases.split(","))
     systems = set(args.systems.split(","))
     kueue_build = ensure_kueue_built() if "kueue" in systems else None
     directory = args.dir or Path(tempfile.mkdtemp(prefix="compare-kueue-"))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,8 @@ from arbiter.sandbox.build import (
     _run,
     cache_root,
     go_binary,
+    new_staging,
+    publish,
     source_dir,
 )
 
@@ -98,8 +99,7 @@ def ensure_kueue_built(*, force: bool = False) -> KueueBuild:
     found = KueueBuild(root / key)
     if found.complete() and not force:
         return found
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    staging = new_staging(root, key)
     try:
         log = staging / "build.log"
         (staging / "bin").mkdir()
@@ -114,14 +114,7 @@ def ensure_kueue_built(*, force: bool = False) -> KueueBuild:
             "key": key, "version": version, "total_seconds": round(time.monotonic() - started, 1),
             "size_mib": round((staging / "bin" / "kueue").stat().st_size / 2**20, 1),
         }
-        (staging / "build.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if found.root.exists():
-            shutil.rmtree(found.root, ignore_errors=True)
-        try:
-            staging.rename(found.root)
-        except OSError:
-            if not found.complete():
-                raise
+        publish(staging, summary, found.root, found.complete)
         _progress(f"built Kueue in {summary['total_seconds']:.0f}s: {found.binary}")
         return found
     finally:

@@ -150,6 +150,7 @@ async def install_webhook_configurations(ctx: ServerContext) -> None:
         url=ctx.config.webhook_url, ca_bundle=ca_bundle,
         excluded_namespaces=excluded_namespaces(ctx.config),
         name=ctx.config.service_name,
+        own_usernames=ctx.own_usernames,
     )
     await install(ctx.api, mutating, validating)
     ctx.webhooks_installed = True

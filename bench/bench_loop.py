@@ -15,7 +15,11 @@ AdmissionController over the in-memory API. Printed:
 On the sandbox (`--sandbox DIR`, a running `arbiter sandbox up --dir DIR`):
 2,000 Jobs across 20 queues, each requesting 1m CPU and finishing a second
 after it starts (kwok); prints Job creation → admission (unsuspend seen by a
-watch) latency p50 / p99 and admissions per second.
+watch) latency p50 / p99 and admissions per second, and where that time
+goes, stage by stage, from watch events on Jobs and QueueUnits: the
+creation call (arbiter's webhook inside it), the QueueUnit appearing, its
+status turning Dequeued (admission decided and written), the Job
+unsuspended.
 
     .venv/bin/python bench/bench_loop.py [--units 100000] [--sandbox DIR --jobs 2000]
 """
@@ -41,6 +45,7 @@ from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.kubeapi import pod_path, queue_path, unit_path
 from arbiter.loop.controller import AdmissionController, LoopSettings
 from arbiter.testing.memory import InMemoryApi
+from bench.watching import pct
 
 QUEUES = 100
 NODES = 500
@@ -101,11 +106,6 @@ def seed_api(api: InMemoryApi, store: ClusterStore, raw_pods: list[dict[str, Any
     for name in store.queues:
         api.objects[queue_path(name)] = {
             "metadata": {"name": name, "resourceVersion": "1"}, "spec": {}}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def offline(units: int, freeze: bool) -> None:
@@ -188,11 +188,54 @@ async def offline(units: int, freeze: bool) -> None:
 # -- sandbox ---------------------------------------------------------------------------------
 
 
-async def on_sandbox(directory: Path, jobs: int, queues: int) -> None:
-    from kubernetes_asyncio import config as kube_config
-    from kubernetes_asyncio import watch
+class StageTimes:
+    """When each Job passed each stage, as this process saw it (monotonic clock)."""
 
-    from arbiter.kubeapi import request_json
+    STAGES = (
+        ("webhook + create (POST round trip)", "sent", "created"),
+        ("QueueUnit creation (Job created → unit ADDED)", "created", "unit"),
+        ("admission decision + status write (unit ADDED → Dequeued)", "unit", "dequeued"),
+        ("unsuspend (Dequeued → Job suspend=false)", "dequeued", "released"),
+        ("total: creation → admission", "sent", "released"),
+    )
+
+    def __init__(self) -> None:
+        self.at: dict[str, dict[str, float]] = {
+            "sent": {}, "created": {}, "unit": {}, "dequeued": {}, "released": {}}
+        self.done = asyncio.Event()
+        self.expected = 0
+
+    def on_job(self, kind: str, job: dict[str, Any], now: float) -> None:
+        meta = job["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if key in self.at["sent"] and job.get("spec", {}).get("suspend") is False:
+            released = self.at["released"]
+            released.setdefault(key, now)
+            if len(released) >= self.expected:
+                self.done.set()
+
+    def on_unit(self, kind: str, unit: dict[str, Any], now: float) -> None:
+        consumer = unit.get("spec", {}).get("consumerRef") or {}
+        key = f"{unit['metadata']['namespace']}/{consumer.get('name', '')}"
+        self.at["unit"].setdefault(key, now)
+        if (unit.get("status") or {}).get("phase") == "Dequeued":
+            self.at["dequeued"].setdefault(key, now)
+
+    def report(self) -> list[str]:
+        lines = []
+        for label, start, end in self.STAGES:
+            first, last = self.at[start], self.at[end]
+            spans = [last[k] - first[k] for k in last if k in first]
+            lines.append(f"  {label:<62} p50 {pct(spans, 0.5) * 1000:6.0f} ms  "
+                         f"p99 {pct(spans, 0.99) * 1000:6.0f} ms  ({len(spans)})")
+        return lines
+
+
+async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int) -> None:
+    from kubernetes_asyncio import config as kube_config
+
+    from arbiter.kubeapi import ApiError, request_json
+    from bench.watching import Watches
 
     client = await kube_config.new_client_from_config(
         config_file=str(directory / "kubeconfig"), persist_config=False)
@@ -207,28 +250,13 @@ async def on_sandbox(directory: Path, jobs: int, queues: int) -> None:
                                      "metadata": {"name": name},
                                      "spec": {"namespaces": [name]}})
         await asyncio.sleep(1.0)  # the webhook's cache learns the queues
-        sent: dict[str, float] = {}
-        seen: dict[str, float] = {}
-        done = asyncio.Event()
-
-        async def observe() -> None:
-            w = watch.Watch()
-            from kubernetes_asyncio.client import BatchV1Api
-
-            batch = BatchV1Api(client)
-            async for event in w.stream(batch.list_job_for_all_namespaces,
-                                        label_selector=QUEUE_LABEL, timeout_seconds=600):
-                job = event["object"]
-                key = f"{job.metadata.namespace}/{job.metadata.name}"
-                if key in sent and key not in seen and job.spec.suspend is False:
-                    seen[key] = time.monotonic()
-                    if len(seen) == jobs:
-                        done.set()
-                        return
-
-        watcher = asyncio.ensure_future(observe())
-        await asyncio.sleep(0.5)
-        semaphore = asyncio.Semaphore(16)
+        stages = StageTimes()
+        stages.expected = jobs
+        watches = Watches(client)
+        await watches.add("/apis/batch/v1/jobs", stages.on_job, QUEUE_LABEL)
+        await watches.add("/apis/arbiter.dev/v1alpha1/queueunits", stages.on_unit)
+        semaphore = asyncio.Semaphore(in_flight)
+        failures: list[str] = []
 
         async def create(index: int) -> None:
             namespace = names[index % queues]
@@ -243,36 +271,52 @@ async def on_sandbox(directory: Path, jobs: int, queues: int) -> None:
                         "name": "c", "image": "x",
                         "resources": {"requests": {"cpu": "1m"}}}]}}},
             }
+            key = f"{namespace}/{name}"
             async with semaphore:
-                sent[f"{namespace}/{name}"] = time.monotonic()
-                await request_json(client, "POST",
-                                   f"/apis/batch/v1/namespaces/{namespace}/jobs", body=body)
+                stages.at["sent"][key] = time.monotonic()
+                try:
+                    await request_json(client, "POST",
+                                       f"/apis/batch/v1/namespaces/{namespace}/jobs", body=body)
+                except ApiError as error:
+                    del stages.at["sent"][key]
+                    stages.expected -= 1
+                    failures.append(str(error)[:200])
+                    return
+                stages.at["created"][key] = time.monotonic()
 
         started = time.monotonic()
         await asyncio.gather(*(create(i) for i in range(jobs)))
         created = time.monotonic()
+        if failures:
+            print(f"{len(failures)} creations failed, e.g. {failures[0]}")
         try:
-            await asyncio.wait_for(done.wait(), 600)
+            await asyncio.wait_for(stages.done.wait(), 600)
         finally:
-            watcher.cancel()
+            await watches.close()
+        sent, seen = stages.at["sent"], stages.at["released"]
         latencies = [seen[k] - sent[k] for k in seen]
         last = max(seen.values())
-        print(f"sandbox: {jobs:,} Jobs in {queues} queues created in {created - started:.1f}s; "
-              f"creation → admission p50 {statistics.median(latencies) * 1000:.0f} ms, "
+        print(f"sandbox: {jobs:,} Jobs in {queues} queues created in {created - started:.1f}s "
+              f"({jobs / (created - started):.0f}/s, {in_flight} in flight); "
+              f"creation → admission p50 {pct(latencies, 0.5) * 1000:.0f} ms, "
               f"p99 {pct(latencies, 0.99) * 1000:.0f} ms; "
               f"{len(seen) / (last - started):.0f} admissions/s")
+        print("per stage, as watches saw it:")
+        print("\n".join(stages.report()))
         await cleanup(client, names)
 
 
 async def cleanup(client: Any, names: list[str]) -> None:
     """Namespaces first (their units go with them), then the queues, which
-    may only be deleted once nothing admitted is left in them."""
+    may only be deleted once nothing admitted is left in them (given up
+    after a minute: a loaded sandbox empties namespaces slowly)."""
     from arbiter.kubeapi import ApiError, request_json
 
     for name in names:
         await request_json(client, "DELETE", f"/api/v1/namespaces/{name}")
+    deadline = time.monotonic() + 60.0
     for name in names:
-        for _ in range(600):
+        while time.monotonic() < deadline:
             try:
                 await request_json(client, "DELETE",
                                    f"/apis/arbiter.dev/v1alpha1/queues/{name}")
@@ -289,11 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", type=Path, help="a running sandbox's directory")
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--queues", type=int, default=20)
+    parser.add_argument("--in-flight", type=int, default=16,
+                        help="Job creations at once on the sandbox (default 16)")
     parser.add_argument("--no-freeze", action="store_true",
                         help="leave the 100,000 records in the cyclic GC's generations")
     args = parser.parse_args(argv)
     if args.sandbox is not None:
-        asyncio.run(on_sandbox(args.sandbox, args.jobs, args.queues))
+        asyncio.run(on_sandbox(args.sandbox, args.jobs, args.queues, args.in_flight))
     else:
         asyncio.run(offline(args.units, not args.no_freeze))
     print(json.dumps({"done": True}))

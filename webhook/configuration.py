@@ -11,6 +11,7 @@ certificate rotation (certs.publish).
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -54,7 +55,33 @@ def _client_config(path: str, url: str | None, service: tuple[str, str] | None,
     return config
 
 
-def _webhook(endpoint: Endpoint, hook: Hook, client_config: Json, selector: Json) -> Json:
+# Hooks arbiter's own requests may skip, and for which operations: its
+# QueueUnits are written whole (labels, pod sets) and checked by the CRD
+# schema; an update to a Job or a pod gate by arbiter is allowed anyway. Its
+# own Job creations (JobFlow steps) still go through jobs.mutate/validate.
+OWN_WRITES_SKIP: dict[str, str] = {
+    "queueunits.mutate.arbiter.dev": "all",
+    "queueunits.validate.arbiter.dev": "all",
+    "jobs.validate.arbiter.dev": "updates",
+    "pod-gates.validate.arbiter.dev": "all",
+}
+
+
+def _not_from(hook: Hook, usernames: Iterable[str]) -> dict[str, str] | None:
+    """A matchCondition that keeps these users' requests away from `hook`."""
+    names = sorted(set(usernames))
+    which = OWN_WRITES_SKIP.get(hook.name)
+    if not names or which is None:
+        return None
+    listed = ", ".join(json.dumps(name) for name in names)
+    expression = f"!(request.userInfo.username in [{listed}])"
+    if which == "updates":
+        expression = f"request.operation != 'UPDATE' || {expression}"
+    return {"name": "not-kube-arbiter", "expression": expression}
+
+
+def _webhook(endpoint: Endpoint, hook: Hook, client_config: Json, selector: Json,
+             own_usernames: Iterable[str] = ()) -> Json:
     entry: Json = {
         "name": hook.name,
         "clientConfig": client_config,
@@ -69,9 +96,13 @@ def _webhook(endpoint: Endpoint, hook: Hook, client_config: Json, selector: Json
     }
     if endpoint.namespaced:
         entry["namespaceSelector"] = selector
+    skip = _not_from(hook, own_usernames)
+    conditions = [] if skip is None else [skip]
     if hook.condition is not None:
         name, expression = hook.condition
-        entry["matchConditions"] = [{"name": name, "expression": expression}]
+        conditions.append({"name": name, "expression": expression})
+    if conditions:
+        entry["matchConditions"] = conditions
     if endpoint.mutating:
         entry["reinvocationPolicy"] = "Never"
     return entry
@@ -84,16 +115,23 @@ def desired_configurations(
     ca_bundle: bytes | None = None,
     excluded_namespaces: Iterable[str],
     name: str = CONFIGURATION_NAME,
+    own_usernames: Iterable[str] = (),
 ) -> tuple[Json, Json]:
     """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration): one
-    webhook per hook of each endpoint the server serves, in table order."""
+    webhook per hook of each endpoint the server serves, in table order.
+
+    `own_usernames`: arbiter's own writes (its QueueUnits, unsuspending a
+    Job, removing a gate) skip the hooks of `OWN_WRITES_SKIP`: each such call
+    was a round trip through this same process in the middle of an
+    admission (three of the seven webhook calls one Job's admission made)."""
     selector = namespace_selector(excluded_namespaces)
     labels = {"app.kubernetes.io/name": "kube-arbiter",
               "app.kubernetes.io/managed-by": "kube-arbiter"}
 
     def configuration(kind: str, mutating: bool) -> Json:
         webhooks = [_webhook(endpoint, hook,
-                             _client_config(endpoint.path, url, service, ca_bundle), selector)
+                             _client_config(endpoint.path, url, service, ca_bundle), selector,
+                             own_usernames)
                     for endpoint in ENDPOINTS if endpoint.mutating == mutating
                     for hook in endpoint.hooks]
         return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,27 @@ def _progress(message: str) -> None:
     print(f"[sandbox build] {message}", file=sys.stderr, flush=True)
 
 
+def new_staging(root: Path, key: str) -> Path:
+    """A fresh temporary sibling of the cache entry `key`, where a build goes first."""
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+
+
+def publish(staging: Path, summary: dict[str, Any], target: Path,
+            complete: Callable[[], bool]) -> None:
+    """Write the build's summary and rename it into its cache entry. A
+    previous incomplete entry (or a concurrent builder's) is replaced;
+    losing the race to a builder that finished first is fine."""
+    (staging / "build.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if target.exists():
+        shutil.rmtree(target, ignore_errors=True)
+    try:
+        staging.rename(target)
+    except OSError:
+        if not complete():
+            raise
+
+
 def ensure_built(*, force: bool = False) -> Toolchain:
     """Return the cached toolchain, building it first if it is not there yet."""
     src = source_dir()
@@ -263,9 +285,7 @@ def ensure_built(*, force: bool = False) -> Toolchain:
     toolchain = Toolchain(root / key)
     if toolchain.complete() and not force:
         return toolchain
-
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    staging = new_staging(root, key)
     try:
         partial = Toolchain(staging)
         partial.bin_dir.mkdir()
@@ -307,15 +327,7 @@ def ensure_built(*, force: bool = False) -> Toolchain:
                 name: round(partial.binary(name).stat().st_size / 2**20, 1) for name in BINARIES
             },
         }
-        (staging / "build.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if toolchain.root.exists():
-            # A previous incomplete entry (or a concurrent builder's) is replaced.
-            shutil.rmtree(toolchain.root, ignore_errors=True)
-        try:
-            staging.rename(toolchain.root)
-        except OSError:
-            if not toolchain.complete():
-                raise
+        publish(staging, summary, toolchain.root, toolchain.complete)
         _progress(f"built in {summary['total_seconds']:.0f}s: {toolchain.bin_dir}")
         return toolchain
     finally:

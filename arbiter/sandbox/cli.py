@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arbiter.sandbox import build
+from arbiter.sandbox import build, kueue
 from arbiter.sandbox.cluster import DEFAULT_DIR, NodeShape, Sandbox, SandboxError
 from arbiter.sandbox.probe import all_healthy
 
@@ -55,6 +55,10 @@ def add_parser(subparsers: Any) -> None:
 
     build_cmd = commands.add_parser("build", help="build (or find cached) control-plane binaries")
     build_cmd.add_argument("--force", action="store_true", help="rebuild even when cached")
+    build_cmd.add_argument(
+        "--with", dest="with_extra", action="append", default=[], choices=["kueue"],
+        help="also build Kueue's manager (for bench/compare_kueue.py; minutes when cold)",
+    )
     build_cmd.set_defaults(handler=_build)
 
 
@@ -157,8 +161,10 @@ def _status(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     try:
         toolchain = build.ensure_built(force=args.force)
+        extra = [kueue.ensure_kueue_built(force=args.force).root] if args.with_extra else []
     except build.BuildError as error:
         print(f"arbiter sandbox build: {error}", file=sys.stderr)
         return 1
-    print(toolchain.root)
+    for root in (toolchain.root, *extra):
+        print(root)
     return 0

@@ -11,7 +11,7 @@ from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
 from arbiter.config import ServeConfig
 from arbiter.server import excluded_namespaces
 from certs.publish import with_ca_bundle
-from webhook.configuration import desired_configurations
+from webhook.configuration import OWN_WRITES_SKIP, desired_configurations
 from webhook.endpoints import BY_PATH
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "webhooks.yaml"
@@ -58,3 +58,29 @@ def test_every_served_endpoint_is_registered_exactly_where_it_is_served() -> Non
     registered = {(hook["clientConfig"]["url"][len("https://h"):], config is mutating)
                   for config in (mutating, validating) for hook in config["webhooks"]}
     assert registered == {(path, endpoint.mutating) for path, endpoint in BY_PATH.items()}
+
+
+def test_own_writes_skip_only_the_hooks_that_allow_them_anyway() -> None:
+    mutating, validating = desired_configurations(
+        url="https://127.0.0.1:9443", excluded_namespaces=DEFAULT_EXCLUDED_NAMESPACES,
+        own_usernames={"kube-arbiter", "system:serviceaccount:x:kube-arbiter"})
+    hooks = {hook["name"]: hook for config in (mutating, validating)
+             for hook in config["webhooks"]}
+    assert set(OWN_WRITES_SKIP) <= set(hooks)  # no stale names
+    for name, hook in hooks.items():
+        skips = [c for c in hook.get("matchConditions", []) if c["name"] == "not-kube-arbiter"]
+        if name not in OWN_WRITES_SKIP:
+            assert skips == [], name  # e.g. jobs.mutate: JobFlow steps are held too
+            continue
+        expression = skips[0]["expression"]
+        assert ('!(request.userInfo.username in ["kube-arbiter", '
+                '"system:serviceaccount:x:kube-arbiter"])') in expression
+        assert expression.startswith("request.operation != 'UPDATE' || ") == (
+            OWN_WRITES_SKIP[name] == "updates")
+    # The Job hook keeps its own condition beside the new one.
+    assert [c["name"] for c in hooks["jobs.validate.arbiter.dev"]["matchConditions"]] == [
+        "not-kube-arbiter", "managed-by-arbiter"]
+    plain = desired_configurations(url="https://127.0.0.1:9443",
+                                   excluded_namespaces=DEFAULT_EXCLUDED_NAMESPACES)
+    assert all(c["name"] != "not-kube-arbiter" for config in plain
+               for hook in config["webhooks"] for c in hook.get("matchConditions", []))

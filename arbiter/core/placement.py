@@ -27,7 +27,7 @@ from itertools import compress, count
 
 from arbiter.core.model import DEFAULT_POOL, Node, Pool
 
-__all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs"]
+__all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs", "packed_pod", "room_for"]
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
@@ -54,9 +54,10 @@ def _clamp(amount: int) -> int:
 _PACKED: dict[Pairs, tuple[int, int]] = {}
 
 
-def _packed(pairs: Pairs) -> tuple[int, int]:
+def packed_pod(pairs: Pairs) -> tuple[int, int]:
     """(a pod's amounts packed like `NodeSet.packed`, the top bits of its
-    fields); need -1 when some amount is too large to pack (checked per field)."""
+    fields); need -1 when some amount is too large to pack (checked per field).
+    `room_for(word, *packed_pod(pairs))` tests one node."""
     got = _PACKED.get(pairs)
     if got is None:
         if len(_PACKED) > 65536:
@@ -70,6 +71,11 @@ def _packed(pairs: Pairs) -> tuple[int, int]:
             need = -1
         got = _PACKED[pairs] = (need, guards)
     return got
+
+
+def room_for(word: int, need: int, guards: int) -> bool:
+    """Has the node whose packed free amounts are `word` room for the pod?"""
+    return need >= 0 and (word - need) & guards == guards
 
 
 class NodeSet:
@@ -89,7 +95,7 @@ class NodeSet:
     tree: list[list[list[int]]]
     sizes: list[int]  # entries per level of `tree`
     # per member: its free amounts in one int, _WIDTH bits per resource with
-    # the top bit set (see `_packed`), so one subtraction tests a whole pod
+    # the top bit set (see `packed_pod`), so one subtraction tests a whole pod
     packed: list[int]
     total: list[int]  # per resource index: free amount summed over the members (>= 0)
     cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
@@ -169,7 +175,7 @@ class NodeSet:
         packed amounts, and skips by the tree of maxima every block of 64
         where some resource is short everywhere."""
         n = self.sizes[0]
-        need, guards = _packed(pairs)
+        need, guards = packed_pod(pairs)
         if need < 0:  # too large to pack: no member has that much free
             return n
         packed = self.packed
@@ -246,7 +252,6 @@ class NodeSet:
         seen, holders, bound = failed
         log = self.log
         count, pairs = run
-        fr = self.fr
         if holders is None:  # it failed on the set's total: does it still?
             total = self.total
             fresh = min((total[r] // a for r, a in pairs), default=count)
@@ -255,9 +260,29 @@ class NodeSet:
                 return True
             nodes: set[int] = set(log[seen:])
         else:
+            # The holders only shrank unless they grew since: `bound` plus
+            # what the grown nodes hold now is an upper bound, often enough.
+            grown = set(log[seen:])
+            extra, added = self._holding(grown, count, pairs)
+            if bound + extra < count:
+                if grown:
+                    kept = holders + [m for m in added if m not in holders]
+                    self.fails[run] = (len(log), kept, bound + extra)
+                return True
             nodes = set(holders)
-            nodes.update(log[seen:])
-            bound = 0
+            nodes.update(grown)
+        bound, kept = self._holding(nodes, count, pairs, bound if holders is None else 0)
+        if bound >= count:
+            return False
+        self.fails[run] = (len(log), kept if holders is not None else None, bound)
+        return True
+
+    def _holding(self, nodes: Iterable[int], count: int, pairs: Pairs,
+                 start: int = 0) -> tuple[int, list[int]]:
+        """`start` plus how many pods of `pairs` (at most `count` each) the
+        members `nodes` hold, and those that hold some."""
+        fr = self.fr
+        bound = start
         kept: list[int] = []
         for m in nodes:
             k = count
@@ -268,10 +293,7 @@ class NodeSet:
             if k > 0:
                 bound += k
                 kept.append(m)
-        if bound >= count:
-            return False
-        self.fails[run] = (len(log), kept if holders is not None else None, bound)
-        return True
+        return bound, kept
 
     def place(self, runs: Runs) -> list[list[int]] | None:
         """First-fit decreasing of `runs` (already in placement order): per run,
@@ -374,6 +396,7 @@ class NodeIndex:
         # checked at grown_total = t can see which nodes grew since.
         self.grown: list[int] = []
         self.grown_total = 0
+        self._packed: dict[int, int] = {}  # node -> `packed(node)`, dropped when it changes
 
     def _pool_for(self, labels: Mapping[str, str]) -> str:
         for pool in self.pools:
@@ -383,6 +406,7 @@ class NodeIndex:
 
     def add_resource(self) -> None:
         self.free.append([0] * len(self.names))
+        self._packed.clear()
         for node_set in self.sets.values():
             node_set.add_resource()
 
@@ -406,6 +430,7 @@ class NodeIndex:
         free = self.free
         grew = False
         memberships = self.member_of[g]
+        self._packed.pop(g, None)
         for r, a in delta:
             if not a:
                 continue
@@ -429,10 +454,20 @@ class NodeIndex:
             return None
         return self.grown[len(self.grown) - back :] if back else []
 
+    def packed(self, g: int) -> int:
+        """Node g's free amounts in one int, as `NodeSet.packed` holds them
+        (kept until the node changes: waking queues asks for it repeatedly)."""
+        word = self._packed.get(g)
+        if word is None:
+            word = self._packed[g] = sum((_GUARD | _clamp(column[g])) << (r * _WIDTH)
+                                         for r, column in enumerate(self.free))
+        return word
+
     def take(self, g: int, pairs: Pairs, count: int) -> None:
         """`count` pods of `pairs` are planned on node g (shrinks only)."""
         free = self.free
         memberships = self.member_of[g]
+        self._packed.pop(g, None)
         for r, a in pairs:
             amount = free[r][g] - a * count
             free[r][g] = amount

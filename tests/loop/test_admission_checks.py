@@ -19,10 +19,10 @@ NS = "team"
 
 
 async def admission_check(cluster: Cluster, name: str, *, controller: str = APPROVAL_CONTROLLER,
-                          retry_delay: int = 60, timeout: int | None = None) -> None:
+                          retry_delay: int = 60, timeout_s: int | None = None) -> None:
     spec: dict[str, Any] = {"controllerName": controller, "retryDelaySeconds": retry_delay}
-    if timeout is not None:
-        spec["timeoutSeconds"] = timeout
+    if timeout_s is not None:
+        spec["timeoutSeconds"] = timeout_s
     await cluster.api.create(ADMISSION_CHECK.path, {"metadata": {"name": name}, "spec": spec})
 
 
@@ -117,7 +117,7 @@ async def test_retry_frees_quota_and_requeues_after_the_delay() -> None:
 
 
 async def test_a_check_that_times_out_requeues_and_frees_the_quota() -> None:
-    cluster = await gated_cluster(timeout=120, retry_delay=10)
+    cluster = await gated_cluster(timeout_s=120, retry_delay=10)
     await cluster.job(NS, "big", "a", parallelism=2)
     await cluster.settle()
     cluster.clock.advance(119)

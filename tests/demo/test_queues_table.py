@@ -150,7 +150,7 @@ def test_no_queues() -> None:
 
 
 def test_reserved_units_are_listed_with_their_checks() -> None:
-    units = [
+    units: list[dict[str, Any]] = [
         {"metadata": {"namespace": "team", "name": "job-big"}, "spec": {"queue": "a"},
          "status": {"phase": "Reserved", "admissionChecks": [
              {"name": "boss", "state": "Pending", "lastTransitionTime": "2026-01-01T00:00:00Z"},

@@ -136,10 +136,7 @@ async def _run(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     try:
         names = asyncio.run(_run(args))
-    except ApprovalError as error:
-        print(f"arbiter {args.verb}: {error}", file=sys.stderr)
-        return 1
-    except ApiError as error:
+    except (ApprovalError, ApiError) as error:
         print(f"arbiter {args.verb}: {error}", file=sys.stderr)
         return 1
     except (OSError, ValueError, kube_config.ConfigException) as error:

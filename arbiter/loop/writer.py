@@ -30,6 +30,8 @@ from arbiter.loop.events import EventSink
 from arbiter.loop.inflight import InFlightWrites
 from arbiter.loop.units import Consumer, DesiredUnit, Step, consumer_key
 
+log = logging.getLogger(__name__)
+
 
 class WriteCounts(Protocol):
     """Where the writes count what they did (the controller's `CycleStats`)."""
@@ -190,8 +192,9 @@ class UnitWriter:
         state, pods = self.consumer(unit)
         try:
             await self.actions.release(unit, pods)
-        except ConsumerGone:
+        except ConsumerGone as error:
             # Gone (the watch will say so): do not try again meanwhile.
+            log.info("not releasing %s: %s", unit.key, error)
             if key is not None:
                 self.writes.override(key, Consumer.MISSING, state)
             return

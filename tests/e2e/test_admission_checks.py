@@ -162,8 +162,12 @@ def test_sigkill_while_reserved_loses_no_check_state(sandbox: Sandbox) -> None:
         assert phase_is(sandbox, ns, "b", "Reserved")
         assert [c["state"] for c in unit_status(sandbox, ns, "b")["admissionChecks"]] == \
             ["Pending"]
+        # The new process waits out the dead leader's Lease before it leads.
+        wait_for("the new arbiter leads",
+                 lambda: metrics(sandbox)[("arbiter_leader", ())] == 1.0, timeout=90)
         wait_for("b's quota counted by the new leader",
                  lambda: free_cpu(sandbox) == f"{CPUS - 4}", timeout=30)
+        assert phase_is(sandbox, ns, "b", "Reserved")
         arbiter_cli(sandbox, "approve", f"{ns}/job-b")
         wait_for("b released", lambda: get(sandbox, "job", "b", "-n", ns)["spec"]
                  .get("suspend") is False, timeout=10)

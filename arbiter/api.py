@@ -24,7 +24,7 @@ API_VERSION: Final = f"{API_GROUP}/{VERSION}"
 API_PATH: Final = f"/apis/{API_VERSION}"
 
 # -- kinds ----------------------------------------------------------------------------
-ArbiterKind = Literal["Queue", "QueueUnit", "JobFlow", "JobTemplate", "Pool"]
+ArbiterKind = Literal["Queue", "QueueUnit", "JobFlow", "JobTemplate", "Pool", "AdmissionCheck"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,9 @@ JOB_FLOW: Final = ApiKind("JobFlow", "jobflows", namespaced=True)
 JOB_TEMPLATE: Final = ApiKind("JobTemplate", "jobtemplates", namespaced=True)
 # A named set of nodes admission places work into (DESIGN §10).
 POOL: Final = ApiKind("Pool", "pools", namespaced=False)
-API_KINDS: Final = (QUEUE, QUEUE_UNIT, JOB_FLOW, JOB_TEMPLATE, POOL)
+# A gate a unit passes after its quota is reserved, before its work starts (§12).
+ADMISSION_CHECK: Final = ApiKind("AdmissionCheck", "admissionchecks", namespaced=False)
+API_KINDS: Final = (QUEUE, QUEUE_UNIT, JOB_FLOW, JOB_TEMPLATE, POOL, ADMISSION_CHECK)
 
 # -- labels, annotations, the scheduling gate -----------------------------------------
 # A table, not repeated logic: one constant per key, spelled in full so that
@@ -75,6 +77,8 @@ FLOW_ANNOTATION: Final = "arbiter.dev/jobflow"
 FLOW_UID_ANNOTATION: Final = "arbiter.dev/jobflow-uid"
 STEP_ANNOTATION: Final = "arbiter.dev/jobflow-step"
 ATTEMPT_ANNOTATION: Final = "arbiter.dev/jobflow-attempt"
+# On a Job: the fewest pods it may start with (partial admission, DESIGN §12).
+MIN_PARALLELISM_ANNOTATION: Final = "arbiter.dev/min-parallelism"
 
 
 def is_arbiter_key(key: str) -> bool:
@@ -96,6 +100,12 @@ MAX_POD_SETS: Final = 8
 ADMISSION_FIELD: Final = "admission"
 ADMISSION_POOL: Final = "pool"
 ADMISSION_NODES: Final = "nodes"
+# AdmissionCheck (DESIGN §12): the built-in controller a person answers
+# (`arbiter approve|reject`), a check's states on a unit, and its defaults.
+APPROVAL_CONTROLLER: Final = "arbiter.dev/approval"
+CheckState = Literal["Pending", "Ready", "Retry", "Rejected"]
+CHECK_STATES: Final[tuple[CheckState, ...]] = ("Pending", "Ready", "Retry", "Rejected")
+DEFAULT_RETRY_DELAY: Final = 60
 ADMITTED_PHASES: frozenset[str] = frozenset({"Dequeued", "Running"})
 FINISHED_PHASES: frozenset[str] = frozenset({"Succeed", "Failed"})
 

@@ -23,6 +23,8 @@ COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("flow", "arbiter.jobflow.cli"),
     ("serve", "arbiter.serve_cli"),
     ("queues", "arbiter.queues_cli"),
+    ("approve", "arbiter.approval_cli"),
+    ("reject", "arbiter.approval_cli"),
     ("demo", "arbiter.demo"),
 )
 
@@ -36,6 +38,8 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     subparsers.required = True
     wanted = next((a for a in argv if not a.startswith("-")), None)
     for name, module_name in COMMAND_MODULES:
+        if name in subparsers.choices:
+            continue  # a module registering several commands did it already
         # Only import the module the user asked for; list the rest by name.
         if wanted is None or wanted == name or wanted not in dict(COMMAND_MODULES):
             module = importlib.import_module(module_name)

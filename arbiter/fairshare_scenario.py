@@ -26,6 +26,7 @@ from arbiter.core.fairshare import (
     format_share,
 )
 from arbiter.core.model import DEFAULT_POOL, MAIN_POD_SET
+from arbiter.core.partial import admit_partial, can_shrink
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
 
@@ -38,7 +39,7 @@ _QUEUE_FIELDS = (
     "name", "weight", "guarantee", "capability", "blocking", "queuePolicy", "units",
     "pools", "nodeSelector",
 )
-_UNIT_FIELDS = ("count", "requests", "priority", "name", "pods")
+_UNIT_FIELDS = ("count", "requests", "priority", "name", "pods", "minCount")
 _NODE_FIELDS = ("name", "labels", "allocatable", "used", "count")
 _POOL_FIELDS = ("name", "nodeSelector")
 
@@ -301,8 +302,16 @@ def load_scenario(document: object) -> Scenario:
             pods: tuple[PodSet, ...] = ()
             if "pods" in unit:
                 per_unit = _integer(unit["pods"], f"{uf}.pods", minimum=1)
-                pods = (PodSet(MAIN_POD_SET, per_unit, requests),)
+                minimum = None
+                if "minCount" in unit:  # partial admission (DESIGN §12)
+                    minimum = _integer(unit["minCount"], f"{uf}.minCount", minimum=1)
+                    if minimum > per_unit:
+                        raise ScenarioError(f"{uf}.minCount: {minimum} is more than pods "
+                                            f"({per_unit})")
+                pods = (PodSet(MAIN_POD_SET, per_unit, requests, minimum),)
                 requests = requests.scale(per_unit)
+            elif "minCount" in unit:
+                raise ScenarioError(f"{uf}.minCount: needs pods (how many the unit asks for)")
             priority = _integer(unit.get("priority", 0), f"{uf}.priority")
             base = f"unit-{ui}"
             if "name" in unit:
@@ -348,6 +357,10 @@ def _pools_of(engine: AdmissionEngine, queue: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _pod_count(unit: Unit) -> int:
+    return sum(ps.count for ps in unit.pods)
+
+
 def evaluate(scenario: Scenario, *, order: bool = False,
              engine: AdmissionEngine | None = None) -> dict[str, Any]:
     """Run the engine over the scenario; the JSON-ready result (with `engine`:
@@ -358,6 +371,10 @@ def evaluate(scenario: Scenario, *, order: bool = False,
         for unit in scenario.units:
             engine.add_pending(unit)
     admitted = engine.admit_all()
+    shrinkable = sorted((u for u in scenario.units if can_shrink(u)),
+                        key=lambda u: (-u.priority, u.created, u.key))
+    if shrinkable:
+        admitted += admit_partial(engine, shrinkable)
     demand: dict[str, Resources] = {}
     for unit in scenario.units:
         demand[unit.queue] = demand.get(unit.queue, EMPTY) + unit.demand
@@ -375,6 +392,13 @@ def evaluate(scenario: Scenario, *, order: bool = False,
         },
         "free": _quantities(engine.free(), names),
     }
+    asked = {u.key: _pod_count(u) for u in shrinkable}
+    for spec in scenario.queues if shrinkable else ():
+        # Units admitted with fewer pods than asked: key -> pods admitted.
+        partial = {u.key: _pod_count(u) for u in engine.admitted(spec.name)
+                   if _pod_count(u) < asked.get(u.key, 0)}
+        if partial:
+            out["queues"][spec.name]["partial"] = partial
     if scenario.nodes is not None:
         for spec in scenario.queues:
             entry = out["queues"][spec.name]

@@ -52,6 +52,20 @@ preempted_units_total = Counter(
     registry=REGISTRY,
 )
 
+# Admission checks and partial admission (DESIGN §12).
+admission_check_state = Gauge(
+    "arbiter_admission_check_state",
+    "Reserved units by admission check and the check's state on them",
+    ["check", "state"],
+    registry=REGISTRY,
+)
+partial_admissions_total = Counter(
+    "arbiter_partial_admissions_total",
+    "Units admitted with fewer pods than asked (at least their minCount)",
+    ["queue"],
+    registry=REGISTRY,
+)
+
 # Metric declarations repeat one shape by nature (name, help, labels, registry).
 # Per pool (DESIGN §10).
 pool_capacity = Gauge(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from kubernetes_asyncio import config as kube_config
 
-from arbiter.api import QUEUE
+from arbiter.api import QUEUE, QUEUE_UNIT, parse_rfc3339
 from arbiter.cache.convert import ConversionError, node_from_api
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
@@ -228,6 +229,26 @@ def render_table(rows: Sequence[QueueRow], glyphs: Glyphs = UNICODE) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_reserved(units: Iterable[Mapping[str, Any]], now: float) -> str:
+    """Units holding quota while they wait on admission checks (DESIGN §12):
+    one line each, with every check's state and how long it has been so."""
+    lines = []
+    for unit in units:
+        meta, status = unit.get("metadata") or {}, unit.get("status") or {}
+        if status.get("phase") != "Reserved" or not status.get("admissionChecks"):
+            continue
+        checks = []
+        for check in status["admissionChecks"]:
+            since = parse_rfc3339(check.get("lastTransitionTime"))
+            age = f" {int(max(0.0, now - since))}s" if since is not None else ""
+            checks.append(f"{check.get('name')}={check.get('state')}{age}")
+        lines.append(f"  {meta.get('namespace')}/{meta.get('name')}  queue "
+                     f"{(unit.get('spec') or {}).get('queue')}  {'  '.join(checks)}")
+    if not lines:
+        return ""
+    return "\nWaiting on admission checks (quota reserved):\n" + "\n".join(sorted(lines)) + "\n"
+
+
 # -- I/O ------------------------------------------------------------------------------------
 async def fetch_rows(api: Any, *, label_selector: str | None = None) -> list[QueueRow]:
     """Queues (optionally by label) and the cluster's capacity, as rows."""
@@ -242,11 +263,22 @@ async def fetch_rows(api: Any, *, label_selector: str | None = None) -> list[Que
     return [queue_row(item, capacity or None) for item in queues.get("items") or []]
 
 
-async def _load(kubeconfig: Path | None) -> list[QueueRow]:
+async def fetch_reserved(api: Any) -> list[Mapping[str, Any]]:
+    """Reserved QueueUnits (by field selector where the CRD allows it);
+    none when they may not be listed."""
+    try:
+        listed = await request_json(api, "GET", QUEUE_UNIT.path,
+                                    query=[("fieldSelector", "status.phase=Reserved")])
+    except ApiError:
+        return []
+    return list(listed.get("items") or [])
+
+
+async def _load(kubeconfig: Path | None) -> tuple[list[QueueRow], list[Mapping[str, Any]]]:
     client = await kube_config.new_client_from_config(
         config_file=str(kubeconfig) if kubeconfig else None, persist_config=False)
     async with client:
-        return await fetch_rows(client)
+        return await fetch_rows(client), await fetch_reserved(client)
 
 
 # Every CLI command registers itself this way (same shape as the others, by design).
@@ -266,7 +298,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        rows = asyncio.run(_load(args.kubeconfig))
+        rows, reserved = asyncio.run(_load(args.kubeconfig))
     except ApiError as error:
         print(f"arbiter queues: {error}", file=sys.stderr)
         return 1
@@ -274,4 +306,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"arbiter queues: cannot reach the cluster: {error}", file=sys.stderr)
         return 1
     sys.stdout.write(render_table(rows, glyphs_for(sys.stdout)))
+    sys.stdout.write(render_reserved(reserved, time.time()))
     return 0

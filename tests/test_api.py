@@ -25,7 +25,7 @@ def test_group_version_and_collections() -> None:
     assert QUEUE.path == "/apis/arbiter.dev/v1alpha1/queues" and not QUEUE.namespaced
     assert QUEUE_UNIT.path == f"{API_PATH}/queueunits" and QUEUE_UNIT.namespaced
     assert [kind.kind for kind in API_KINDS] == [
-        "Queue", "QueueUnit", "JobFlow", "JobTemplate", "Pool"]
+        "Queue", "QueueUnit", "JobFlow", "JobTemplate", "Pool", "AdmissionCheck"]
     assert POOL.path == f"{API_PATH}/pools" and not POOL.namespaced
 
 

@@ -4,7 +4,9 @@ Mutating (CREATE): resolve the queue, label the Job and its pod template
 (so the Job's pods arrive labelled and are not gated again) and set
 `spec.suspend: true`.
 
-Validating: CREATE is denied like a pod without a usable queue. UPDATE of
+Validating: CREATE is denied like a pod without a usable queue, or when
+its `arbiter.dev/min-parallelism` (partial admission, DESIGN §12) is not a
+whole number from 1 to its parallelism. UPDATE of
 a Job arbiter manages (it carries the queue label) may not remove the
 label, may not move an admitted Job to another queue, may only move a
 waiting Job to an existing, Open queue, and may not flip `spec.suspend`
@@ -14,7 +16,12 @@ from true to false unless arbiter asks or the Job's QueueUnit
 
 from __future__ import annotations
 
-from arbiter.api import ADMITTED_PHASES, QUEUE_LABEL, job_unit_name
+from arbiter.api import (
+    ADMITTED_PHASES,
+    MIN_PARALLELISM_ANNOTATION,
+    QUEUE_LABEL,
+    job_unit_name,
+)
 from webhook.patch import set_label
 from webhook.queueing import check_new_work, check_open, not_ready
 from webhook.review import (
@@ -44,6 +51,27 @@ def _suspended(spec: Obj | None, where: str) -> bool:
     return bool(value)
 
 
+def min_parallelism_problem(meta: Obj | None, spec: Obj | None) -> str | None:
+    """Why the Job's partial-admission annotation is unusable; None when it
+    is fine or absent. The loop gives the unit's pod set this minCount."""
+    annotations = None if meta is None else meta.get("annotations")
+    text = annotations.get(MIN_PARALLELISM_ANNOTATION) \
+        if isinstance(annotations, dict) else None
+    if text is None:
+        return None
+    parallelism = 1 if spec is None else spec.get("parallelism", 1)
+    if parallelism is None:
+        parallelism = 1
+    if not isinstance(parallelism, int) or isinstance(parallelism, bool):
+        return None  # the apiserver's own validation says what is wrong
+    shown = str(text)[:32]
+    whole = isinstance(text, str) and text.isascii() and text.isdigit()
+    if not whole or not 1 <= int(text) <= parallelism:
+        return (f'annotation {MIN_PARALLELISM_ANNOTATION}: "{shown}" must be a whole number '
+                f"from 1 to the Job's parallelism ({parallelism})")
+    return None
+
+
 def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation != "CREATE":
         return ALLOW
@@ -70,10 +98,13 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
 
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation == "CREATE":
-        job, _, labels, namespace = namespaced_object(request, KIND)
-        get_map(job, "spec", "request.object.spec")  # checked everywhere, as in mutate
+        job, meta, labels, namespace = namespaced_object(request, KIND)
+        spec = get_map(job, "spec", "request.object.spec")  # checked everywhere, as in mutate
         if not env.store.is_managed_namespace(namespace):
             return ALLOW
+        problem = min_parallelism_problem(meta, spec)
+        if problem is not None:
+            return deny(problem)
         return check_new_work(env, namespace, labels, "Job")
     if request.operation == "UPDATE":
         return _validate_update(request, env)

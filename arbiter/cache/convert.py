@@ -13,15 +13,19 @@ from typing import Any, cast
 
 from arbiter.api import (
     ADMISSION_GATE,
+    CHECK_STATES,
+    DEFAULT_RETRY_DELAY,
     MANAGED_LABEL,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_ANNOTATION,
     QUEUE_LABEL,
     UnitPhase,
     is_arbiter_key,
+    parse_rfc3339,
     parse_time,
 )
 from arbiter.cache.records import (
+    AdmissionCheckRecord,
     JobOutcome,
     JobRecord,
     NamespaceRecord,
@@ -31,10 +35,12 @@ from arbiter.cache.records import (
     PodSet,
     PoolRecord,
     PriorityClassRecord,
+    QueueCheck,
     QueueRecord,
     Taint,
     Toleration,
     UnitAdmission,
+    UnitCheck,
     UnitRecord,
 )
 from arbiter.core.jsonvalues import brief
@@ -140,6 +146,80 @@ def admission_from_status(raw: Any) -> UnitAdmission | None:
     return UnitAdmission(pool=raw["pool"], nodes=tuple(sorted(sets)))
 
 
+def _queue_checks(value: Any) -> tuple[QueueCheck, ...]:
+    """Queue spec.admissionChecks: [{name, labelSelector: {matchLabels}}]."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ConversionError("spec.admissionChecks: must be a list")
+    checks = []
+    for index, raw in enumerate(value):
+        field = f"spec.admissionChecks[{index}]"
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str) \
+                or not raw["name"]:
+            raise ConversionError(f"{field}: must be an object with a name")
+        selector = raw.get("labelSelector") or {}
+        if not isinstance(selector, Mapping):
+            raise ConversionError(f"{field}.labelSelector: must be an object")
+        checks.append(QueueCheck(raw["name"], _selector(selector.get("matchLabels"),
+                                                        f"{field}.labelSelector.matchLabels")))
+    return tuple(checks)
+
+
+def admission_check_from_api(obj: Obj) -> AdmissionCheckRecord:
+    meta = _meta(obj)
+    spec = cast(Obj, obj.get("spec") or {})
+    delay = spec.get("retryDelaySeconds", DEFAULT_RETRY_DELAY)
+    timeout = spec.get("timeoutSeconds")
+    for name, value in (("retryDelaySeconds", delay), ("timeoutSeconds", timeout)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 0):
+            raise ConversionError(f"spec.{name}: {brief(value)} must be a whole number >= 0")
+    return AdmissionCheckRecord(
+        name=meta.get("name", ""),
+        controller=str(spec.get("controllerName") or ""),
+        retry_delay=delay if delay is not None else DEFAULT_RETRY_DELAY,
+        timeout=timeout,
+        resource_version=meta.get("resourceVersion", ""),
+    )
+
+
+def unit_checks_from_status(raw: Any) -> tuple[UnitCheck, ...]:
+    """QueueUnit status.admissionChecks; an entry of unknown shape reads as
+    Pending (it then waits, which is safe: nothing is released on it)."""
+    if not isinstance(raw, list):
+        return ()
+    checks = []
+    for entry in raw:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            continue
+        state = entry.get("state")
+        checks.append(UnitCheck(
+            name=entry["name"],
+            state=state if state in CHECK_STATES else "Pending",
+            message=str(entry.get("message") or ""),
+            since=parse_rfc3339(entry.get("lastTransitionTime")) or 0.0,
+        ))
+    return tuple(checks)
+
+
+def replicas_from_status(status: Obj) -> tuple[tuple[str, int], ...]:
+    """status.admissions[-1].replicas ({podSetName: count}) of a unit still
+    holding that admission; () otherwise."""
+    if status.get("phase") in (None, "Enqueued", "Succeed", "Failed"):
+        return ()
+    admissions = status.get("admissions")
+    if not isinstance(admissions, list) or not admissions \
+            or not isinstance(admissions[-1], Mapping):
+        return ()
+    replicas = admissions[-1].get("replicas")
+    if not isinstance(replicas, Mapping):
+        return ()
+    return tuple(sorted((str(name), count) for name, count in replicas.items()
+                        if isinstance(count, int) and not isinstance(count, bool)
+                        and count >= 0))
+
+
 def queue_from_api(obj: Obj) -> QueueRecord:
     meta = _meta(obj)
     spec = cast(Obj, obj.get("spec") or {})
@@ -170,6 +250,7 @@ def queue_from_api(obj: Obj) -> QueueRecord:
         pools=_names(spec.get("pools"), "spec.pools"),
         within_queue="LowerPriority"
         if preemption.get("withinQueue") == "LowerPriority" else "Never",
+        admission_checks=_queue_checks(spec.get("admissionChecks")),
         uid=meta.get("uid", ""),
         resource_version=meta.get("resourceVersion", ""),
         created=parse_time(meta.get("creationTimestamp")),
@@ -346,6 +427,10 @@ def unit_from_api(obj: Obj) -> UnitRecord:
         resource_version=meta.get("resourceVersion", ""),
         message=status.get("message", "") or "",
         admission=admission_from_status(status.get("admission")),
+        labels=tuple(sorted(_labels(obj).items())),
+        checks=unit_checks_from_status(status.get("admissionChecks")),
+        requeue_at=parse_rfc3339(status.get("requeueAt")),
+        replicas=replicas_from_status(status),
     )
 
 
@@ -362,6 +447,7 @@ def priority_class_from_api(obj: Obj) -> PriorityClassRecord:
 __all__ = [
     "EMPTY",
     "ConversionError",
+    "admission_check_from_api",
     "admission_from_status",
     "controller_owner",
     "job_from_api",

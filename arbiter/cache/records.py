@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from arbiter.api import (
     ADMITTED_PHASES,
+    DEFAULT_RETRY_DELAY,
+    CheckState,
     QueuePolicy,
     QueueState,
     UnitPhase,
@@ -21,6 +23,41 @@ from arbiter.core.model import Placement
 from arbiter.core.resources import EMPTY, Resources
 
 JobOutcome = Literal["Complete", "Failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCheck:
+    """One entry of Queue spec.admissionChecks: the check applies to the
+    queue's units whose labels include every selector pair (all without one)."""
+
+    name: str
+    selector: tuple[tuple[str, str], ...] = ()
+
+    def applies(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.selector)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCheckRecord:
+    """An AdmissionCheck (DESIGN §12): who answers it and how long it may take."""
+
+    name: str
+    controller: str = ""
+    retry_delay: int = DEFAULT_RETRY_DELAY
+    # Seconds a unit may wait Pending on it before it is retried; None: forever.
+    timeout: int | None = None
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UnitCheck:
+    """One entry of QueueUnit status.admissionChecks."""
+
+    name: str
+    state: CheckState = "Pending"
+    message: str = ""
+    # lastTransitionTime, seconds since the epoch (0.0 when absent).
+    since: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +79,8 @@ class QueueRecord:
     # name, `default` last; DESIGN §10).
     pools: tuple[str, ...] = ()
     within_queue: WithinQueuePreemption = "Never"
+    # spec.admissionChecks (DESIGN §12), in order.
+    admission_checks: tuple[QueueCheck, ...] = ()
     uid: str = ""
     resource_version: str = ""
     created: float = 0.0
@@ -229,6 +268,14 @@ class UnitRecord:
     # when admitted without nodes).
     admission: UnitAdmission | None = None
     extra: tuple[tuple[str, str], ...] = field(default=())
+    labels: tuple[tuple[str, str], ...] = ()
+    # status.admissionChecks while Reserved (DESIGN §12).
+    checks: tuple[UnitCheck, ...] = ()
+    # status.requeueAt: a unit a check sent back waits until then (epoch seconds).
+    requeue_at: float | None = None
+    # Pods per pod set of the last admission, when fewer than asked
+    # (partial admission: status.admissions[-1].replicas); () when whole.
+    replicas: tuple[tuple[str, int], ...] = ()
 
     @property
     def demand(self) -> Resources:
@@ -236,6 +283,21 @@ class UnitRecord:
         for pod_set in self.pod_sets:
             total = total + pod_set.requests.scale(pod_set.count)
         return total
+
+    @property
+    def reserved(self) -> bool:
+        """Quota held, waiting on admission checks (its work not released)."""
+        return self.phase == "Reserved" and bool(self.checks)
+
+    @property
+    def admitted_pod_sets(self) -> tuple[PodSet, ...]:
+        """The pod sets as admitted: `replicas` pods where fewer were admitted."""
+        if not self.replicas:
+            return self.pod_sets
+        counts = dict(self.replicas)
+        return tuple(
+            PodSet(ps.name, counts[ps.name], ps.requests, ps.min_count)
+            if ps.name in counts else ps for ps in self.pod_sets)
 
     @property
     def admitted(self) -> bool:

@@ -23,6 +23,7 @@ from arbiter.cache.jobflow_records import (
 )
 from arbiter.cache.pools import PoolMembership
 from arbiter.cache.records import (
+    AdmissionCheckRecord,
     JobRecord,
     NamespaceRecord,
     NodeRecord,
@@ -37,12 +38,13 @@ from arbiter.core.resources import Resources
 log = logging.getLogger(__name__)
 
 Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
-               "JobFlow", "JobTemplate", "Pool"]
+               "JobFlow", "JobTemplate", "Pool", "AdmissionCheck"]
 # The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
 # JobFlow controller and webhook) are not among them. Pool is: admitting
-# before the Pools are known would place work into the wrong pool.
+# before the Pools are known would place work into the wrong pool; so is
+# AdmissionCheck: before they are known a unit could skip its checks.
 KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit",
-                           "PriorityClass", "Pool")
+                           "PriorityClass", "Pool", "AdmissionCheck")
 # Kinds filed under namespace/name; Pods are filed by uid, the rest by name.
 NAMESPACED_KINDS: frozenset[Kind] = frozenset({"Job", "QueueUnit", "JobFlow", "JobTemplate"})
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -63,7 +65,7 @@ _CONVERTERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
     "Node": convert.node_from_api, "Pod": convert.pod_from_api, "Job": convert.job_from_api,
     "QueueUnit": convert.unit_from_api, "PriorityClass": convert.priority_class_from_api,
     "JobFlow": jobflow_from_api, "JobTemplate": jobtemplate_from_api,
-    "Pool": convert.pool_from_api,
+    "Pool": convert.pool_from_api, "AdmissionCheck": convert.admission_check_from_api,
 }
 
 DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
@@ -122,6 +124,7 @@ class ClusterStore:
     jobflows: dict[str, JobFlowRecord] = field(default_factory=dict)  # by namespace/name
     jobtemplates: dict[str, JobTemplateRecord] = field(default_factory=dict)  # by namespace/name
     pools: dict[str, PoolRecord] = field(default_factory=dict)
+    admission_checks: dict[str, AdmissionCheckRecord] = field(default_factory=dict)
     # node -> pool and pool -> nodes, kept as nodes and Pools change.
     membership: PoolMembership = field(default_factory=PoolMembership)
     # namespace -> queue listing it in spec.namespaces
@@ -348,7 +351,7 @@ class ClusterStore:
             "Pod": self.pods, "Job": self.jobs, "QueueUnit": self.units,
             "PriorityClass": self.priority_classes,
             "JobFlow": self.jobflows, "JobTemplate": self.jobtemplates,
-            "Pool": self.pools,
+            "Pool": self.pools, "AdmissionCheck": self.admission_checks,
         }
         return tables[kind]
 

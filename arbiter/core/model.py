@@ -66,11 +66,13 @@ class QueueSpec:
 
 @dataclass(frozen=True, slots=True)
 class PodSet:
-    """`count` identical pods, each requesting `requests`."""
+    """`count` identical pods, each requesting `requests`; with `min_count`,
+    as few as that may be admitted when all do not fit (arbiter.core.partial)."""
 
     name: str
     count: int
     requests: Resources
+    min_count: int | None = None
 
     def __post_init__(self) -> None:
         if self.count < 0:

@@ -6,7 +6,9 @@ with the resourceVersion the decision was based on, and only then lets the
 consumer go (Job `suspend: false`, pod gate removed). A unit whose status
 says Dequeued is never admitted again, so a crash anywhere leaves either an
 Enqueued unit (decided again later) or a Dequeued one whose release the next
-leader finishes. Going back is the mirror image: status first
+leader finishes. A unit with admission checks is first `Reserved` (quota
+held, nothing released; arbiter.loop.checks) and becomes Dequeued when its
+checks pass. Going back is the mirror image: status first
 (`TimeoutBackoff`), then the Job is suspended again.
 
 Every write carries a precondition: status writes the resourceVersion,
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from arbiter.api import ADMISSION_GATE, UnitPhase, format_rfc3339
@@ -39,13 +41,14 @@ from arbiter.kubeapi import (
     pod_path,
     unit_path,
 )
+from arbiter.loop.checks import pending_checks_status
 from arbiter.loop.placement import (
     NOTHING,
     PodDirectives,
     job_release_ops,
     pod_release_ops,
 )
-from arbiter.loop.units import DesiredUnit, manifest
+from arbiter.loop.units import DesiredUnit, demand_of, manifest
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +67,15 @@ class Written:
 
 def admission_status(
     unit: UnitRecord, current: Mapping[str, Any] | None, now: float, by: str = "",
-    plan: Placement | None = None,
+    plan: Placement | None = None, *, checks: Sequence[str] = (),
+    replicas: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Status of a unit being admitted: one more admission, attempt n+1
     (`by`: the identity of the leader that admitted it; `plan`: where its
-    pods go, recorded as `admission`, or null when admitted without one)."""
+    pods go, recorded as `admission`, or null when admitted without one).
+    With `checks` its quota is only reserved: phase Reserved, each check
+    Pending (DESIGN §12). `replicas`: pods per pod set when fewer than asked
+    were admitted (partial admission)."""
     current = current or {}
     stamp = format_rfc3339(now)
     attempt = int(current.get("attempts") or unit.attempts or 0) + 1
@@ -76,18 +83,45 @@ def admission_status(
     entry: dict[str, Any] = {"time": stamp, "queue": unit.queue, "attempt": attempt}
     if by:
         entry["by"] = by
+    allocated = unit.demand
+    if replicas:
+        entry["replicas"] = dict(replicas)
+        allocated = demand_of(replace(unit, replicas=tuple(sorted(replicas.items())))
+                              .admitted_pod_sets)
     admissions.append(entry)
-    return {
+    where = f" into pool {plan.pool}" if plan is not None else ""
+    status: dict[str, Any] = {
         "phase": "Dequeued",
         "admissions": admissions,
         "attempts": attempt,
         "lastAllocateTime": stamp,
-        "allocated": unit.demand.to_quantities(),
-        "message": f"admitted by queue {unit.queue}"
-        + (f" into pool {plan.pool}" if plan is not None else ""),
+        "allocated": allocated.to_quantities(),
+        "message": f"admitted by queue {unit.queue}{where}",
         "position": None,
         "admission": UnitAdmission.from_placement(plan).to_api() if plan is not None else None,
+        "requeueAt": None,
     }
+    if checks:
+        status["phase"] = "Reserved"
+        status["admissionChecks"] = pending_checks_status(checks, now)
+        status["message"] = (f"quota reserved by queue {unit.queue}{where}; waiting on "
+                             f"admission checks: {', '.join(checks)}")
+    return status
+
+
+def parallelism_ops(spec: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
+    """JSON Patch setting a suspended Job's parallelism to `count`, and its
+    completions too when they were equal (an Indexed Job's, the only kind
+    whose completions may change, together with parallelism)."""
+    ops: list[dict[str, Any]] = []
+    if spec.get("parallelism") is not None:  # the read the count was decided on
+        ops.append({"op": "test", "path": "/spec/parallelism", "value": spec["parallelism"]})
+    ops.append({"op": "add", "path": "/spec/parallelism", "value": count})
+    if spec.get("completions") is not None \
+            and spec.get("completions") == spec.get("parallelism") \
+            and spec.get("completionMode") == "Indexed":
+        ops.append({"op": "add", "path": "/spec/completions", "value": count})
+    return ops
 
 
 def still_waiting(expected: UnitRecord) -> Callable[[UnitRecord], bool]:
@@ -96,7 +130,7 @@ def still_waiting(expected: UnitRecord) -> Callable[[UnitRecord], bool]:
 
     def check(fresh: UnitRecord) -> bool:
         return (
-            fresh.phase in ("Enqueued", "Reserved")
+            fresh.phase in ("Enqueued", "Reserved") and not fresh.reserved
             and fresh.queue == expected.queue
             and fresh.demand == expected.demand
         )
@@ -188,8 +222,9 @@ class Actions:
                     return None
         return None
 
-    async def admit(self, unit: UnitRecord, now: float,
-                    plan: Placement | None = None) -> Written | None:
+    async def admit(self, unit: UnitRecord, now: float, plan: Placement | None = None, *,
+                    checks: Sequence[str] = (),
+                    replicas: Mapping[str, int] | None = None) -> Written | None:
         """Record the admission in the unit's status (phase Dequeued).
 
         A unit admitted before (TimeoutBackoff → Enqueued) is read first, so
@@ -208,7 +243,8 @@ class Actions:
             current = fresh.get("status") or {}
         return await self.write_status(
             record,
-            lambda r, cur: admission_status(r, cur, now, self.identity, plan),
+            lambda r, cur: admission_status(r, cur, now, self.identity, plan,
+                                            checks=checks, replicas=replicas),
             still_waiting(unit),
             current=current,
         )
@@ -308,7 +344,11 @@ class Actions:
         if consumer is None:
             return  # a reservation: the status is the whole admission
         directives = self.directives(unit)
-        if consumer.kind == "Job":
+        if consumer.kind == "Job" and unit.replicas:
+            await self._with_retries(
+                f"unsuspend Job {unit.namespace}/{consumer.name}",
+                lambda: self.release_job_partly(unit, directives))
+        elif consumer.kind == "Job":
             if directives:
                 await self._with_retries(
                     f"unsuspend Job {unit.namespace}/{consumer.name}",
@@ -350,6 +390,25 @@ class Actions:
                 if (job.get("spec") or {}).get("suspend") else None
 
         await self._patch_read(job_path(namespace, name), uid, f"Job {namespace}/{name}", ops)
+
+    async def release_job_partly(self, unit: UnitRecord, directives: PodDirectives) -> None:
+        """Unsuspend a Job admitted with fewer pods than it asked: its
+        parallelism (and completions, when they were equal and the Job is
+        Indexed: only then may they change) become the admitted count."""
+        consumer = unit.consumer
+        assert consumer is not None
+        count = sum(ps.count for ps in unit.admitted_pod_sets)
+
+        def ops(job: Obj) -> list[dict[str, Any]] | None:
+            spec = job.get("spec") or {}
+            if not spec.get("suspend"):
+                return None
+            release = job_release_ops(job, directives) if directives else \
+                [{"op": "add", "path": "/spec/suspend", "value": False}]
+            return [*parallelism_ops(spec, count), *release]
+
+        await self._patch_read(job_path(unit.namespace, consumer.name), consumer.uid,
+                               f"Job {unit.namespace}/{consumer.name}", ops)
 
     async def _patch_read(self, path: str, uid: str, what: str,
                           build: Callable[[Obj], list[dict[str, Any]] | None]) -> bool:

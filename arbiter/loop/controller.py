@@ -39,6 +39,7 @@ from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.fairshare import Unit
 from arbiter.kubeapi import ClusterApi
 from arbiter.loop.actions import Actions
+from arbiter.loop.checks import CheckStateGauge, check_deadline, check_step, checks_for
 from arbiter.loop.events import EventSink
 from arbiter.loop.index import LoopIndex, consumer_state, consumer_uid, desired_unit
 from arbiter.loop.inflight import InFlightWrites
@@ -53,6 +54,7 @@ from arbiter.loop.units import (
     consumer_key,
     decide,
     disposition,
+    held,
     spec_drift,
 )
 from arbiter.loop.writer import UnitWriter
@@ -122,6 +124,7 @@ class AdmissionController:
         self.mirror = EngineMirror()
         self.mirror.nodes.overcommit = self.settings.overcommit
         self.index = LoopIndex()
+        self.check_states = CheckStateGauge()
         self.stats = CycleStats()
         # What the next cycle must look at.
         self._all = True
@@ -171,6 +174,7 @@ class AdmissionController:
         """Store listener: note what changed and wake the loop."""
         if kind == "QueueUnit":
             self._units.add(key)
+            self.check_states.update(key, self.store.units.get(key))
             self._consumers.update(self.index.on_unit(key, self.store.units.get(key)))
         elif kind == "Job":
             namespace, _, name = key.partition("/")
@@ -192,8 +196,8 @@ class AdmissionController:
             self._capacity_dirty = True
         elif kind == "Pool":
             self.mirror.nodes.set_pools(self.store.pools.values())
-        elif kind == "Namespace":
-            self._all = True
+        elif kind in ("Namespace", "AdmissionCheck"):
+            self._all = True  # rare: look at everything again
         else:
             return
         self._wake.set()
@@ -292,7 +296,8 @@ class AdmissionController:
             if record is None:  # cannot happen: only known units are pending
                 self.mirror.set(unit.key, None, None)
                 continue
-            self.writer.admit(record, unit, self.mirror.plan(unit.key))
+            self.writer.admit(record, unit, self.mirror.plan(unit.key),
+                              checks=checks_for(record, store.queues.get(record.queue)))
         if not self.warming:  # take back what others need
             self.reclaimer.after_cycle(self.mirror, now, self.reclaim_access)
         duration = time.perf_counter() - started
@@ -375,6 +380,9 @@ class AdmissionController:
             where = disposition(unit, consumer)
             if where == "pending" and (outdated or self.writes.retry_at(key) > now):
                 where = None  # wait for the watch, or for the retry time
+            elif where == "pending" and unit.requeue_at is not None and unit.requeue_at > now:
+                where = None  # an admission check sent it back: wait out its delay
+                self.writes.timer(unit.requeue_at, key)
             self.mirror.set(key, where, engine_unit(unit, submitted(self.store, unit, pods)),
                             recorded_plan(unit))
         if unit.phase != "TimeoutBackoff":
@@ -388,8 +396,14 @@ class AdmissionController:
         if retry > now:
             self.writes.timer(retry, key)
             return
-        step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
-                      backoff_until=writer.backoff_until.get(key))
+        if unit.reserved and held(unit, consumer) in (Consumer.HELD, Consumer.NONE):
+            step = check_step(unit, now, self.store.admission_checks)
+            deadline = check_deadline(unit, self.store.admission_checks)
+            if step.kind == "none" and deadline is not None:
+                self.writes.timer(deadline, key)
+        else:
+            step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
+                          backoff_until=writer.backoff_until.get(key))
         if step.kind == "none":
             deadline = admission_deadline(unit, self.settings.admission_timeout)
             if deadline is not None:

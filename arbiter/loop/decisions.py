@@ -19,7 +19,7 @@ from arbiter.cache.records import UnitRecord
 
 log = logging.getLogger("arbiter.decisions")
 
-Decision = Literal["admit", "backoff", "requeue", "evict"]
+Decision = Literal["admit", "reserve", "reject", "backoff", "requeue", "evict"]
 
 
 def log_decision(decision: Decision, unit: UnitRecord, reason: str, *,

@@ -78,7 +78,7 @@ class Evictor:
 
         def build(_: UnitRecord, __: Mapping[str, Any] | None) -> dict[str, Any]:
             return {"phase": "Enqueued", "message": message, "allocated": None,
-                    "position": None}
+                    "position": None, "admissionChecks": None}
 
         return await self.actions.write_status(unit, build, in_phase(unit.phase))
 

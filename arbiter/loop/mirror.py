@@ -21,6 +21,7 @@ from arbiter.core.deserved import deserved
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
 from arbiter.core.model import Placement
 from arbiter.core.model import PodSet as EnginePodSet
+from arbiter.core.partial import admit_partial, can_shrink
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.index import LoopIndex, consumer_state
 from arbiter.loop.nodes import NodeModel
@@ -63,6 +64,10 @@ class EngineMirror:
         self.admitted: Counter[str] = Counter()  # admitted + orphan, by queue
         # Nodes, Pools and what runs on each node (DESIGN §10).
         self.nodes = NodeModel(lambda: self.engine)
+        # Pending units that may be admitted with fewer pods (DESIGN §12),
+        # each with the free capacity at its last vain try (not tried again
+        # before that changes).
+        self.shrinkable: dict[str, Resources | None] = {}
 
     # -- configuration -----------------------------------------------------------
     def engine_capacity(self) -> Resources:
@@ -133,6 +138,8 @@ class EngineMirror:
         if state == "pending":
             self.engine.add_pending(unit)
             self._count_pending(unit, 1)
+            if can_shrink(unit):
+                self.shrinkable[key] = None
         elif state == "admitted":
             self.engine.add_admitted(unit, placement)
             self.nodes.planned(key, self.engine.plan(key) is not None)
@@ -149,6 +156,7 @@ class EngineMirror:
         if state == "pending":
             self.engine.remove_pending(key)
             self._count_pending(unit, -1)
+            self.shrinkable.pop(key, None)
         elif state == "admitted":
             self.engine.release(key)
             self.nodes.planned(key, False)
@@ -172,14 +180,33 @@ class EngineMirror:
         (assumed) in the order the engine chose them."""
         self.sync_nodes()
         chosen = self.engine.admit_all()
+        if self.shrinkable:
+            chosen += self._admit_partial()
         for unit in chosen:
+            self.shrinkable.pop(unit.key, None)
             self.nodes.planned(unit.key, self.engine.plan(unit.key) is not None)
+            # The pending entry (whole: a shrunk unit was admitted as a copy).
+            self._count_pending(self.entries[unit.key][1], -1)
             self.entries[unit.key] = ("admitted", unit)
-            self._count_pending(unit, -1)
             self.waiting[unit.queue] -= 1
             if self.waiting[unit.queue] <= 0:
                 del self.waiting[unit.queue]
             self.admitted[unit.queue] += 1
+        return chosen
+
+    def _admit_partial(self) -> list[Unit]:
+        """Units that fit only with fewer pods, tried once everything that
+        fits whole is admitted (arbiter.core.partial), oldest first; one
+        that did not fit is tried again only once the free capacity changed."""
+        free = self.engine.free()
+        tried = [key for key, last in self.shrinkable.items() if last != free]
+        units = sorted((self.entries[key][1] for key in tried),
+                       key=lambda u: (-u.priority, u.created, u.key))
+        chosen = admit_partial(self.engine, units)
+        left = self.engine.free()
+        for key in tried:
+            if key in self.shrinkable:
+                self.shrinkable[key] = left
         return chosen
 
     def sync_nodes(self) -> None:
@@ -241,19 +268,23 @@ def submitted(store: ClusterStore, unit: UnitRecord, pods: tuple[PodRecord, ...]
 
 
 def engine_unit(unit: UnitRecord, created: float | None = None) -> Unit:
+    """The unit as the engine takes it; one admitted with fewer pods than it
+    asks (partial admission) counts for the pods admitted."""
+    pod_sets = unit.admitted_pod_sets
     return Unit(
         key=unit.key,
         queue=unit.queue,
-        demand=demand_of(unit.pod_sets),
+        demand=demand_of(pod_sets),
         priority=unit.priority,
         created=unit.created if created is None else created,
-        pods=_engine_pods(unit.pod_sets),
+        pods=_engine_pods(pod_sets),
     )
 
 
 @functools.lru_cache(maxsize=4096)
 def _engine_pods(pod_sets: tuple[PodSet, ...]) -> tuple[EnginePodSet, ...]:
-    return tuple(EnginePodSet(ps.name, ps.count, ps.requests) for ps in pod_sets)
+    return tuple(EnginePodSet(ps.name, ps.count, ps.requests, ps.min_count)
+                 for ps in pod_sets)
 
 
 def recorded_plan(unit: UnitRecord) -> Placement | None:

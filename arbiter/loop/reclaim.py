@@ -353,7 +353,8 @@ async def carry_out(loop: LoopAccess, reclaimer: Reclaimer, victim: Victim,
     try:
         async with loop.writes.locked(key):
             record = loop.unit(key)
-            if record is None or (not record.admitted and record.phase != "Enqueued"):
+            if record is None or (not record.admitted and not record.reserved
+                                  and record.phase != "Enqueued"):
                 reclaimer.inflight.pop(key, None)
                 return
             state, pods = loop.consumer(record)

@@ -33,6 +33,7 @@ from arbiter.api import (
     API_VERSION,
     CONSUMER_KIND_LABEL,
     MAX_POD_SETS,
+    MIN_PARALLELISM_ANNOTATION,
     QUEUE_LABEL,
     QUEUE_UNIT,
     UnitPhase,
@@ -113,6 +114,16 @@ def priority_of_class(
     return 0
 
 
+def min_parallelism(job: JobRecord) -> int | None:
+    """The Job's `arbiter.dev/min-parallelism` (partial admission), capped
+    at its parallelism; None when absent or not a whole number >= 1 (the
+    webhook refuses those; a Job created while it was down runs whole)."""
+    text = dict(job.annotations).get(MIN_PARALLELISM_ANNOTATION)
+    if text is None or not text.strip().isdigit() or int(text) < 1:
+        return None
+    return min(int(text), job.parallelism)
+
+
 def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> DesiredUnit | None:
     """The unit a managed Job needs; None when it needs none (no queue,
     finished, or nothing to run)."""
@@ -126,7 +137,8 @@ def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> Desi
         consumer=consumer,
         consumer_uid=job.uid,
         consumer_api_version="batch/v1",
-        pod_sets=(PodSet(MAIN_POD_SET, job.parallelism, job.pod_requests),),
+        pod_sets=(PodSet(MAIN_POD_SET, job.parallelism, job.pod_requests,
+                         min_parallelism(job)),),
         priority=priority_of_class(job.priority_class, classes),
         priority_class=job.priority_class,
         owners=(Owner("batch/v1", "Job", job.name, job.uid, True, True),),
@@ -340,7 +352,10 @@ def group_state(pods: Iterable[PodRecord]) -> Consumer:
 # -- the step a unit needs --------------------------------------------------------------
 
 Disposition = Literal["pending", "admitted"] | None
-StepKind = Literal["none", "phase", "release", "hold", "backoff"]
+# "checked" / "requeue" / "reject": a Reserved unit's admission checks
+# passed, asked for a retry, or rejected it (arbiter.loop.checks).
+StepKind = Literal["none", "phase", "release", "hold", "backoff", "checked", "requeue",
+                   "reject"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +367,8 @@ class Step:
     kind: StepKind
     phase: UnitPhase | None = None
     message: str = ""
+    # "requeue": seconds before the unit may be admitted again.
+    delay: float = 0.0
 
 
 NOTHING = Step("none")
@@ -384,6 +401,8 @@ def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
         return None
     consumer = held(unit, consumer)
     phase = unit.phase
+    if unit.reserved:
+        return "admitted"  # quota held while its admission checks run (§12)
     if phase in ("Enqueued", "Reserved"):
         # Released without an admission (created while arbiter was away):
         # it uses capacity all the same.

@@ -23,11 +23,14 @@ from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.fairshare import Unit
 from arbiter.core.model import Placement
 from arbiter.kubeapi import ApiError
-from arbiter.loop.actions import Actions, ConsumerGone, Written
+from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
+from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision
 from arbiter.loop.events import EventSink
 from arbiter.loop.inflight import InFlightWrites
 from arbiter.loop.units import Consumer, DesiredUnit, Step, consumer_key
+
+log = logging.getLogger(__name__)
 
 
 class WriteCounts(Protocol):
@@ -35,6 +38,15 @@ class WriteCounts(Protocol):
 
     created: int
     writes_failed: int
+
+
+def partial_replicas(unit: UnitRecord, chosen: Unit) -> dict[str, int] | None:
+    """Pods per pod set the engine admitted, when fewer than the unit asks
+    (partial admission, DESIGN §12); None when it admitted them all."""
+    admitted = {ps.name: ps.count for ps in chosen.pods}
+    if all(admitted.get(ps.name, ps.count) == ps.count for ps in unit.pod_sets):
+        return None
+    return {ps.name: admitted.get(ps.name, ps.count) for ps in unit.pod_sets}
 
 
 class UnitWriter:
@@ -78,9 +90,14 @@ class UnitWriter:
     def update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
         self.writes.spawn(functools.partial(self._update_spec, unit, spec), key=unit.key)
 
-    def admit(self, unit: UnitRecord, chosen: Unit, plan: Placement | None = None) -> None:
+    def admit(self, unit: UnitRecord, chosen: Unit, plan: Placement | None = None, *,
+              checks: tuple[str, ...] = ()) -> None:
+        """Admit `unit` as the engine chose it (`chosen.pods` may hold fewer
+        pods than asked: partial admission); with `checks`, only reserve its
+        quota until they pass (arbiter.loop.checks)."""
         self.admitting.add(unit.key)
-        self.writes.spawn(functools.partial(self._admit, unit, chosen, plan), key=unit.key)
+        self.writes.spawn(functools.partial(self._admit, unit, chosen, plan, checks),
+                          key=unit.key)
 
     def step(self, unit: UnitRecord, step: Step) -> None:
         self.writes.spawn(functools.partial(self._step, unit, step), key=unit.key)
@@ -119,16 +136,20 @@ class UnitWriter:
         finally:
             self.touch(unit.key)
 
-    async def _admit(self, unit: UnitRecord, chosen: Unit, plan: Placement | None) -> None:
-        """Status first (the admission record), then release the consumer."""
+    async def _admit(self, unit: UnitRecord, chosen: Unit, plan: Placement | None,
+                     checks: tuple[str, ...] = ()) -> None:
+        """Status first (the admission record), then release the consumer
+        (not yet when the unit waits on admission checks)."""
         key = unit.key
         admitted = False
+        replicas = partial_replicas(unit, chosen)
         try:
             async with self.writes.locked(key):
                 # A position write may have run meanwhile: start from its result.
                 unit = self.unit(key) or unit
                 now = self.clock()
-                written = await self.actions.admit(unit, now, plan)
+                written = await self.actions.admit(unit, now, plan, checks=checks,
+                                                   replicas=replicas)
             if written is None:
                 # Changed under us (or gone): decide again on the newer version.
                 self.writes.conflicted(unit)
@@ -136,6 +157,16 @@ class UnitWriter:
             admitted = True
             self.writes.assume(written.record)
             self.writes.succeeded(key)
+            if replicas:
+                metrics.partial_admissions_total.labels(unit.queue).inc()
+            if written.record.reserved:
+                log_decision("reserve", written.record, "quota reserved; waiting on "
+                             f"admission checks {', '.join(checks)}",
+                             attempt=written.record.attempts)
+                if self.events is not None:
+                    self.events.unit_event(written.record, "Normal", "QuotaReserved",
+                                           written.record.message, on_unit=False)
+                return
             log_decision("admit", written.record, "next in fair-share order and fits",
                          attempt=written.record.attempts)
             metrics.admitted_units_total.labels(unit.queue).inc()
@@ -161,8 +192,9 @@ class UnitWriter:
         state, pods = self.consumer(unit)
         try:
             await self.actions.release(unit, pods)
-        except ConsumerGone:
+        except ConsumerGone as error:
             # Gone (the watch will say so): do not try again meanwhile.
+            log.info("not releasing %s: %s", unit.key, error)
             if key is not None:
                 self.writes.override(key, Consumer.MISSING, state)
             return
@@ -183,6 +215,8 @@ class UnitWriter:
                 written = await self._set_phase(unit, step.phase, step.message)
                 if written is not None and step.phase == "Enqueued":
                     log_decision("requeue", written.record, step.message)
+            elif step.kind in ("checked", "requeue", "reject"):
+                await self._checks_done(unit, step)
             elif step.kind == "backoff":
                 written = await self._set_phase(unit, "TimeoutBackoff", step.message)
                 if written is not None:
@@ -200,6 +234,42 @@ class UnitWriter:
             self._failed(key, error)
         finally:
             self.touch(key)
+
+    async def _checks_done(self, unit: UnitRecord, step: Step) -> None:
+        """A Reserved unit's checks decided: admit it for real (and release
+        it), requeue it with its quota freed, or fail it (DESIGN §12)."""
+        now = self.clock()
+        if step.kind == "checked":
+            status = checked_status(step.message, now)
+        elif step.kind == "requeue":
+            status = requeued_status(step.message, now, step.delay)
+        else:
+            status = rejected_status(step.message, now)
+        written = await self.actions.write_status(
+            unit, lambda _, __: status, in_phase("Reserved"))
+        if written is None:
+            self.writes.conflicted(unit)
+            return
+        self.writes.assume(written.record)
+        self.writes.succeeded(unit.key)
+        record = written.record
+        if step.kind == "checked":
+            log_decision("admit", record, step.message, attempt=record.attempts)
+            metrics.admitted_units_total.labels(unit.queue).inc()
+            if self.events is not None:
+                self.events.unit_event(record, "Normal", "Admitted", step.message,
+                                       on_unit=False)
+            await self._release(record)
+            return
+        if step.kind == "requeue":
+            log_decision("requeue", record, step.message, retry_in=step.delay)
+        else:
+            log_decision("reject", record, step.message, level=logging.WARNING)
+        if self.events is not None:
+            self.events.unit_event(
+                record, "Warning",
+                "AdmissionCheckRetry" if step.kind == "requeue" else "AdmissionCheckRejected",
+                step.message)
 
     async def _set_phase(self, unit: UnitRecord, phase: UnitPhase, message: str) -> Written | None:
         written = await self.actions.set_phase(unit, phase, message)

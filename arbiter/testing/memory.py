@@ -30,8 +30,9 @@ _KINDS: dict[str, Kind] = {
     "namespaces": "Namespace",
     "priorityclasses": "PriorityClass",
     "pools": "Pool",
+    "admissionchecks": "AdmissionCheck",
 }
-_STATUS_KINDS = {"queues", "queueunits", "jobs", "pods", "nodes", "pools"}
+_STATUS_KINDS = {"queues", "queueunits", "jobs", "pods", "nodes", "pools", "admissionchecks"}
 
 # A hook may refuse a request: (method, path, body) -> an error to raise, or None.
 Hook = Callable[[str, str, Any], ApiError | None]

@@ -16,6 +16,7 @@ from arbiter.queues_cli import (
     glyphs_for,
     progress_bar,
     queue_row,
+    render_reserved,
     render_table,
     share_bar,
     sparkline,
@@ -146,3 +147,19 @@ def test_table_with_history_adds_a_sparkline_column() -> None:
 
 def test_no_queues() -> None:
     assert render_table([], UNICODE) == "No queues.\n"
+
+
+def test_reserved_units_are_listed_with_their_checks() -> None:
+    units: list[dict[str, Any]] = [
+        {"metadata": {"namespace": "team", "name": "job-big"}, "spec": {"queue": "a"},
+         "status": {"phase": "Reserved", "admissionChecks": [
+             {"name": "boss", "state": "Pending", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+             {"name": "capacity", "state": "Ready"}]}},
+        {"metadata": {"namespace": "team", "name": "job-done"}, "spec": {"queue": "a"},
+         "status": {"phase": "Dequeued"}},
+    ]
+    text = render_reserved(units, now=1767225600.0 + 90)
+    assert "Waiting on admission checks" in text
+    assert "team/job-big  queue a  boss=Pending 90s  capacity=Ready" in text
+    assert "job-done" not in text
+    assert render_reserved(units[1:], now=0.0) == ""

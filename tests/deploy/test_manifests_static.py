@@ -51,7 +51,7 @@ def test_every_crd_file_is_in_the_kustomization() -> None:
         assert (MANIFESTS / resource).is_file(), resource
     crds = [o for o in base_objects() if o["kind"] == "CustomResourceDefinition"]
     assert {c["spec"]["names"]["plural"] for c in crds} == {
-        "queues", "queueunits", "jobflows", "jobtemplates", "pools"}
+        "queues", "queueunits", "jobflows", "jobtemplates", "pools", "admissionchecks"}
 
 
 def test_base_holds_cluster_objects_only() -> None:

@@ -42,6 +42,8 @@ CLUSTER: set[Grant] = {
     ("arbiter.dev", "queueunits/status", "patch", ""),
     ("arbiter.dev", "pools", "list", ""), ("arbiter.dev", "pools", "watch", ""),
     ("arbiter.dev", "pools/status", "patch", ""),
+    ("arbiter.dev", "admissionchecks", "list", ""),
+    ("arbiter.dev", "admissionchecks", "watch", ""),
     ("arbiter.dev", "jobflows", "list", ""), ("arbiter.dev", "jobflows", "watch", ""),
     ("arbiter.dev", "jobtemplates", "list", ""), ("arbiter.dev", "jobtemplates", "watch", ""),
     ("arbiter.dev", "jobflows/status", "patch", ""),

@@ -113,10 +113,10 @@ def applied(sandbox: Sandbox) -> Iterator[Applied]:
 
 def test_dry_run_then_apply_accept_every_object(sandbox: Sandbox, applied: Applied) -> None:
     expected = _ids(applied.objects)
-    # Namespace, 5 CRDs (Queue, QueueUnit, JobTemplate, JobFlow, Pool),
+    # Namespace, 6 CRDs (Queue, QueueUnit, JobTemplate, JobFlow, Pool, AdmissionCheck),
     # ServiceAccount, ClusterRole(+Binding), Role(+Binding), Service,
     # Deployment, PDB and the two webhook configurations.
-    assert len(expected) == 16
+    assert len(expected) == 17
     assert {kind for kind, _ in expected} >= {
         "Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
         "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",

@@ -147,3 +147,24 @@ def test_unsuspend_finds_the_unit_under_the_loops_name_for_a_long_job_name() -> 
 
     request = parse(review("Job", "UPDATE", held(False), old=held(True)))
     assert jobs.validate(request, env_for(store)).allowed
+
+
+def test_min_parallelism_must_be_a_whole_number_up_to_parallelism() -> None:
+    env = env_for(_store())
+
+    def create(value: str, parallelism: int | None = 8) -> tuple[bool, str]:
+        obj = job("x", "team-a", labels={QUEUE_LABEL: "team-a"}, suspend=True,
+                  validating=True)
+        obj["metadata"]["annotations"] = {"arbiter.dev/min-parallelism": value}
+        if parallelism is not None:
+            obj["spec"]["parallelism"] = parallelism
+        decision = jobs.validate(parse(review("Job", "CREATE", obj)), env)
+        return decision.allowed, decision.message
+
+    assert create("3") == (True, "")
+    assert create("8")[0] and create("1", None)[0]
+    for bad in ("0", "9", "-1", "three", "2.5", "", "３"):
+        allowed, message = create(bad)
+        assert not allowed and message.startswith("annotation arbiter.dev/min-parallelism:")
+        assert "from 1 to the Job's parallelism (8)" in message
+    assert not create("2", None)[0]  # parallelism defaults to 1

@@ -36,6 +36,7 @@ _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _ENUMS: dict[str, tuple[str, ...]] = {
     "queuePolicy": ("Priority", "FIFO"),
     "state": ("Open", "Closed"),
+    "childOrder": ("Fair", "Queue"),
 }
 
 
@@ -229,7 +230,7 @@ def _validate_delete(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
             f'queue "{name}" still has {len(admitted)} admitted unit(s) ({example}): '
             "close it (spec.state: Closed) and wait for them to finish before deleting it"
         )
-    children = sorted(q.name for q in env.store.queues.values() if q.parent == name)
+    children = sorted(env.store.queue_children.get(name, ()))
     if children:
         return deny(
             f'queue "{name}" is the parent of {", ".join(children[:5])}: '

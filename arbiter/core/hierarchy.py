@@ -1,0 +1,494 @@
+"""Hierarchical queues (DESIGN §11): H-DRF admission over a tree of queues.
+
+Pure: no I/O, no clock.
+
+Why a separate engine: the flat `AdmissionEngine` is tuned for one level
+(shape heaps, a waiting list, lazy node fit) and a flat set of queues must
+keep exactly its results. So callers use it whenever no queue has a parent
+(`has_hierarchy`), and this engine, with the same public methods for queues,
+units and decisions, only for a tree. It shares the engine's exact share
+comparison and queue order (`order_key`); node fit (§10) is not modelled
+here yet: a tree is admitted on aggregate capacity.
+
+Semantics (§11, held to the plain rescan in `tests/fairshare`):
+
+* A queue's *subtree allocation* is what its subtree's units hold. A unit
+  fits when it fits the free capacity and keeps every queue on its path to
+  the top within its capability (on the resources the unit requests).
+* A parent's guarantee is, per resource, the larger of its own and its
+  children's together, so a child's guarantee also counts one level up.
+* A *Fair* node (the root, or a parent with `childOrder: Fair`) offers the
+  offer of its best child: under guarantee first (subtree allocation + the
+  child's offered unit <= its guarantee on every requested resource), then
+  the lowest subtree dominant share / weight (exact), then name.
+* A *group* (a leaf outside any `childOrder: Queue` subtree, or the topmost
+  `childOrder: Queue` parent with its whole subtree) offers its first unit,
+  in its own policy, that fits; a blocking group offers its head or nothing.
+  Inside a Queue-ordered subtree the children act as quotas only: their
+  capability and guarantee count, their weight, policy and blocking do not.
+* A queue whose chain of parents is broken (missing parent, cycle) and a
+  parent's own units are never admitted.
+
+How it stays incremental between admissions (O(depth · log fan-out) per
+admitted unit, plus one rescan of each group whose offer stops fitting):
+
+* Each group scans its sorted units with a cursor. While admitting, free
+  capacity and every capability's headroom only shrink, so a unit skipped
+  once stays unfittable: the cursor never moves back within a pass.
+* Each Fair node keeps a heap of its children's keys (flag, share, name),
+  with lazy deletion by version. An admission changes the keys on its path
+  only, plus those of groups whose offer no longer fits.
+* Those groups are found exactly, per limited resource, by max-heaps of the
+  offers' demands: one for free capacity, one per capped queue (over the
+  offers below it). After an admission only the heaps of the resources it
+  took, at the root and at the capped queues on its path, are looked at.
+* Anything else (units added or removed, a release, a spec or capacity
+  change) marks the engine stale: the next decision rebuilds the tree, the
+  groups and the heaps from scratch (O(units log units)).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from itertools import count
+from fractions import Fraction
+
+from arbiter.core.fairshare import dominant_share_of, order_key
+from arbiter.core.model import QueueSpec, Unit
+from arbiter.core.resources import EMPTY, Resources
+
+__all__ = ["HierarchicalEngine", "has_hierarchy"]
+
+Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
+
+
+def has_hierarchy(queues: Iterable[QueueSpec]) -> bool:
+    """Whether some queue names a parent (then `HierarchicalEngine` decides)."""
+    return any(spec.parent for spec in queues)
+
+
+class _Node:
+    """A queue in the tree (or the virtual root, spec None)."""
+
+    __slots__ = (
+        "alloc", "capl", "children", "cursor", "depth", "divs", "fair", "group", "guar",
+        "heap", "lheaps", "limits", "name", "offer", "oversion", "parent", "path", "spec",
+        "units", "version",
+    )
+
+    def __init__(self, name: str, spec: QueueSpec | None, nres: int) -> None:
+        self.name = name
+        self.spec = spec
+        self.parent: _Node | None = None
+        self.children: list[_Node] = []
+        self.depth = 0
+        self.alloc = [0] * nres  # subtree allocation per resource index
+        self.guar = [0] * nres  # effective guarantee (see module doc)
+        self.capl: dict[int, int] = {}  # capability, only the resources it names
+        self.divs: list[tuple[int, int]] = []  # (index, capacity * weight), capacity > 0
+        self.path: list[_Node] = []  # itself and its ancestors, top last (no root)
+        self.limits: list[_Node] = []  # the capped queues on `path`
+        self.fair = False  # chooses among its children by key (has `heap`)
+        self.group: _Node | None = None  # the group scanning its units, if admissible
+        self.units: list[Unit] = []  # a group's pending units, in its order
+        self.cursor = 0  # a group's first unit not yet admitted nor skipped
+        self.heap: list[_Entry] = []  # a Fair node's children with an offer
+        self.offer: tuple[Unit, _Node, Pairs] | None = None  # (unit, its leaf, pairs)
+        self.version = 0  # of its valid entry in its parent's heap
+        self.oversion = 0  # a group's: of its offer's valid entries in limit heaps
+        # Per resource index, a max-heap of the offers below that this queue's
+        # capability (the root: free capacity) limits.
+        self.lheaps: dict[int, list[_Limit]] = {}
+
+
+_Entry = tuple[int, int, str, int, _Node]  # (not under, share, name, version, child)
+_Limit = tuple[int, int, int, _Node]  # (-demand, sequence number, offer version, group)
+
+
+class HierarchicalEngine:
+    """H-DRF admission over a tree of queues (DESIGN §11); see the module doc."""
+
+    def __init__(self, capacity: Resources, queues: Iterable[QueueSpec] = ()) -> None:
+        self._capacity = capacity
+        self._specs: dict[str, QueueSpec] = {spec.name: spec for spec in queues}
+        self._pending: dict[str, Unit] = {}
+        self._admitted: dict[str, Unit] = {}
+        self._stale = True
+        self._index: dict[str, int] = {}
+        self._nodes: dict[str, _Node] = {}
+        self._root = _Node("", None, 0)
+        self._free: list[int] = []
+        self._cap: list[int] = []
+        self._shift = 0
+        self._unit_pairs: dict[str, Pairs] = {}
+        self._seq = count()  # ties in the limit heaps (groups do not compare)
+
+    # -- configuration and units (each marks the engine stale) ---------------
+    def set_capacity(self, capacity: Resources) -> None:
+        self._capacity = capacity
+        self._stale = True
+
+    def add_queue(self, spec: QueueSpec) -> None:
+        self._specs[spec.name] = spec
+        self._stale = True
+
+    def remove_queue(self, name: str) -> None:
+        self._specs.pop(name, None)
+        self._stale = True
+
+    def add_pending(self, unit: Unit) -> None:
+        if unit.key in self._admitted:
+            raise ValueError(f"unit {unit.key} is already admitted")
+        self._pending[unit.key] = unit
+        self._stale = True
+
+    def remove_pending(self, key: str) -> None:
+        if self._pending.pop(key, None) is not None:
+            self._stale = True
+
+    def add_admitted(self, unit: Unit) -> None:
+        self._pending.pop(unit.key, None)
+        self._admitted[unit.key] = unit
+        self._stale = True
+
+    def release(self, key: str) -> None:
+        if self._admitted.pop(key, None) is not None:
+            self._stale = True
+
+    # -- queries -------------------------------------------------------------
+    def capacity(self) -> Resources:
+        return self._capacity
+
+    def free(self) -> Resources:
+        used = EMPTY
+        for unit in self._admitted.values():
+            used = used + unit.demand
+        return self._capacity - used
+
+    def spec(self, queue: str) -> QueueSpec | None:
+        return self._specs.get(queue)
+
+    def children(self, queue: str) -> list[str]:
+        """The names of `queue`'s children, sorted."""
+        return sorted(s.name for s in self._specs.values() if s.parent == queue)
+
+    def allocated(self, queue: str) -> Resources:
+        """What the queue's own units hold (a parent's own: usually nothing)."""
+        total = EMPTY
+        for unit in self._admitted.values():
+            if unit.queue == queue:
+                total = total + unit.demand
+        return total
+
+    def subtree_allocated(self, queue: str) -> Resources:
+        """What the queue's whole subtree holds."""
+        members = self._subtree(queue)
+        total = EMPTY
+        for unit in self._admitted.values():
+            if unit.queue in members:
+                total = total + unit.demand
+        return total
+
+    def _subtree(self, queue: str) -> set[str]:
+        members = {queue}
+        grew = True
+        while grew:
+            grew = False
+            for spec in self._specs.values():
+                if spec.parent in members and spec.name not in members:
+                    members.add(spec.name)
+                    grew = True
+        return members
+
+    def pending(self, queue: str) -> list[Unit]:
+        spec = self._specs.get(queue)
+        policy = spec.policy if spec is not None else "Priority"
+        return sorted((u for u in self._pending.values() if u.queue == queue),
+                      key=lambda u: order_key(u, policy))
+
+    def admitted(self, queue: str) -> list[Unit]:
+        return [u for u in self._admitted.values() if u.queue == queue]
+
+    def admitted_count(self, queue: str) -> int:
+        return sum(1 for u in self._admitted.values() if u.queue == queue)
+
+    def is_pending(self, key: str) -> bool:
+        return key in self._pending
+
+    def is_admitted(self, key: str) -> bool:
+        return key in self._admitted
+
+    def dominant_share(self, queue: str) -> Fraction:
+        return dominant_share_of(self.allocated(queue), self._capacity)
+
+    def subtree_share(self, queue: str) -> Fraction:
+        return dominant_share_of(self.subtree_allocated(queue), self._capacity)
+
+    # -- decisions -----------------------------------------------------------
+    def next(self) -> Unit | None:
+        """Admit the next unit per §11 and return it; None when nothing fits."""
+        if self._stale:
+            self._rebuild()
+        offer = self._root.offer
+        if offer is None:
+            return None
+        unit, leaf, pairs = offer
+        del self._pending[unit.key]
+        self._admitted[unit.key] = unit
+        free = self._free
+        for i, a in pairs:
+            free[i] -= a
+        for node in leaf.path:
+            alloc = node.alloc
+            for i, a in pairs:
+                alloc[i] += a
+        group = leaf.group
+        assert group is not None
+        group.cursor += 1  # the offer was at the cursor
+        changed = {group}
+        self._scan(group)
+        for found in self._overrun(leaf, pairs):
+            if found not in changed:
+                changed.add(found)
+                self._scan(found)
+        dirty: set[_Node] = set(leaf.path)
+        for found in changed:
+            dirty.update(found.path)
+        self._settle(dirty)
+        return unit
+
+    def admit_all(self) -> list[Unit]:
+        out: list[Unit] = []
+        unit = self.next()
+        while unit is not None:
+            out.append(unit)
+            unit = self.next()
+        return out
+
+    # -- internals -----------------------------------------------------------
+    def _pairs(self, demand: Resources) -> Pairs:
+        index = self._index
+        out = []
+        for name, amount in demand.items():
+            if amount:
+                i = index.get(name)
+                if i is None:
+                    i = index[name] = len(index)
+                out.append((i, amount))
+        return tuple(out)
+
+    def _rebuild(self) -> None:
+        """Build the tree, the groups and every heap from the specs and units."""
+        self._stale = False
+        specs = self._specs
+        index = self._index = {}
+        for name in self._capacity:
+            index.setdefault(name, len(index))
+        for spec in specs.values():
+            self._pairs(spec.guarantee)
+            for name in spec.capability:
+                index.setdefault(name, len(index))
+        pending = [(u, self._pairs(u.demand)) for u in self._pending.values()]
+        held = [(u, self._pairs(u.demand)) for u in self._admitted.values()]
+        nres = len(index)
+        self._cap = [0] * nres
+        for name, amount in self._capacity.items():
+            self._cap[index[name]] = amount
+        self._free = list(self._cap)
+        top = max(self._cap, default=1)
+        wbits = max((s.weight.bit_length() for s in specs.values()), default=1)
+        self._shift = 2 * (max(top, 1).bit_length() + wbits) + 2
+        root = self._root = _Node("", None, nres)
+        root.fair = True
+        nodes = self._nodes = {name: _Node(name, spec, nres) for name, spec in specs.items()}
+        for node in nodes.values():
+            spec = node.spec
+            assert spec is not None
+            node.capl = {index[r]: amount for r, amount in spec.capability.items()}
+            node.divs = [(i, c * spec.weight) for i, c in enumerate(self._cap) if c > 0]
+            parent = nodes.get(spec.parent) if spec.parent else root
+            if parent is not None:
+                node.parent = parent
+        attached = [n for n in nodes.values() if self._attach(n)]
+        for node in sorted(attached, key=lambda n: n.name):
+            assert node.parent is not None
+            node.parent.children.append(node)
+        for node in sorted(attached, key=lambda n: n.depth):
+            spec = node.spec
+            assert spec is not None
+            if node.parent is not None and node.parent.group is not None:
+                node.group = node.parent.group  # inside a Queue-ordered subtree
+            elif not node.children or spec.child_order == "Queue":
+                node.group = node
+            else:
+                node.fair = True
+        for node in sorted(attached, key=lambda n: -n.depth):
+            spec = node.spec
+            assert spec is not None
+            guar = node.guar
+            for child in node.children:
+                for i, a in enumerate(child.guar):
+                    guar[i] += a
+            for r, amount in spec.guarantee.items():
+                i = index[r]
+                guar[i] = max(guar[i], amount)
+        for unit, pairs in held:
+            for i, a in pairs:
+                self._free[i] -= a
+            node = nodes.get(unit.queue)
+            for member in node.path if node is not None else ():
+                for i, a in pairs:
+                    member.alloc[i] += a
+        groups: set[_Node] = set()
+        for unit, _ in pending:
+            node = nodes.get(unit.queue)
+            if node is None or node.group is None or node.children:
+                continue  # unknown, detached, or a parent's own unit: never admitted
+            node.group.units.append(unit)
+            groups.add(node.group)
+        self._unit_pairs = {u.key: p for u, p in pending}
+        for group in groups:
+            spec = group.spec
+            assert spec is not None
+            policy = spec.policy
+            group.units.sort(key=lambda u: order_key(u, policy))
+            self._scan(group)
+        self._settle(set(attached))
+
+    def _attach(self, node: _Node) -> bool:
+        """Set the node's depth, path and capped queues; False when its chain
+        of parents is broken (then it is never admitted)."""
+        path = [node]
+        seen = {node.name}
+        current = node.parent
+        while current is not self._root:
+            if current is None or current.name in seen:
+                node.path = [node]
+                return False
+            path.append(current)
+            seen.add(current.name)
+            current = current.parent
+        node.path = path
+        node.depth = len(path)
+        node.limits = [n for n in path if n.capl]
+        return True
+
+    def _fits(self, pairs: Pairs, leaf: _Node) -> bool:
+        free = self._free
+        for i, a in pairs:
+            if free[i] < a:
+                return False
+        for node in leaf.limits:
+            capl = node.capl
+            alloc = node.alloc
+            for i, a in pairs:
+                cap = capl.get(i)
+                if cap is not None and alloc[i] + a > cap:
+                    return False
+        return True
+
+    def _scan(self, group: _Node) -> None:
+        """Set the group's offer: its first unit from the cursor that fits."""
+        group.oversion += 1
+        group.offer = None
+        units = group.units
+        nodes = self._nodes
+        blocking = group.spec is not None and group.spec.blocking
+        at = group.cursor
+        while at < len(units):
+            unit = units[at]
+            pairs = self._unit_pairs[unit.key]
+            leaf = nodes[unit.queue]
+            if self._fits(pairs, leaf):
+                group.offer = (unit, leaf, pairs)
+                self._watch(group, leaf, pairs)
+                break
+            if blocking:
+                break
+            at += 1
+        group.cursor = at
+
+    def _watch(self, group: _Node, leaf: _Node, pairs: Pairs) -> None:
+        """Record the group's new offer in the limit heaps it could overrun."""
+        entry_version = group.oversion
+        seq = next(self._seq)
+        lheaps = self._root.lheaps
+        for i, a in pairs:
+            heapq.heappush(lheaps.setdefault(i, []), (-a, seq, entry_version, group))
+        for node in leaf.limits:
+            capl = node.capl
+            lheaps = node.lheaps
+            for i, a in pairs:
+                if i in capl:
+                    heapq.heappush(lheaps.setdefault(i, []), (-a, seq, entry_version, group))
+
+    def _overrun(self, leaf: _Node, pairs: Pairs) -> list[_Node]:
+        """The groups whose offer no longer fits after `pairs` went to `leaf`."""
+        found: list[_Node] = []
+        lheaps = self._root.lheaps
+        free = self._free
+        for i, _ in pairs:
+            self._pop_over(lheaps.get(i), free[i], found)
+        for node in leaf.limits:
+            for i, _ in pairs:
+                cap = node.capl.get(i)
+                if cap is not None:
+                    self._pop_over(node.lheaps.get(i), cap - node.alloc[i], found)
+        return found
+
+    @staticmethod
+    def _pop_over(heap: list[_Limit] | None, room: int, found: list[_Node]) -> None:
+        while heap:
+            need, _, version, group = heap[0]
+            if version != group.oversion:
+                heapq.heappop(heap)
+            elif -need > room:
+                heapq.heappop(heap)
+                found.append(group)
+            else:
+                return
+
+    def _share(self, node: _Node) -> int:
+        alloc = node.alloc
+        shift = self._shift
+        best = 0
+        for i, div in node.divs:
+            a = alloc[i]
+            if a > 0:
+                key = (a << shift) // div
+                if key > best:
+                    best = key
+        return best
+
+    def _settle(self, dirty: set[_Node]) -> None:
+        """Recompute the offers and heap entries of `dirty` nodes, deepest first,
+        then the root's offer."""
+        for node in sorted(dirty, key=lambda n: -n.depth):
+            parent = node.parent
+            if parent is None or not parent.fair:
+                continue  # inside a Queue-ordered subtree: not chosen by key
+            if node.fair:
+                node.offer = self._top(node)
+            node.version += 1
+            offer = node.offer
+            if offer is None:
+                continue
+            pairs = offer[2]
+            alloc = node.alloc
+            guar = node.guar
+            under = all(alloc[i] + a <= guar[i] for i, a in pairs)
+            heapq.heappush(parent.heap,
+                           (0 if under else 1, self._share(node), node.name, node.version, node))
+        self._root.offer = self._top(self._root)
+
+    @staticmethod
+    def _top(node: _Node) -> tuple[Unit, _Node, Pairs] | None:
+        heap = node.heap
+        while heap:
+            entry = heap[0]
+            child = entry[4]
+            if entry[3] == child.version and child.offer is not None:
+                return child.offer
+            heapq.heappop(heap)
+        return None

@@ -61,31 +61,19 @@ shapes), plus O(1) for each shape it finds no longer fits, once per pass):
   head) marks it dirty; dirty queues are re-examined from the start on the
   next call. A capacity change re-examines every queue.
 
-Node fit (DESIGN.md §10), only once `set_nodes` gave nodes: everything above
-still decides on aggregate fit; node fit is checked lazily, only for the
-queue about to win (`_next_placed`), by first-fit decreasing over the node
-sets of its pools (`arbiter.core.placement`). A shape with no room is
-rejected like one that does not fit in aggregate, and stays so through
-re-examination until a node it could use grows. Its queue is then *woken*:
-kept in a heap keyed by a lower bound of what it may offer, and re-checked
-exactly only before a decision that key could beat (usually after the first
-woken queue took the room, when an O(grown nodes) test sends it back to
-waiting). Heap keys stay lower bounds
-of the true keys: a queue with a guarantee is keyed by the best flag it may
-still offer, and held aside while a queue with a smaller exact key wins.
-Admitting a unit commits its plan on the nodes; `release` gives it back.
+Node fit (DESIGN.md §10), only once `set_nodes` gave nodes, lives in
+`arbiter.core.nodefit` (a mixin of the engine); `_next_placed` below is the
+decision loop that uses it.
 """
 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from operator import attrgetter
 
 from arbiter.core.model import (
-    MAIN_POD_SET,
     QUEUE_POLICIES,
     Node,
     Placement,
@@ -95,8 +83,25 @@ from arbiter.core.model import (
     QueueSpec,
     Unit,
 )
-from arbiter.core.placement import NodeIndex, NodeSet, Runs
-from arbiter.core.quantities import format_quantity
+from arbiter.core.nodefit import NodeFit
+from arbiter.core.queuestate import (
+    CAND,
+    DIRTY,
+    IDLE,
+    KEY_FUNCS,
+    PARKED,
+    UNLIMITED,
+    CandEntry,
+    Entry,
+    Fit,
+    OrderKey,
+    Pairs,
+    QueueState,
+    Shape,
+    ShapeEntry,
+    ShapeKey,
+    shape_key,
+)
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
@@ -113,9 +118,6 @@ __all__ = [
     "dominant_share_of",
     "order_key",
 ]
-
-
-OrderKey = tuple[int, float, str] | tuple[float, str]
 
 
 def order_key(unit: Unit, policy: QueuePolicy) -> OrderKey:
@@ -203,248 +205,12 @@ def admission_order(
 # Incremental engine
 # ---------------------------------------------------------------------------
 
-_UNLIMITED = 1 << 200  # capability of an uncapped resource
-
 # A shape drops the admitted units before its head once they are more than
 # half of its list and more than this many (tests lower it to exercise that).
 TIDY_MIN = 32
 
-# Queue states. Every change of state bumps the queue's version, which makes
-# its heap entries stale.
-_CAND = 0  # has a candidate unit that fits
-_PARKED = 1  # nothing it offers fits now
-_IDLE = 2  # unknown queue (no spec)
-_DIRTY = 3  # must be re-examined from scratch before the next decision
 
-Pairs = tuple[tuple[int, int], ...]  # (resource index, amount), amounts > 0
-ShapeKey = tuple[Hashable, ...]  # a demand's items, as given (plus its pod sets)
-KeyFunc = Callable[[Unit], OrderKey]
-
-
-def _priority_key(unit: Unit) -> OrderKey:
-    return (-unit.priority, unit.created, unit.key)
-
-
-def _fifo_key(unit: Unit) -> OrderKey:
-    return (unit.created, unit.key)
-
-
-_KEY_FUNCS: dict[str, KeyFunc] = {"Priority": _priority_key, "FIFO": _fifo_key}
-_BY_CREATED = attrgetter("created", "key")
-_BY_PRIORITY = attrgetter("priority")
-
-
-def _shape_key(unit: Unit) -> ShapeKey:
-    """Units with equal keys fit or fail together (in aggregate and on nodes)."""
-    key: ShapeKey = tuple(unit.demand.items())
-    if unit.pods:
-        pods = tuple((ps.name, ps.count, tuple(ps.requests.items())) for ps in unit.pods)
-        key = (*key, pods)
-    return key
-
-
-def _sort_units(units: list[Unit], order: KeyFunc) -> None:
-    """Sort in queue order with C-level keys (stable passes, least significant first)."""
-    units.sort(key=_BY_CREATED)
-    if order is _priority_key:
-        units.sort(key=_BY_PRIORITY, reverse=True)  # stable: keeps (created, key) order
-
-
-class _Shape:
-    """The pending units of one queue that have the same demand, in queue order.
-
-    Equal demands fit or fail together, so a queue's next unit is the earliest
-    head among its shapes that fit; shapes found not to fit are *rejected*
-    until the queue is re-examined (which growth of free capacity triggers).
-    The engine keeps no per-unit record: `units[head:]` are exactly the
-    shape's pending units (admission always takes the head; a removed unit is
-    deleted from the list), sorted unless `unsorted`.
-    """
-
-    __slots__ = (
-        "head", "key", "noroom", "pairs", "pods", "rejected", "rungen", "runnames", "runs",
-        "tail", "units", "unsorted", "ver",
-    )
-
-    key: ShapeKey  # its key in the queue's `shapes`
-    pairs: Pairs
-    units: list[Unit]
-    head: int
-    tail: OrderKey | None  # order key of the last unit appended (or later)
-    unsorted: bool
-    rejected: bool
-    ver: int  # the valid entry of this shape in its queue's heap
-    pods: tuple[PodSet, ...]  # of every unit in the shape
-    runs: Runs  # node fit: (pod count, pairs of one pod), largest dominant share first
-    runnames: tuple[str, ...]  # the pod set of each run
-    rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
-    noroom: bool  # rejected because no node had room
-
-    def __init__(self, key: ShapeKey, pairs: Pairs, pods: tuple[PodSet, ...] = ()) -> None:
-        self.key = key
-        self.pairs = pairs
-        self.pods = pods
-        self.runs = ()
-        self.runnames = ()
-        self.rungen = -1
-        self.noroom = False
-        self.units = []
-        self.head = 0
-        self.tail = None
-        self.unsorted = False
-        self.rejected = False
-        self.ver = 0
-
-    def first(self) -> Unit | None:
-        return self.units[self.head] if self.head < len(self.units) else None
-
-    def tidy(self, order: KeyFunc) -> None:
-        """Drop the units before the head; sort the rest if needed."""
-        units = self.units[self.head :]
-        if self.unsorted:
-            _sort_units(units, order)
-            self.unsorted = False
-        self.units = units
-        self.head = 0
-        self.tail = order(units[-1]) if units else None
-
-    def index(self, unit: Unit, order: KeyFunc) -> int:
-        """Position of the pending `unit` in `units` (-1 if absent)."""
-        units = self.units
-        if not self.unsorted:
-            at = bisect_left(units, order(unit), lo=self.head, key=order)
-            if at < len(units) and units[at] is unit:
-                return at
-        for at in range(self.head, len(units)):
-            if units[at] is unit:
-                return at
-        return -1
-
-
-_ShapeEntry = tuple[OrderKey, int, _Shape]  # (order key of the shape's head, ver, shape)
-
-
-class _Queue:
-    __slots__ = (
-        "alloc",
-        "blocking",
-        "cand",
-        "capl",
-        "cshape",
-        "divl",
-        "divs",
-        "guar",
-        "hasguar",
-        "head",
-        "inwait",
-        "mins",
-        "nadmitted",
-        "name",
-        "nodemins",
-        "nodeshape",
-        "noroom",
-        "nsets",
-        "nsgen",
-        "optflag",
-        "order",
-        "policy",
-        "shapes",
-        "share",
-        "sheap",
-        "spec",
-        "status",
-        "thr",
-        "version",
-        "waitmark",
-        "woken",
-        "wversion",
-    )
-
-    name: str
-    spec: QueueSpec | None
-    policy: QueuePolicy
-    order: KeyFunc  # order key of a unit inside this queue
-    blocking: bool
-    alloc: list[int]  # per resource index
-    capl: list[int]  # capability per resource index, _UNLIMITED when absent
-    guar: list[int]  # guarantee per resource index
-    hasguar: bool
-    divs: list[tuple[int, int]]  # (index, capacity * weight) for capacity > 0
-    divl: list[int]  # capacity * weight per resource index, 0 where capacity is 0
-    shapes: dict[ShapeKey, _Shape]
-    sheap: list[_ShapeEntry]  # heads of the shapes not rejected (lazy deletion)
-    cand: Unit | None  # the unit it offers now (fits)
-    cshape: _Shape | None  # ... and its shape
-    head: Unit | None  # blocking: its head when that does not fit
-    status: int
-    version: int
-    share: int  # exact weighted dominant share, scaled (see module doc)
-    thr: dict[int, int]  # resource -> smallest demand of a rejected unit failing there
-    mins: dict[int, int] | None  # element-wise min demand of rejected units
-    optflag: int  # best under-guarantee flag among rejected units (2 = none)
-    inwait: bool  # has a valid waiting-list entry
-    wversion: int
-    nadmitted: int
-    nodemins: dict[int, int] | None  # element-wise min pod of shapes with no node room
-    nodeshape: _Shape | None  # blocking: the head's shape when no node has room for it
-    noroom: list[_Shape]  # its shapes no node had room for
-    nsets: list[NodeSet]  # node sets of its pools, in preference order
-    nsgen: int  # node generation `nsets` were built for (-1: not yet)
-    woken: bool  # has a valid entry in the engine's `_woken` heap
-    waitmark: int  # NodeIndex.grown_total when its shapes without room were all full
-
-    def __init__(self, name: str, nres: int) -> None:
-        self.name = name
-        self.spec = None
-        self.policy = "Priority"
-        self.order = _priority_key
-        self.blocking = False
-        self.alloc = [0] * nres
-        self.capl = [_UNLIMITED] * nres
-        self.guar = [0] * nres
-        self.hasguar = False
-        self.divs = []
-        self.divl = [0] * nres
-        self.shapes = {}
-        self.sheap = []
-        self.cand = None
-        self.cshape = None
-        self.head = None
-        self.status = _IDLE
-        self.version = 0
-        self.share = 0
-        self.thr = {}
-        self.mins = None
-        self.optflag = 2
-        self.inwait = False
-        self.wversion = 0
-        self.nadmitted = 0
-        self.nodemins = None
-        self.nodeshape = None
-        self.noroom = []
-        self.nsets = []
-        self.nsgen = -1
-        self.woken = False
-        self.waitmark = 0
-
-    def units(self) -> list[Unit]:
-        """Pending units in queue order."""
-        units = [u for shape in self.shapes.values() for u in shape.units[shape.head :]]
-        _sort_units(units, self.order)
-        return units
-
-
-# (flag, share, name, 1, version, queue) and (optflag, share, name, 0, wversion,
-# queue): a waiting entry sorts before a heap entry of the same queue and key.
-_Entry = tuple[int, int, str, int, int, _Queue]
-_CandEntry = tuple[int, int, _Queue]  # (-demand, version, queue)
-# An admitted unit's placement, and what it holds on each node (by name).
-_Plan = tuple[Placement, list[tuple[str, Pairs]]]
-# A node-fit answer: the node set, and per run the member index of each pod.
-_Fit = tuple[NodeSet, list[list[int]]]
-
-
-class AdmissionEngine:
+class AdmissionEngine(NodeFit):
     """Incremental weighted-DRF admission over a changing set of queues and units."""
 
     def __init__(
@@ -461,31 +227,21 @@ class AdmissionEngine:
         # Per resource: a max-heap of candidates' demands, kept only once free
         # capacity drops below the largest candidate demand seen (`_candmax`);
         # until then no candidate can be pushed out of reach in it.
-        self._candheaps: list[list[_CandEntry]] = []
+        self._candheaps: list[list[CandEntry]] = []
         self._candon: list[bool] = []
         self._candmax: list[int] = []
         self._shift = 0
         self._wbits = 1
-        self._queues: dict[str, _Queue] = {}
+        self._queues: dict[str, QueueState] = {}
         self._pending: dict[str, Unit] = {}
         self._admitted: dict[str, Unit] = {}
-        self._heap: list[_Entry] = []
-        self._wait: list[_Entry] = []
+        self._heap: list[Entry] = []
+        self._wait: list[Entry] = []
         self._cursor = 0
         self._wlive = 0
-        self._dirtyq: list[_Queue] = []
+        self._dirtyq: list[QueueState] = []
         self._seq = 0
-        # Node fit (DESIGN §10), only once nodes are given: None = aggregate only.
-        self._nodes: NodeIndex | None = None
-        self._nodegen = 0  # bumped when the node model is replaced
-        self._capgen = 0  # bumped when capacity changes (pod order of node fit)
-        self._plans: dict[str, _Plan] = {}
-        self._nodewait: dict[str, _Queue] = {}  # queues with shapes no node has room for
-        # Queues taken from `_nodewait` because a node they could use grew,
-        # keyed (lowest guarantee flag of those shapes, share, name): a lower
-        # bound of what they may offer. Re-checked only before a decision
-        # that key could beat (see `_next_placed`).
-        self._woken: list[_Entry] = []
+        self._init_node_fit()
         self.set_capacity(capacity)
         for spec in queues:
             self.add_queue(spec)
@@ -509,7 +265,7 @@ class AdmissionEngine:
             self._nodes.add_resource()
         for q in self._queues.values():
             q.alloc.append(0)
-            q.capl.append(_UNLIMITED)
+            q.capl.append(UNLIMITED)
             q.guar.append(0)
             q.divl.append(0)
         return index
@@ -533,7 +289,7 @@ class AdmissionEngine:
         for q in self._queues.values():
             self._set_divs(q)
 
-    def _set_divs(self, q: _Queue) -> None:
+    def _set_divs(self, q: QueueState) -> None:
         weight = q.spec.weight if q.spec is not None else 1
         q.divs = [(i, c * weight) for i, c in enumerate(self._cap) if c > 0]
         q.divl = [c * weight if c > 0 else 0 for c in self._cap]
@@ -577,7 +333,7 @@ class AdmissionEngine:
         nres = len(self._names)
         q.spec = spec
         q.blocking = spec.blocking
-        q.capl = [_UNLIMITED] * nres
+        q.capl = [UNLIMITED] * nres
         for name, amount in spec.capability.items():
             q.capl[self._index[name]] = amount
         q.guar = [0] * nres
@@ -586,7 +342,7 @@ class AdmissionEngine:
         q.hasguar = any(amount > 0 for amount in spec.guarantee.values())
         if spec.policy != q.policy:
             q.policy = spec.policy
-            q.order = _KEY_FUNCS[spec.policy]
+            q.order = KEY_FUNCS[spec.policy]
             for shape in q.shapes.values():
                 shape.unsorted = True
                 shape.tail = None  # keys of the old order do not compare with new ones
@@ -606,13 +362,13 @@ class AdmissionEngine:
         q.spec = None
         self._bump(q)
         q.cand = q.cshape = q.head = None
-        q.status = _IDLE
+        q.status = IDLE
         self._set_divs(q)
 
-    def _queue(self, name: str) -> _Queue:
+    def _queue(self, name: str) -> QueueState:
         q = self._queues.get(name)
         if q is None:
-            q = _Queue(name, len(self._names))
+            q = QueueState(name, len(self._names))
             self._queues[name] = q
         return q
 
@@ -630,15 +386,15 @@ class AdmissionEngine:
         # Units of one demand share a shape (and its resource-index pairs).
         # Keyed by the demand's items as given: an equal demand spelt in
         # another order just makes a second shape, which is still correct.
-        skey = _shape_key(unit) if unit.pods else tuple(unit.demand.items())
+        skey = shape_key(unit) if unit.pods else tuple(unit.demand.items())
         shape = q.shapes.get(skey)
         if shape is None:
-            shape = q.shapes[skey] = _Shape(skey, self._pairs(unit.demand), unit.pods)
+            shape = q.shapes[skey] = Shape(skey, self._pairs(unit.demand), unit.pods)
         self._pending[key] = unit
         okey = q.order(unit)
         units = shape.units
         tail = shape.tail
-        if q.status == _DIRTY or q.status == _IDLE:
+        if q.status == DIRTY or q.status == IDLE:
             # Re-examined (and sorted) before the next decision.
             if tail is not None and okey < tail:
                 shape.unsorted = True
@@ -666,13 +422,13 @@ class AdmissionEngine:
         self._push_shape(q, shape)
         cand = q.cand
         if cand is not None and not okey < q.order(cand):
-            if self._nodes is not None and q.hasguar and q.status == _CAND:
+            if self._nodes is not None and q.hasguar and q.status == CAND:
                 self._push_cand(q)  # its optimistic guarantee flag may drop
             return  # comes after the unit the queue offers now
         if self._fits(q, shape.pairs):
             q.cand = unit
             q.cshape = shape
-            q.status = _CAND
+            q.status = CAND
             self._push_cand(q)
         else:
             shape.rejected = True
@@ -685,11 +441,11 @@ class AdmissionEngine:
         if unit is None:
             return
         q = self._queues[unit.queue]
-        shape = q.shapes[_shape_key(unit)]
+        shape = q.shapes[shape_key(unit)]
         at = shape.index(unit, q.order)
         assert at >= 0
         del shape.units[at]
-        if q.status != _CAND and q.status != _PARKED:
+        if q.status != CAND and q.status != PARKED:
             return  # re-examined from scratch before the next decision
         if at == shape.head:
             self._push_shape(q, shape)
@@ -743,97 +499,6 @@ class AdmissionEngine:
         if q.spec is not None:
             self._mark_dirty(q)
 
-    # -- nodes (DESIGN §10) --------------------------------------------------
-    def set_nodes(self, nodes: Iterable[Node] | None, pools: Iterable[Pool] = ()) -> None:
-        """Replace the node model (None: aggregate fit only, as without nodes).
-
-        From then on a unit is admitted only where its pods fit on nodes.
-        Plans of admitted units are kept and count again on nodes of the same
-        name. Every queue is re-examined."""
-        self._nodes = None
-        self._nodegen += 1
-        if nodes is not None:
-            nodes = list(nodes)
-            for node in nodes:
-                for name in node.allocatable:
-                    self._res(name)
-                for name in node.used:
-                    self._res(name)
-            index = NodeIndex(nodes, pools, len(self._names))
-            for g, node in enumerate(index.nodes):
-                for name, amount in (node.allocatable - node.used).items():
-                    index.free[self._index[name]][g] = amount
-            self._nodes = index
-            for held in self._plans.values():
-                self._apply(held[1], -1)
-        self._nodewait = {}
-        self._woken = []
-        for q in self._queues.values():
-            if q.spec is not None:
-                self._mark_dirty(q)
-
-    def set_node_used(self, name: str, used: Resources) -> None:
-        """What node `name` runs that the engine holds no plan for changed
-        (pods bound or finished); ValueError for an unknown node."""
-        index = self._nodes
-        g = None if index is None else index.position.get(name)
-        if index is None or g is None:
-            raise ValueError(f"unknown node {name}")
-        node = index.nodes[g]
-        delta = [(self._res(r), node.used.get_amount(r) - used.get_amount(r))
-                 for r in set(node.used) | set(used)]
-        index.nodes[g] = Node(node.name, node.labels, node.allocatable, used)
-        if index.change(g, delta):
-            self._wake(g)
-
-    def plan(self, key: str) -> Placement | None:
-        """Where the admitted unit `key` goes (None: not admitted, or no nodes)."""
-        held = self._plans.get(key)
-        return None if held is None else held[0]
-
-    def replan(self, key: str, placement: Placement) -> None:
-        """The admitted unit's pods go elsewhere (they bound to other nodes)."""
-        unit = self._admitted.get(key)
-        if unit is None:
-            raise ValueError(f"unit {key} is not admitted")
-        held = self._plans.pop(key, None)
-        if held is not None:
-            self._apply(held[1], 1)
-        self._hold(unit, placement)
-
-    def plans(self) -> dict[str, Placement]:
-        """The plan of every admitted unit that has one, by unit key."""
-        return {key: held[0] for key, held in self._plans.items()}
-
-    def pool_usage(self) -> dict[str, tuple[Resources, Resources]]:
-        """Per pool: (capacity = its nodes' allocatable, allocated = planned pods).
-
-        O(nodes + plans): for status and metrics, not for every decision."""
-        index = self._nodes
-        if index is None:
-            return {}
-        capacity: dict[str, Resources] = {name: EMPTY for name in index.pool_order}
-        for g, node in enumerate(index.nodes):
-            pool = index.pool_of[g]
-            capacity[pool] = capacity.get(pool, EMPTY) + node.allocatable
-        allocated: dict[str, dict[str, int]] = {name: {} for name in capacity}
-        names = self._names
-        for _, used in self._plans.values():
-            for node_name, pairs in used:
-                at = index.position.get(node_name)
-                if at is None:
-                    continue
-                amounts = allocated[index.pool_of[at]]
-                for r, a in pairs:
-                    amounts[names[r]] = amounts.get(names[r], 0) + a
-        return {name: (capacity[name], Resources(allocated[name])) for name in capacity}
-
-    def pool_of(self, node: str) -> str | None:
-        """The pool node `node` belongs to (None: unknown node, or no nodes)."""
-        index = self._nodes
-        g = None if index is None else index.position.get(node)
-        return None if index is None or g is None else index.pool_of[g]
-
     # -- decisions -----------------------------------------------------------
     def next(self) -> Unit | None:
         """Admit the next unit per DESIGN.md §4 and return it; None when nothing fits.
@@ -873,7 +538,7 @@ class AdmissionEngine:
         `_push_cand`); a queue whose exact key is worse than its entry is
         *held* aside, placed, until it is the smallest of held and heap.
         """
-        held: list[tuple[_Entry, _Entry, _Fit]] = []  # (exact entry, heap entry, fit)
+        held: list[tuple[Entry, Entry, Fit]] = []  # (exact entry, heap entry, fit)
         while True:
             top = self._valid_top()
             if held:
@@ -917,8 +582,8 @@ class AdmissionEngine:
             heapq.heappop(self._heap)
             held.append(((exact, *top[1:]), top, fit))
 
-    def _take_woken(self, limit: _Entry | None, top: _Entry | None,
-                    held: list[tuple[_Entry, _Entry, _Fit]]) -> bool:
+    def _take_woken(self, limit: Entry | None, top: Entry | None,
+                    held: list[tuple[Entry, Entry, Fit]]) -> bool:
         """Re-check one woken queue that could come before `limit`, or whose
         own decision is next (it may offer an earlier unit); True if one was."""
         woken = self._woken
@@ -938,7 +603,7 @@ class AdmissionEngine:
             return True
         return False
 
-    def _valid_top(self) -> _Entry | None:
+    def _valid_top(self) -> Entry | None:
         heap = self._heap
         while heap:
             top = heap[0]
@@ -947,14 +612,14 @@ class AdmissionEngine:
             heapq.heappop(heap)
         return None
 
-    def _scan_waiting(self, top: _Entry | None) -> _Queue | None:
+    def _scan_waiting(self, top: Entry | None) -> QueueState | None:
         """Advance the waiting-list cursor up to `top`; a queue whose rejected
         units may fit again stops it."""
         wait = self._wait  # compaction may replace it: read it on every call
         c = self._cursor
         end = len(wait)
         free = self._free
-        hit: _Queue | None = None
+        hit: QueueState | None = None
         while c < end:
             entry = wait[c]
             if top is not None and entry > top:
@@ -1059,7 +724,7 @@ class AdmissionEngine:
                 return f"blocked behind head unit {head.key}"
         return self._reason(q, unit)
 
-    def _reason(self, q: _Queue, unit: Unit) -> str:
+    def _reason(self, q: QueueState, unit: Unit) -> str:
         names = self._names
         pairs = self._pairs(unit.demand)
         capped = [names[i] for i, a in pairs if q.alloc[i] + a > q.capl[i]]
@@ -1072,13 +737,13 @@ class AdmissionEngine:
         if full:
             return f"cluster full ({', '.join(full)})"
         if self._nodes is not None:
-            shape = q.shapes.get(_shape_key(unit))
+            shape = q.shapes.get(shape_key(unit))
             if shape is not None and self._place(q, shape) is None:
                 return self._no_room(q, shape)
         return _FITS
 
     # -- internals -----------------------------------------------------------
-    def _bump(self, q: _Queue) -> None:
+    def _bump(self, q: QueueState) -> None:
         """Make every heap and waiting entry of `q` stale."""
         self._seq += 1
         q.version = self._seq
@@ -1087,22 +752,22 @@ class AdmissionEngine:
             self._wlive -= 1
         q.wversion = self._seq
 
-    def _mark_dirty(self, q: _Queue) -> None:
-        if q.status == _DIRTY:
+    def _mark_dirty(self, q: QueueState) -> None:
+        if q.status == DIRTY:
             return
         self._bump(q)
         q.cand = q.cshape = q.head = None
-        q.status = _DIRTY
+        q.status = DIRTY
         self._dirtyq.append(q)
 
     def _process_dirty(self) -> None:
         dirty = self._dirtyq
         self._dirtyq = []
         for q in dirty:
-            if q.status == _DIRTY:
+            if q.status == DIRTY:
                 self._examine(q)
 
-    def _share_of(self, q: _Queue) -> int:
+    def _share_of(self, q: QueueState) -> int:
         shift = self._shift
         alloc = q.alloc
         best = 0
@@ -1114,12 +779,12 @@ class AdmissionEngine:
                     best = v
         return best
 
-    def _examine(self, q: _Queue) -> None:
+    def _examine(self, q: QueueState) -> None:
         """Re-derive everything about `q` from scratch (O(shapes), not O(units))."""
         self._bump(q)
         q.cand = q.cshape = q.head = None
         if q.spec is None:
-            q.status = _IDLE
+            q.status = IDLE
             return
         q.thr = {}
         q.mins = None
@@ -1132,10 +797,10 @@ class AdmissionEngine:
         q.woken = False
         q.share = self._share_of(q)
         order = q.order
-        sheap: list[_ShapeEntry] = []
+        sheap: list[ShapeEntry] = []
         seq = self._seq
         empty: list[ShapeKey] = []
-        noroom: list[_Shape] = []
+        noroom: list[Shape] = []
         for skey, shape in q.shapes.items():
             if shape.unsorted or (shape.head > TIDY_MIN and shape.head * 2 > len(shape.units)):
                 shape.tidy(order)
@@ -1163,7 +828,7 @@ class AdmissionEngine:
         else:
             self._find(q)
 
-    def _push_shape(self, q: _Queue, shape: _Shape) -> None:
+    def _push_shape(self, q: QueueState, shape: Shape) -> None:
         """The head of `shape` changed: give it a fresh heap entry."""
         self._seq += 1
         shape.ver = self._seq
@@ -1182,7 +847,7 @@ class AdmissionEngine:
             q.sheap = sheap = [e for e in sheap if e[1] == e[2].ver and not e[2].rejected]
             heapq.heapify(sheap)
 
-    def _fits(self, q: _Queue, pairs: Pairs) -> bool:
+    def _fits(self, q: QueueState, pairs: Pairs) -> bool:
         free = self._free
         alloc = q.alloc
         capl = q.capl
@@ -1191,7 +856,7 @@ class AdmissionEngine:
                 return False
         return True
 
-    def _flag(self, q: _Queue, pairs: Pairs) -> int:
+    def _flag(self, q: QueueState, pairs: Pairs) -> int:
         """0 when admitting a unit of `pairs` keeps `q` within its guarantee, else 1."""
         if not q.hasguar:
             return 1 if pairs else 0
@@ -1202,7 +867,7 @@ class AdmissionEngine:
                 return 1
         return 0
 
-    def _skip(self, q: _Queue, pairs: Pairs) -> bool:
+    def _skip(self, q: QueueState, pairs: Pairs) -> bool:
         """Record that a unit of `pairs` does not fit; True when q's optimistic flag improved."""
         free = self._free
         alloc = q.alloc
@@ -1234,7 +899,7 @@ class AdmissionEngine:
             return True
         return False
 
-    def _qualifies(self, q: _Queue) -> bool:
+    def _qualifies(self, q: QueueState) -> bool:
         """Might one of q's rejected units fit now? (a necessary condition)"""
         free = self._free
         for i, t in q.thr.items():
@@ -1249,7 +914,7 @@ class AdmissionEngine:
                     return False
         return True
 
-    def _push_cand(self, q: _Queue) -> None:
+    def _push_cand(self, q: QueueState) -> None:
         shape = q.cshape
         assert shape is not None
         pairs = shape.pairs
@@ -1263,7 +928,7 @@ class AdmissionEngine:
             # then has no room, a later unit within its guarantee may be next.
             # Keep the key a lower bound of what the queue may offer.
             flag = self._optimistic_flag(q)
-        entry: _Entry = (flag, q.share, q.name, 1, version, q)
+        entry: Entry = (flag, q.share, q.name, 1, version, q)
         if heap and heap[0][5] is q:
             heapq.heapreplace(heap, entry)  # its own, now stale, entry
         else:
@@ -1283,13 +948,13 @@ class AdmissionEngine:
             elif a > self._candmax[i]:
                 self._candmax[i] = a
 
-    def _park(self, q: _Queue) -> None:
+    def _park(self, q: QueueState) -> None:
         self._seq += 1
         q.version = self._seq
         q.cand = q.cshape = None
-        q.status = _PARKED
+        q.status = PARKED
 
-    def _find(self, q: _Queue, lowered: bool = False) -> None:
+    def _find(self, q: QueueState, lowered: bool = False) -> None:
         """Non-blocking: offer the earliest head among the shapes that fit."""
         sheap = q.sheap
         free = self._free
@@ -1306,7 +971,7 @@ class AdmissionEngine:
             else:
                 q.cand = shape.units[shape.head]
                 q.cshape = shape
-                q.status = _CAND
+                q.status = CAND
                 self._push_cand(q)
                 break
             heapq.heappop(sheap)
@@ -1318,10 +983,10 @@ class AdmissionEngine:
         if q.thr and (lowered or not q.inwait):
             self._wait_insert(q)
 
-    def _find_blocking(self, q: _Queue) -> None:
+    def _find_blocking(self, q: QueueState) -> None:
         """Blocking: only the head of the queue is offered."""
         sheap = q.sheap
-        found: _Shape | None = None
+        found: Shape | None = None
         while sheap:
             _, ver, shape = sheap[0]
             if ver == shape.ver:
@@ -1342,7 +1007,7 @@ class AdmissionEngine:
         if found is not None and not noroom and self._fits(q, found.pairs):
             q.cand = q.head
             q.cshape = found
-            q.status = _CAND
+            q.status = CAND
             self._push_cand(q)
             return
         self._park(q)
@@ -1351,13 +1016,13 @@ class AdmissionEngine:
             if q.thr:
                 self._wait_insert(q)
 
-    def _wait_insert(self, q: _Queue) -> None:
+    def _wait_insert(self, q: QueueState) -> None:
         if not q.inwait:
             q.inwait = True
             self._wlive += 1
         self._seq += 1
         q.wversion = self._seq
-        entry: _Entry = (q.optflag, q.share, q.name, 0, q.wversion, q)
+        entry: Entry = (q.optflag, q.share, q.name, 0, q.wversion, q)
         wait = self._wait
         at = bisect_right(wait, entry)
         wait.insert(at, entry)
@@ -1373,7 +1038,7 @@ class AdmissionEngine:
             kept.extend(e for e in wait[cursor:] if e[4] == e[5].wversion)
             self._wait = kept
 
-    def _admit(self, q: _Queue, fit: _Fit | None = None) -> Unit:
+    def _admit(self, q: QueueState, fit: Fit | None = None) -> Unit:
         unit = q.cand
         shape = q.cshape
         assert unit is not None and shape is not None
@@ -1428,272 +1093,13 @@ class AdmissionEngine:
         self._invalidate(pairs)
         return unit
 
-    # -- node fit --------------------------------------------------------------
-    def _hold(self, unit: Unit, placement: Placement) -> None:
-        """Record `placement` for the admitted `unit` and count its pods on its nodes."""
-        requests = {ps.name: ps.requests for ps in unit.pods} or {MAIN_POD_SET: unit.demand}
-        per_node: dict[str, dict[int, int]] = {}
-        for pod_set, names in placement.nodes.items():
-            pairs = self._pairs(requests.get(pod_set, EMPTY))
-            for name in names:
-                amounts = per_node.setdefault(name, {})
-                for r, a in pairs:
-                    amounts[r] = amounts.get(r, 0) + a
-        used = [(name, tuple(amounts.items())) for name, amounts in per_node.items()]
-        self._plans[unit.key] = (placement, used)
-        self._apply(used, -1)
-
-    def _apply(self, used: list[tuple[str, Pairs]], sign: int) -> None:
-        """Take (sign -1) or give back (+1) what a plan holds on its nodes."""
-        index = self._nodes
-        if index is None:
-            return
-        for name, pairs in used:
-            g = index.position.get(name)
-            if g is not None and index.change(g, [(r, sign * a) for r, a in pairs]):
-                self._wake(g)
-
-    def _wake(self, g: int) -> None:
-        """Node g grew: wake the queues whose shapes found no room and might
-        use it (its pool and selector are theirs, one of their pods fits on
-        it); `_recheck` tells exactly, later."""
-        index = self._nodes
-        assert index is not None
-        free = index.free
-        grown = [node_set for node_set, _ in index.member_of[g]]
-        gen = self._nodegen
-        woken: list[_Queue] = []
-        for q in self._nodewait.values():
-            mins = q.nodemins
-            if mins is not None:
-                for r, a in mins.items():
-                    if free[r][g] < a:
-                        break
-                else:
-                    mins = None
-                if mins is not None:
-                    continue  # not even its smallest pod fits on g
-            if q.nsgen == gen:
-                for node_set in q.nsets:
-                    if node_set in grown:
-                        break
-                else:
-                    continue
-                if not self._may_fit(q, g):
-                    continue
-            woken.append(q)
-        for q in woken:
-            del self._nodewait[q.name]
-            self._wake_queue(q)
-
-    def _wake_queue(self, q: _Queue) -> None:
-        """q's shapes without room may fit now: re-check them before any
-        decision that one of its units could beat (lazily, see `_recheck`)."""
-        if q.blocking or q.spec is None or q.status == _DIRTY:
-            self._mark_dirty(q)
-            return
-        flag = 2
-        for shape in q.noroom:
-            if shape.head < len(shape.units):
-                flag = min(flag, self._flag(q, shape.pairs))
-        q.woken = True
-        self._seq += 1
-        heapq.heappush(self._woken, (flag, q.share, q.name, 0, self._seq, q))
-
-    def _recheck(self, q: _Queue) -> None:
-        """A woken queue: re-examine it if one of its shapes without room may
-        fit now, else it keeps waiting for a node to grow."""
-        q.woken = False
-        if q.status == _DIRTY or q.spec is None:
-            return
-        if self._still_waiting(q):
-            self._nodewait[q.name] = q
-            return
-        for shape in q.noroom:
-            if shape.head < len(shape.units) and not self._still_no_room(q, shape):
-                self._mark_dirty(q)
-                self._examine(q)
-                return
-        self._nodewait[q.name] = q
-        assert self._nodes is not None
-        q.waitmark = self._nodes.grown_total
-
-    def _still_waiting(self, q: _Queue) -> bool:
-        """Cheap sufficient test that no shape of q without room fits now:
-        each was full (on every node set) when q began to wait; the nodes
-        that did not grow since only shrank, and none of those that grew
-        has room now even for q's smallest pod. (First fit of one run of
-        equal pods fails on less room; mixed runs are left to `_recheck`.)"""
-        index = self._nodes
-        mins = q.nodemins
-        if index is None or not mins:
-            return False
-        grown = index.grown_since(q.waitmark)
-        if grown is None or len(grown) > 64:
-            return False
-        for shape in q.noroom:
-            if len(shape.runs) != 1 and shape.head < len(shape.units):
-                return False
-        free = index.free
-        for g in grown:
-            for r, a in mins.items():
-                if free[r][g] < a:
-                    break
-            else:
-                return False
-        q.waitmark = index.grown_total
-        return True
-
-    def _may_fit(self, q: _Queue, g: int) -> bool:
-        """Might one of q's shapes without room fit now that node g grew?
-        Not when no pod of theirs fits on g: their room elsewhere is unchanged."""
-        assert self._nodes is not None
-        free = self._nodes.free
-        for shape in q.noroom:
-            if shape.head >= len(shape.units):
-                continue
-            if len(shape.runs) != 1:
-                return True
-            for r, a in shape.runs[0][1]:
-                if free[r][g] < a:
-                    break
-            else:
-                return True
-        return False
-
-    def _runs(self, shape: _Shape) -> Runs:
-        """The shape's pods as runs of equal pods, largest dominant share first
-        (ties: pod set order): the order first-fit decreasing places them in."""
-        if shape.rungen != self._capgen:
-            cap = self._cap
-            items = [(ps.count, self._pairs(ps.requests), ps.name) for ps in shape.pods]
-            if not shape.pods:
-                items = [(1, shape.pairs, MAIN_POD_SET)]
-
-            def dominant(item: tuple[int, Pairs, str]) -> Fraction:
-                return max((Fraction(a, cap[r]) for r, a in item[1] if cap[r] > 0),
-                           default=Fraction(0))
-
-            items.sort(key=dominant, reverse=True)  # stable for equal shares
-            shape.runs = tuple((count, pairs) for count, pairs, _ in items)
-            shape.runnames = tuple(name for _, _, name in items)
-            shape.rungen = self._capgen
-        return shape.runs
-
-    def _queue_sets(self, q: _Queue) -> list[NodeSet]:
-        if q.nsgen != self._nodegen:
-            index = self._nodes
-            assert index is not None and q.spec is not None
-            order = q.spec.pools or index.pool_order
-            selector = q.spec.selector_key()
-            q.nsets = [index.node_set(pool, selector) for pool in dict.fromkeys(order)]
-            q.nsgen = self._nodegen
-        return q.nsets
-
-    def _place(self, q: _Queue, shape: _Shape) -> _Fit | None:
-        """First pool of q's order where a unit of `shape` fits on nodes."""
-        runs = self._runs(shape)
-        for node_set in self._queue_sets(q):
-            if node_set.members:
-                got = node_set.place(runs)
-                if got is not None:
-                    return node_set, got
-        return None
-
-    def _commit(self, unit: Unit, shape: _Shape, fit: _Fit) -> None:
-        node_set, got = fit
-        names = node_set.names
-        members = node_set.members
-        index = self._nodes
-        assert index is not None
-        nodes: dict[str, list[str]] = {ps.name: [] for ps in shape.pods}
-        held: dict[int, dict[int, int]] = {}
-        for (_, pairs), pod_set, placed in zip(shape.runs, shape.runnames, got, strict=True):
-            nodes.setdefault(pod_set, []).extend(names[m] for m in placed)
-            count = 0
-            for at, m in enumerate(placed):  # runs of equal members: one take per node
-                count += 1
-                if at + 1 == len(placed) or placed[at + 1] != m:
-                    g = members[m]
-                    index.take(g, pairs, count)
-                    amounts = held.setdefault(g, {})
-                    for r, a in pairs:
-                        amounts[r] = amounts.get(r, 0) + a * count
-                    count = 0
-        used = [(index.names[g], tuple(amounts.items())) for g, amounts in held.items()]
-        placement = Placement(node_set.pool, {k: tuple(v) for k, v in nodes.items()})
-        self._plans[unit.key] = (placement, used)
-
-    def _node_reject(self, q: _Queue, shape: _Shape) -> None:
-        """No node has room for `shape` now: skip it until a node it could use grows."""
-        if q.blocking:
-            q.nodeshape = shape
-        else:
-            shape.rejected = True
-        shape.noroom = True
-        q.noroom.append(shape)
-        smallest: dict[int, int] | None = q.nodemins
-        for _, pairs in shape.runs:
-            if smallest is None:
-                smallest = dict(pairs)
-            else:
-                pod = dict(pairs)
-                smallest = {r: min(a, pod[r]) for r, a in smallest.items() if r in pod}
-        q.nodemins = smallest
-        if q.name not in self._nodewait and not q.woken:
-            assert self._nodes is not None
-            q.waitmark = self._nodes.grown_total
-        self._nodewait[q.name] = q
-
-    def _still_no_room(self, q: _Queue, shape: _Shape) -> bool:
-        """A shape that found no room still finds none (checked on the nodes
-        that grew since, see NodeSet.still_full); False when unsure."""
-        if self._nodes is None or q.nsgen != self._nodegen or len(shape.runs) != 1:
-            return False
-        run = shape.runs[0]
-        return all(ns.still_full(run) for ns in q.nsets if ns.members)
-
-    def _optimistic_flag(self, q: _Queue) -> int:
-        """0 when some shape it may still offer keeps q within its guarantee."""
-        for shape in q.shapes.values():
-            if (not shape.rejected and shape.head < len(shape.units)
-                    and not self._flag(q, shape.pairs)):
-                return 0
-        return 1
-
-    def _no_room(self, q: _Queue, shape: _Shape) -> str:
-        """Why no node holds a unit of `shape`: the largest free slot it could use."""
-        sets = self._queue_sets(q)
-        pools = ", ".join(ns.pool for ns in sets)
-        if not any(ns.members for ns in sets):
-            return f"no nodes in its pools ({pools})"
-        runs = self._runs(shape)
-        pods = sum(count for count, _ in runs)
-        _, pairs = runs[0]
-        cap = self._cap
-        best: tuple[Fraction, int, int, str] | None = None  # (shortfall, r, free, node)
-        for r, a in pairs:
-            free, node = max((ns.largest(r) for ns in sets if ns.members),
-                             key=lambda slot: slot[0])
-            short = Fraction(a - free, cap[r]) if cap[r] > 0 else Fraction(a - free)
-            if best is None or short > best[0]:
-                best = (short, r, max(free, 0), node)
-        if best is None:
-            return f"no node in its pools ({pools})"
-        _, r, free, node = best
-        name = self._names[r]
-        need = dict(pairs)[r]
-        text = (f"no node has room: largest free: {format_quantity(name, free)} {name} on "
-                f"{node}; needs {format_quantity(name, need)} {name} per pod")
-        return text + (f" for {pods} pods" if pods > 1 else "")
-
     def _activate(self, i: int) -> None:
         """Start keeping the candidate heap of resource `i`."""
         self._candon[i] = True
-        heap: list[_CandEntry] = []
+        heap: list[CandEntry] = []
         for q in self._queues.values():
             shape = q.cshape
-            if q.status == _CAND and shape is not None:
+            if q.status == CAND and shape is not None:
                 for j, a in shape.pairs:
                     if j == i:
                         heap.append((-a, q.version, q))

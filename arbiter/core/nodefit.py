@@ -1,0 +1,423 @@
+"""Node fit of the admission engine (DESIGN.md §10): the per-node bookkeeping.
+
+A mixin of `arbiter.core.fairshare.AdmissionEngine`, split from it so each
+part reads on its own; it shares the engine's state (`QueueState`, `Shape`).
+
+Node fit (DESIGN.md §10), only once `set_nodes` gave nodes: everything above
+still decides on aggregate fit; node fit is checked lazily, only for the
+queue about to win (`_next_placed`), by first-fit decreasing over the node
+sets of its pools (`arbiter.core.placement`). A shape with no room is
+rejected like one that does not fit in aggregate, and stays so through
+re-examination until a node it could use grows. Its queue is then *woken*:
+kept in a heap keyed by a lower bound of what it may offer, and re-checked
+exactly only before a decision that key could beat (usually after the first
+woken queue took the room, when an O(grown nodes) test sends it back to
+waiting). Heap keys stay lower bounds
+of the true keys: a queue with a guarantee is keyed by the best flag it may
+still offer, and held aside while a queue with a smaller exact key wins.
+Admitting a unit commits its plan on the nodes; `release` gives it back.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
+from arbiter.core.placement import NodeIndex, NodeSet, Runs
+from arbiter.core.quantities import format_quantity
+from arbiter.core.queuestate import DIRTY, Entry, Fit, Pairs, Plan, QueueState, Shape
+from arbiter.core.resources import EMPTY, Resources
+
+__all__ = ["NodeFit"]
+
+
+class NodeFit:
+    """Node sets, plans of admitted units, and the queues waiting for room."""
+
+    # The engine's own state, used here (set by AdmissionEngine.__init__).
+    _admitted: dict[str, Unit]
+    _cap: list[int]
+    _index: dict[str, int]
+    _names: list[str]
+    _queues: dict[str, QueueState]
+    _seq: int
+    _capgen: int
+    # Node fit state (`_init_node_fit`).
+    _nodes: NodeIndex | None
+    _nodegen: int
+    _plans: dict[str, Plan]
+    _nodewait: dict[str, QueueState]
+    _woken: list[Entry]
+
+    if TYPE_CHECKING:  # the engine's methods this part calls
+        def _res(self, name: str) -> int: ...
+        def _pairs(self, demand: Mapping[str, int]) -> Pairs: ...
+        def _mark_dirty(self, q: QueueState) -> None: ...
+        def _examine(self, q: QueueState) -> None: ...
+        def _flag(self, q: QueueState, pairs: Pairs) -> int: ...
+
+    def _init_node_fit(self) -> None:
+        # Node fit (DESIGN §10), only once nodes are given: None = aggregate only.
+        self._nodes = None
+        self._nodegen = 0  # bumped when the node model is replaced
+        self._capgen = 0  # bumped when capacity changes (pod order of node fit)
+        self._plans = {}
+        self._nodewait = {}  # queues with shapes no node has room for
+        # Queues taken from `_nodewait` because a node they could use grew,
+        # keyed (lowest guarantee flag of those shapes, share, name): a lower
+        # bound of what they may offer. Re-checked only before a decision
+        # that key could beat (see `_next_placed`).
+        self._woken = []
+
+    # -- nodes (DESIGN §10) --------------------------------------------------
+    def set_nodes(self, nodes: Iterable[Node] | None, pools: Iterable[Pool] = ()) -> None:
+        """Replace the node model (None: aggregate fit only, as without nodes).
+
+        From then on a unit is admitted only where its pods fit on nodes.
+        Plans of admitted units are kept and count again on nodes of the same
+        name. Every queue is re-examined."""
+        self._nodes = None
+        self._nodegen += 1
+        if nodes is not None:
+            nodes = list(nodes)
+            for node in nodes:
+                for name in node.allocatable:
+                    self._res(name)
+                for name in node.used:
+                    self._res(name)
+            index = NodeIndex(nodes, pools, len(self._names))
+            for g, node in enumerate(index.nodes):
+                for name, amount in (node.allocatable - node.used).items():
+                    index.free[self._index[name]][g] = amount
+            self._nodes = index
+            for held in self._plans.values():
+                self._apply(held[1], -1)
+        self._nodewait = {}
+        self._woken = []
+        for q in self._queues.values():
+            if q.spec is not None:
+                self._mark_dirty(q)
+
+    def set_node_used(self, name: str, used: Resources) -> None:
+        """What node `name` runs that the engine holds no plan for changed
+        (pods bound or finished); ValueError for an unknown node."""
+        index = self._nodes
+        g = None if index is None else index.position.get(name)
+        if index is None or g is None:
+            raise ValueError(f"unknown node {name}")
+        node = index.nodes[g]
+        delta = [(self._res(r), node.used.get_amount(r) - used.get_amount(r))
+                 for r in set(node.used) | set(used)]
+        index.nodes[g] = Node(node.name, node.labels, node.allocatable, used)
+        if index.change(g, delta):
+            self._wake(g)
+
+    def plan(self, key: str) -> Placement | None:
+        """Where the admitted unit `key` goes (None: not admitted, or no nodes)."""
+        held = self._plans.get(key)
+        return None if held is None else held[0]
+
+    def replan(self, key: str, placement: Placement) -> None:
+        """The admitted unit's pods go elsewhere (they bound to other nodes)."""
+        unit = self._admitted.get(key)
+        if unit is None:
+            raise ValueError(f"unit {key} is not admitted")
+        held = self._plans.pop(key, None)
+        if held is not None:
+            self._apply(held[1], 1)
+        self._hold(unit, placement)
+
+    def plans(self) -> dict[str, Placement]:
+        """The plan of every admitted unit that has one, by unit key."""
+        return {key: held[0] for key, held in self._plans.items()}
+
+    def pool_usage(self) -> dict[str, tuple[Resources, Resources]]:
+        """Per pool: (capacity = its nodes' allocatable, allocated = planned pods).
+
+        O(nodes + plans): for status and metrics, not for every decision."""
+        index = self._nodes
+        if index is None:
+            return {}
+        capacity: dict[str, Resources] = {name: EMPTY for name in index.pool_order}
+        for g, node in enumerate(index.nodes):
+            pool = index.pool_of[g]
+            capacity[pool] = capacity.get(pool, EMPTY) + node.allocatable
+        allocated: dict[str, dict[str, int]] = {name: {} for name in capacity}
+        names = self._names
+        for _, used in self._plans.values():
+            for node_name, pairs in used:
+                at = index.position.get(node_name)
+                if at is None:
+                    continue
+                amounts = allocated[index.pool_of[at]]
+                for r, a in pairs:
+                    amounts[names[r]] = amounts.get(names[r], 0) + a
+        return {name: (capacity[name], Resources(allocated[name])) for name in capacity}
+
+    def pool_of(self, node: str) -> str | None:
+        """The pool node `node` belongs to (None: unknown node, or no nodes)."""
+        index = self._nodes
+        g = None if index is None else index.position.get(node)
+        return None if index is None or g is None else index.pool_of[g]
+
+    # -- node fit --------------------------------------------------------------
+    def _hold(self, unit: Unit, placement: Placement) -> None:
+        """Record `placement` for the admitted `unit` and count its pods on its nodes."""
+        requests = {ps.name: ps.requests for ps in unit.pods} or {MAIN_POD_SET: unit.demand}
+        per_node: dict[str, dict[int, int]] = {}
+        for pod_set, names in placement.nodes.items():
+            pairs = self._pairs(requests.get(pod_set, EMPTY))
+            for name in names:
+                amounts = per_node.setdefault(name, {})
+                for r, a in pairs:
+                    amounts[r] = amounts.get(r, 0) + a
+        used = [(name, tuple(amounts.items())) for name, amounts in per_node.items()]
+        self._plans[unit.key] = (placement, used)
+        self._apply(used, -1)
+
+    def _apply(self, used: list[tuple[str, Pairs]], sign: int) -> None:
+        """Take (sign -1) or give back (+1) what a plan holds on its nodes."""
+        index = self._nodes
+        if index is None:
+            return
+        for name, pairs in used:
+            g = index.position.get(name)
+            if g is not None and index.change(g, [(r, sign * a) for r, a in pairs]):
+                self._wake(g)
+
+    def _wake(self, g: int) -> None:
+        """Node g grew: wake the queues whose shapes found no room and might
+        use it (its pool and selector are theirs, one of their pods fits on
+        it); `_recheck` tells exactly, later."""
+        index = self._nodes
+        assert index is not None
+        free = index.free
+        grown = [node_set for node_set, _ in index.member_of[g]]
+        gen = self._nodegen
+        woken: list[QueueState] = []
+        for q in self._nodewait.values():
+            mins = q.nodemins
+            if mins is not None:
+                for r, a in mins.items():
+                    if free[r][g] < a:
+                        break
+                else:
+                    mins = None
+                if mins is not None:
+                    continue  # not even its smallest pod fits on g
+            if q.nsgen == gen:
+                for node_set in q.nsets:
+                    if node_set in grown:
+                        break
+                else:
+                    continue
+                if not self._may_fit(q, g):
+                    continue
+            woken.append(q)
+        for q in woken:
+            del self._nodewait[q.name]
+            self._wake_queue(q)
+
+    def _wake_queue(self, q: QueueState) -> None:
+        """q's shapes without room may fit now: re-check them before any
+        decision that one of its units could beat (lazily, see `_recheck`)."""
+        if q.blocking or q.spec is None or q.status == DIRTY:
+            self._mark_dirty(q)
+            return
+        flag = 2
+        for shape in q.noroom:
+            if shape.head < len(shape.units):
+                flag = min(flag, self._flag(q, shape.pairs))
+        q.woken = True
+        self._seq += 1
+        heapq.heappush(self._woken, (flag, q.share, q.name, 0, self._seq, q))
+
+    def _recheck(self, q: QueueState) -> None:
+        """A woken queue: re-examine it if one of its shapes without room may
+        fit now, else it keeps waiting for a node to grow."""
+        q.woken = False
+        if q.status == DIRTY or q.spec is None:
+            return
+        if self._still_waiting(q):
+            self._nodewait[q.name] = q
+            return
+        for shape in q.noroom:
+            if shape.head < len(shape.units) and not self._still_no_room(q, shape):
+                self._mark_dirty(q)
+                self._examine(q)
+                return
+        self._nodewait[q.name] = q
+        assert self._nodes is not None
+        q.waitmark = self._nodes.grown_total
+
+    def _still_waiting(self, q: QueueState) -> bool:
+        """Cheap sufficient test that no shape of q without room fits now:
+        each was full (on every node set) when q began to wait; the nodes
+        that did not grow since only shrank, and none of those that grew
+        has room now even for q's smallest pod. (First fit of one run of
+        equal pods fails on less room; mixed runs are left to `_recheck`.)"""
+        index = self._nodes
+        mins = q.nodemins
+        if index is None or not mins:
+            return False
+        grown = index.grown_since(q.waitmark)
+        if grown is None or len(grown) > 64:
+            return False
+        for shape in q.noroom:
+            if len(shape.runs) != 1 and shape.head < len(shape.units):
+                return False
+        free = index.free
+        for g in grown:
+            for r, a in mins.items():
+                if free[r][g] < a:
+                    break
+            else:
+                return False
+        q.waitmark = index.grown_total
+        return True
+
+    def _may_fit(self, q: QueueState, g: int) -> bool:
+        """Might one of q's shapes without room fit now that node g grew?
+        Not when no pod of theirs fits on g: their room elsewhere is unchanged."""
+        assert self._nodes is not None
+        free = self._nodes.free
+        for shape in q.noroom:
+            if shape.head >= len(shape.units):
+                continue
+            if len(shape.runs) != 1:
+                return True
+            for r, a in shape.runs[0][1]:
+                if free[r][g] < a:
+                    break
+            else:
+                return True
+        return False
+
+    def _runs(self, shape: Shape) -> Runs:
+        """The shape's pods as runs of equal pods, largest dominant share first
+        (ties: pod set order): the order first-fit decreasing places them in."""
+        if shape.rungen != self._capgen:
+            cap = self._cap
+            items = [(ps.count, self._pairs(ps.requests), ps.name) for ps in shape.pods]
+            if not shape.pods:
+                items = [(1, shape.pairs, MAIN_POD_SET)]
+
+            def dominant(item: tuple[int, Pairs, str]) -> Fraction:
+                return max((Fraction(a, cap[r]) for r, a in item[1] if cap[r] > 0),
+                           default=Fraction(0))
+
+            items.sort(key=dominant, reverse=True)  # stable for equal shares
+            shape.runs = tuple((count, pairs) for count, pairs, _ in items)
+            shape.runnames = tuple(name for _, _, name in items)
+            shape.rungen = self._capgen
+        return shape.runs
+
+    def _queue_sets(self, q: QueueState) -> list[NodeSet]:
+        if q.nsgen != self._nodegen:
+            index = self._nodes
+            assert index is not None and q.spec is not None
+            order = q.spec.pools or index.pool_order
+            selector = q.spec.selector_key()
+            q.nsets = [index.node_set(pool, selector) for pool in dict.fromkeys(order)]
+            q.nsgen = self._nodegen
+        return q.nsets
+
+    def _place(self, q: QueueState, shape: Shape) -> Fit | None:
+        """First pool of q's order where a unit of `shape` fits on nodes."""
+        runs = self._runs(shape)
+        for node_set in self._queue_sets(q):
+            if node_set.members:
+                got = node_set.place(runs)
+                if got is not None:
+                    return node_set, got
+        return None
+
+    def _commit(self, unit: Unit, shape: Shape, fit: Fit) -> None:
+        node_set, got = fit
+        names = node_set.names
+        members = node_set.members
+        index = self._nodes
+        assert index is not None
+        nodes: dict[str, list[str]] = {ps.name: [] for ps in shape.pods}
+        held: dict[int, dict[int, int]] = {}
+        for (_, pairs), pod_set, placed in zip(shape.runs, shape.runnames, got, strict=True):
+            nodes.setdefault(pod_set, []).extend(names[m] for m in placed)
+            count = 0
+            for at, m in enumerate(placed):  # runs of equal members: one take per node
+                count += 1
+                if at + 1 == len(placed) or placed[at + 1] != m:
+                    g = members[m]
+                    index.take(g, pairs, count)
+                    amounts = held.setdefault(g, {})
+                    for r, a in pairs:
+                        amounts[r] = amounts.get(r, 0) + a * count
+                    count = 0
+        used = [(index.names[g], tuple(amounts.items())) for g, amounts in held.items()]
+        placement = Placement(node_set.pool, {k: tuple(v) for k, v in nodes.items()})
+        self._plans[unit.key] = (placement, used)
+
+    def _node_reject(self, q: QueueState, shape: Shape) -> None:
+        """No node has room for `shape` now: skip it until a node it could use grows."""
+        if q.blocking:
+            q.nodeshape = shape
+        else:
+            shape.rejected = True
+        shape.noroom = True
+        q.noroom.append(shape)
+        smallest: dict[int, int] | None = q.nodemins
+        for _, pairs in shape.runs:
+            if smallest is None:
+                smallest = dict(pairs)
+            else:
+                pod = dict(pairs)
+                smallest = {r: min(a, pod[r]) for r, a in smallest.items() if r in pod}
+        q.nodemins = smallest
+        if q.name not in self._nodewait and not q.woken:
+            assert self._nodes is not None
+            q.waitmark = self._nodes.grown_total
+        self._nodewait[q.name] = q
+
+    def _still_no_room(self, q: QueueState, shape: Shape) -> bool:
+        """A shape that found no room still finds none (checked on the nodes
+        that grew since, see NodeSet.still_full); False when unsure."""
+        if self._nodes is None or q.nsgen != self._nodegen or len(shape.runs) != 1:
+            return False
+        run = shape.runs[0]
+        return all(ns.still_full(run) for ns in q.nsets if ns.members)
+
+    def _optimistic_flag(self, q: QueueState) -> int:
+        """0 when some shape it may still offer keeps q within its guarantee."""
+        for shape in q.shapes.values():
+            if (not shape.rejected and shape.head < len(shape.units)
+                    and not self._flag(q, shape.pairs)):
+                return 0
+        return 1
+
+    def _no_room(self, q: QueueState, shape: Shape) -> str:
+        """Why no node holds a unit of `shape`: the largest free slot it could use."""
+        sets = self._queue_sets(q)
+        pools = ", ".join(ns.pool for ns in sets)
+        if not any(ns.members for ns in sets):
+            return f"no nodes in its pools ({pools})"
+        runs = self._runs(shape)
+        pods = sum(count for count, _ in runs)
+        _, pairs = runs[0]
+        cap = self._cap
+        best: tuple[Fraction, int, int, str] | None = None  # (shortfall, r, free, node)
+        for r, a in pairs:
+            free, node = max((ns.largest(r) for ns in sets if ns.members),
+                             key=lambda slot: slot[0])
+            short = Fraction(a - free, cap[r]) if cap[r] > 0 else Fraction(a - free)
+            if best is None or short > best[0]:
+                best = (short, r, max(free, 0), node)
+        if best is None:
+            return f"no node in its pools ({pools})"
+        _, r, free, node = best
+        name = self._names[r]
+        need = dict(pairs)[r]
+        text = (f"no node has room: largest free: {format_quantity(name, free)} {name} on "
+                f"{node}; needs {format_quantity(name, need)} {name} per pod")
+        return text + (f" for {pods} pods" if pods > 1 else "")

@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from itertools import count
 from fractions import Fraction
+from itertools import count
 
 from arbiter.core.fairshare import dominant_share_of, order_key
 from arbiter.core.model import QueueSpec, Unit

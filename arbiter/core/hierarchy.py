@@ -282,7 +282,8 @@ class HierarchicalEngine:
         """Build the tree, the groups and every heap from the specs and units."""
         self._stale = False
         specs = self._specs
-        index = self._index = {}
+        index: dict[str, int] = {}
+        self._index = index
         for name in self._capacity:
             index.setdefault(name, len(index))
         for spec in specs.values():
@@ -299,62 +300,70 @@ class HierarchicalEngine:
         top = max(self._cap, default=1)
         wbits = max((s.weight.bit_length() for s in specs.values()), default=1)
         self._shift = 2 * (max(top, 1).bit_length() + wbits) + 2
+        self._build_tree(nres)
+        for unit, pairs in held:
+            for i, a in pairs:
+                self._free[i] -= a
+            holder = self._nodes.get(unit.queue)
+            for member in holder.path if holder is not None else ():
+                for i, a in pairs:
+                    member.alloc[i] += a
+        groups: set[_Node] = set()
+        for unit, _ in pending:
+            owner = self._nodes.get(unit.queue)
+            if owner is None or owner.group is None or owner.children:
+                continue  # unknown, detached, or a parent's own unit: never admitted
+            owner.group.units.append(unit)
+            groups.add(owner.group)
+        self._unit_pairs = {u.key: p for u, p in pending}
+        for group in groups:
+            self._sort_group(group)
+            self._scan(group)
+        self._settle(set(self._nodes.values()))
+
+    def _build_tree(self, nres: int) -> None:
+        """Nodes, parents, children, groups and effective guarantees."""
+        index = self._index
         root = self._root = _Node("", None, nres)
         root.fair = True
-        nodes = self._nodes = {name: _Node(name, spec, nres) for name, spec in specs.items()}
-        for node in nodes.values():
-            spec = node.spec
-            assert spec is not None
+        nodes = self._nodes = {}
+        for name, spec in self._specs.items():
+            node = nodes[name] = _Node(name, spec, nres)
             node.capl = {index[r]: amount for r, amount in spec.capability.items()}
             node.divs = [(i, c * spec.weight) for i, c in enumerate(self._cap) if c > 0]
-            parent = nodes.get(spec.parent) if spec.parent else root
-            if parent is not None:
-                node.parent = parent
+        for node in nodes.values():
+            parent_name = self._spec(node).parent
+            node.parent = nodes.get(parent_name) if parent_name else root
         attached = [n for n in nodes.values() if self._attach(n)]
         for node in sorted(attached, key=lambda n: n.name):
             assert node.parent is not None
             node.parent.children.append(node)
         for node in sorted(attached, key=lambda n: n.depth):
-            spec = node.spec
-            assert spec is not None
-            if node.parent is not None and node.parent.group is not None:
-                node.group = node.parent.group  # inside a Queue-ordered subtree
-            elif not node.children or spec.child_order == "Queue":
+            above = node.parent
+            if above is not None and above.group is not None:
+                node.group = above.group  # inside a Queue-ordered subtree
+            elif not node.children or self._spec(node).child_order == "Queue":
                 node.group = node
             else:
                 node.fair = True
         for node in sorted(attached, key=lambda n: -n.depth):
-            spec = node.spec
-            assert spec is not None
             guar = node.guar
             for child in node.children:
                 for i, a in enumerate(child.guar):
                     guar[i] += a
-            for r, amount in spec.guarantee.items():
+            for r, amount in self._spec(node).guarantee.items():
                 i = index[r]
                 guar[i] = max(guar[i], amount)
-        for unit, pairs in held:
-            for i, a in pairs:
-                self._free[i] -= a
-            node = nodes.get(unit.queue)
-            for member in node.path if node is not None else ():
-                for i, a in pairs:
-                    member.alloc[i] += a
-        groups: set[_Node] = set()
-        for unit, _ in pending:
-            node = nodes.get(unit.queue)
-            if node is None or node.group is None or node.children:
-                continue  # unknown, detached, or a parent's own unit: never admitted
-            node.group.units.append(unit)
-            groups.add(node.group)
-        self._unit_pairs = {u.key: p for u, p in pending}
-        for group in groups:
-            spec = group.spec
-            assert spec is not None
-            policy = spec.policy
-            group.units.sort(key=lambda u: order_key(u, policy))
-            self._scan(group)
-        self._settle(set(attached))
+
+    @staticmethod
+    def _spec(node: _Node) -> QueueSpec:
+        spec = node.spec
+        assert spec is not None  # every node but the root has one
+        return spec
+
+    def _sort_group(self, group: _Node) -> None:
+        policy = self._spec(group).policy
+        group.units.sort(key=lambda u: order_key(u, policy))
 
     def _attach(self, node: _Node) -> bool:
         """Set the node's depth, path and capped queues; False when its chain

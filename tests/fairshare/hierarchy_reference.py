@@ -52,7 +52,7 @@ def hierarchical_order(
             parent = specs[out[-1]].parent
             if parent not in specs or parent in out:
                 return None
-            out.append(parent)  # type: ignore[arg-type]
+            out.append(parent)
         return out
 
     def subtree(name: str) -> list[str]:
@@ -128,10 +128,10 @@ def hierarchical_order(
 
     tops = [name for name in children.get(None, []) if chain(name) is not None]
     while True:
-        unit = best_of(tops)
-        if unit is None:
+        chosen = best_of(tops)
+        if chosen is None:
             return order
-        waiting.remove(unit)
-        own[unit.queue] = own.get(unit.queue, EMPTY) + unit.demand
-        used = used + unit.demand
-        order.append(unit)
+        waiting.remove(chosen)
+        own[chosen.queue] = own.get(chosen.queue, EMPTY) + chosen.demand
+        used = used + chosen.demand
+        order.append(chosen)

@@ -53,6 +53,7 @@ import heapq
 from collections.abc import Iterable
 from fractions import Fraction
 from itertools import count
+from operator import attrgetter
 
 from arbiter.core.fairshare import dominant_share_of, order_key
 from arbiter.core.model import QueueSpec, Unit
@@ -91,7 +92,8 @@ class _Node:
         self.limits: list[_Node] = []  # the capped queues on `path`
         self.fair = False  # chooses among its children by key (has `heap`)
         self.group: _Node | None = None  # the group scanning its units, if admissible
-        self.units: list[Unit] = []  # a group's pending units, in its order
+        # A group's pending units in its order, each with its leaf and demand.
+        self.units: list[tuple[Unit, _Node, Pairs]] = []
         self.cursor = 0  # a group's first unit not yet admitted nor skipped
         self.heap: list[_Entry] = []  # a Fair node's children with an offer
         self.offer: tuple[Unit, _Node, Pairs] | None = None  # (unit, its leaf, pairs)
@@ -100,6 +102,14 @@ class _Node:
         # Per resource index, a max-heap of the offers below that this queue's
         # capability (the root: free capacity) limits.
         self.lheaps: dict[int, list[_Limit]] = {}
+
+
+_BY_CREATED = attrgetter("created", "key")
+_BY_PRIORITY = attrgetter("priority")
+
+
+def _deepest_first(node: _Node) -> int:
+    return -node.depth
 
 
 _Entry = tuple[int, int, str, int, _Node]  # (not under, share, name, version, child)
@@ -121,8 +131,12 @@ class HierarchicalEngine:
         self._free: list[int] = []
         self._cap: list[int] = []
         self._shift = 0
-        self._unit_pairs: dict[str, Pairs] = {}
         self._seq = count()  # ties in the limit heaps (groups do not compare)
+        self._groups: list[_Node] = []  # every group with units
+        # Per resource: the largest demand of a unit in a group, and whether
+        # free capacity fell below it (its free-capacity heap is kept).
+        self._need: list[int] = []
+        self._watched: list[bool] = []
 
     # -- configuration and units (each marks the engine stale) ---------------
     def set_capacity(self, capacity: Resources) -> None:
@@ -246,16 +260,17 @@ class HierarchicalEngine:
         group = leaf.group
         assert group is not None
         group.cursor += 1  # the offer was at the cursor
-        changed = {group}
         self._scan(group)
-        for found in self._overrun(leaf, pairs):
-            if found not in changed:
-                changed.add(found)
-                self._scan(found)
+        overrun = self._overrun(leaf, pairs)
+        if not overrun:
+            self._settle(leaf.path)  # deepest first already
+            return unit
         dirty: set[_Node] = set(leaf.path)
-        for found in changed:
-            dirty.update(found.path)
-        self._settle(dirty)
+        for found in set(overrun):
+            if found is not group:
+                self._scan(found)
+                dirty.update(found.path)
+        self._settle(sorted(dirty, key=_deepest_first))
         return unit
 
     def admit_all(self) -> list[Unit]:
@@ -290,8 +305,17 @@ class HierarchicalEngine:
             self._pairs(spec.guarantee)
             for name in spec.capability:
                 index.setdefault(name, len(index))
-        pending = [(u, self._pairs(u.demand)) for u in self._pending.values()]
-        held = [(u, self._pairs(u.demand)) for u in self._admitted.values()]
+        shapes: dict[tuple[tuple[str, int], ...], Pairs] = {}  # equal demands, one Pairs
+
+        def pairs_of(demand: Resources) -> Pairs:
+            items = tuple(demand.items())
+            got = shapes.get(items)
+            if got is None:
+                got = shapes[items] = self._pairs(demand)
+            return got
+
+        pending = {key: pairs_of(u.demand) for key, u in self._pending.items()}
+        held = [(u, pairs_of(u.demand)) for u in self._admitted.values()]
         nres = len(index)
         self._cap = [0] * nres
         for name, amount in self._capacity.items():
@@ -308,18 +332,28 @@ class HierarchicalEngine:
             for member in holder.path if holder is not None else ():
                 for i, a in pairs:
                     member.alloc[i] += a
-        groups: set[_Node] = set()
-        for unit, _ in pending:
-            owner = self._nodes.get(unit.queue)
+        groups: dict[_Node, list[Unit]] = {}
+        nodes = self._nodes
+        for unit in self._pending.values():
+            owner = nodes.get(unit.queue)
             if owner is None or owner.group is None or owner.children:
                 continue  # unknown, detached, or a parent's own unit: never admitted
-            owner.group.units.append(unit)
-            groups.add(owner.group)
-        self._unit_pairs = {u.key: p for u, p in pending}
-        for group in groups:
-            self._sort_group(group)
+            groups.setdefault(owner.group, []).append(unit)
+        need = self._need = [0] * nres
+        self._watched = [False] * nres
+        self._groups = list(groups)
+        for group, units in groups.items():
+            # Queue order with C-level keys: stable passes, least significant first.
+            units.sort(key=_BY_CREATED)
+            if self._spec(group).policy == "Priority":
+                units.sort(key=_BY_PRIORITY, reverse=True)
+            members = group.units = [(u, nodes[u.queue], pending[u.key]) for u in units]
+            for _, _, pairs in members:
+                for i, a in pairs:
+                    if a > need[i]:
+                        need[i] = a
             self._scan(group)
-        self._settle(set(self._nodes.values()))
+        self._settle(sorted(nodes.values(), key=_deepest_first))
 
     def _build_tree(self, nres: int) -> None:
         """Nodes, parents, children, groups and effective guarantees."""
@@ -361,10 +395,6 @@ class HierarchicalEngine:
         assert spec is not None  # every node but the root has one
         return spec
 
-    def _sort_group(self, group: _Node) -> None:
-        policy = self._spec(group).policy
-        group.units.sort(key=lambda u: order_key(u, policy))
-
     def _attach(self, node: _Node) -> bool:
         """Set the node's depth, path and capped queues; False when its chain
         of parents is broken (then it is never admitted)."""
@@ -402,15 +432,14 @@ class HierarchicalEngine:
         group.oversion += 1
         group.offer = None
         units = group.units
-        nodes = self._nodes
         blocking = group.spec is not None and group.spec.blocking
         at = group.cursor
         while at < len(units):
-            unit = units[at]
-            pairs = self._unit_pairs[unit.key]
-            leaf = nodes[unit.queue]
+            member = units[at]
+            leaf = member[1]
+            pairs = member[2]
             if self._fits(pairs, leaf):
-                group.offer = (unit, leaf, pairs)
+                group.offer = member
                 self._watch(group, leaf, pairs)
                 break
             if blocking:
@@ -423,8 +452,10 @@ class HierarchicalEngine:
         entry_version = group.oversion
         seq = next(self._seq)
         lheaps = self._root.lheaps
+        watched = self._watched
         for i, a in pairs:
-            heapq.heappush(lheaps.setdefault(i, []), (-a, seq, entry_version, group))
+            if watched[i]:
+                heapq.heappush(lheaps[i], (-a, seq, entry_version, group))
         for node in leaf.limits:
             capl = node.capl
             lheaps = node.lheaps
@@ -437,14 +468,32 @@ class HierarchicalEngine:
         found: list[_Node] = []
         lheaps = self._root.lheaps
         free = self._free
+        watched = self._watched
         for i, _ in pairs:
-            self._pop_over(lheaps.get(i), free[i], found)
+            if not watched[i]:
+                if free[i] >= self._need[i]:
+                    continue  # no unit asks for more than is free: none can overrun
+                self._watch_free(i)
+            self._pop_over(lheaps[i], free[i], found)
         for node in leaf.limits:
             for i, _ in pairs:
                 cap = node.capl.get(i)
                 if cap is not None:
                     self._pop_over(node.lheaps.get(i), cap - node.alloc[i], found)
         return found
+
+    def _watch_free(self, i: int) -> None:
+        """Start the free-capacity heap of resource `i`: until free capacity
+        fell below the largest demand of any unit, no offer could overrun it."""
+        self._watched[i] = True
+        heap = self._root.lheaps[i] = []
+        for group in self._groups:
+            offer = group.offer
+            if offer is not None:
+                for r, a in offer[2]:
+                    if r == i:
+                        heap.append((-a, next(self._seq), group.oversion, group))
+        heapq.heapify(heap)
 
     @staticmethod
     def _pop_over(heap: list[_Limit] | None, room: int, found: list[_Node]) -> None:
@@ -458,37 +507,36 @@ class HierarchicalEngine:
             else:
                 return
 
-    def _share(self, node: _Node) -> int:
-        alloc = node.alloc
+    def _settle(self, dirty: Iterable[_Node]) -> None:
+        """Recompute the offers and heap entries of `dirty` nodes (deepest
+        first), then the root's offer."""
         shift = self._shift
-        best = 0
-        for i, div in node.divs:
-            a = alloc[i]
-            if a > 0:
-                key = (a << shift) // div
-                if key > best:
-                    best = key
-        return best
-
-    def _settle(self, dirty: set[_Node]) -> None:
-        """Recompute the offers and heap entries of `dirty` nodes, deepest first,
-        then the root's offer."""
-        for node in sorted(dirty, key=lambda n: -n.depth):
+        push = heapq.heappush
+        for node in dirty:
             parent = node.parent
             if parent is None or not parent.fair:
                 continue  # inside a Queue-ordered subtree: not chosen by key
             if node.fair:
                 node.offer = self._top(node)
-            node.version += 1
+            node.version = version = node.version + 1
             offer = node.offer
             if offer is None:
                 continue
-            pairs = offer[2]
             alloc = node.alloc
             guar = node.guar
-            under = all(alloc[i] + a <= guar[i] for i, a in pairs)
-            heapq.heappush(parent.heap,
-                           (0 if under else 1, self._share(node), node.name, node.version, node))
+            flag = 0
+            for i, a in offer[2]:
+                if alloc[i] + a > guar[i]:
+                    flag = 1
+                    break
+            share = 0  # see AdmissionEngine: exact, as one scaled integer
+            for i, div in node.divs:
+                held = alloc[i]
+                if held > 0:
+                    scaled = (held << shift) // div
+                    if scaled > share:
+                        share = scaled
+            push(parent.heap, (flag, share, node.name, version, node))
         self._root.offer = self._top(self._root)
 
     @staticmethod

@@ -13,9 +13,9 @@ from typing import Literal
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
+    "CHILD_ORDERS",
     "DEFAULT_POOL",
     "MAIN_POD_SET",
-    "CHILD_ORDERS",
     "QUEUE_POLICIES",
     "ChildOrder",
     "Node",

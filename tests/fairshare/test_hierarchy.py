@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from arbiter.core.deserved import deserved, hierarchical_deserved
 from arbiter.core.fairshare import admission_order
 from arbiter.core.hierarchy import HierarchicalEngine, has_hierarchy
 from arbiter.core.model import QueueSpec, Unit
@@ -171,3 +172,20 @@ def test_work_of_a_parent_or_a_detached_queue_is_never_admitted() -> None:
     for queue in ("P", "X", "C1", "A"):
         engine.add_pending(Unit(f"{queue}-0", queue, _cpu(1)))
     assert keys(engine.admit_all()) == ["A-0"]
+
+
+def test_hierarchical_deserved_fills_each_level_by_the_flat_rule() -> None:
+    queues = [QueueSpec("P"), QueueSpec("P1", parent="P"), QueueSpec("P2", weight=3, parent="P"),
+              QueueSpec("Q"), QueueSpec("X", parent="ghost")]
+    demand = {name: _cpu(10) for name in ("P1", "P2", "Q", "X")}
+    fair = hierarchical_deserved(_cpu(12), queues, demand)
+    assert fair["Q"] == fair["P"] == _cpu(6)
+    # P's 6 split 1 : 3 -> 1.5 and 4.5, floored to whole amounts.
+    assert (fair["P1"], fair["P2"]) == (_cpu(1), _cpu(4))
+    assert fair["X"] == EMPTY
+
+
+def test_hierarchical_deserved_of_a_flat_set_is_the_flat_one() -> None:
+    queues = [QueueSpec("A", weight=2, guarantee=_cpu(1)), QueueSpec("B", capability=_cpu(2))]
+    demand = {"A": _cpu(9), "B": _cpu(9)}
+    assert hierarchical_deserved(_cpu(10), queues, demand) == deserved(_cpu(10), queues, demand)

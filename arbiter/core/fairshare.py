@@ -793,6 +793,7 @@ class AdmissionEngine(NodeFit):
             q.nodemins = None
             q.nodeshape = None
             q.noroom = []
+            q.noroomflag = 2
             self._nodewait.pop(q.name, None)
         q.woken = False
         q.share = self._share_of(q)

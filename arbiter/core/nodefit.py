@@ -26,12 +26,14 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
-from arbiter.core.placement import NodeIndex, NodeSet, Runs
+from arbiter.core.placement import NodeIndex, NodeSet, Runs, packed_pod, room_for
 from arbiter.core.quantities import format_quantity
 from arbiter.core.queuestate import DIRTY, Entry, Fit, Pairs, Plan, QueueState, Shape
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["NodeFit"]
+
+_NONE = (-1, 0)  # packed_pod's answer for a pod no node holds
 
 
 class NodeFit:
@@ -194,27 +196,20 @@ class NodeFit:
         it); `_recheck` tells exactly, later."""
         index = self._nodes
         assert index is not None
-        free = index.free
+        word = index.packed(g)
         grown = [node_set for node_set, _ in index.member_of[g]]
         gen = self._nodegen
         woken: list[QueueState] = []
         for q in self._nodewait.values():
-            mins = q.nodemins
-            if mins is not None:
-                for r, a in mins.items():
-                    if free[r][g] < a:
-                        break
-                else:
-                    mins = None
-                if mins is not None:
-                    continue  # not even its smallest pod fits on g
+            if q.nodemins is not None and not room_for(word, *q.nodeneed):
+                continue  # not even its smallest pod fits on g
             if q.nsgen == gen:
                 for node_set in q.nsets:
                     if node_set in grown:
                         break
                 else:
                     continue
-                if not self._may_fit(q, g):
+                if not self._may_fit(q, word):
                     continue
             woken.append(q)
         for q in woken:
@@ -223,17 +218,15 @@ class NodeFit:
 
     def _wake_queue(self, q: QueueState) -> None:
         """q's shapes without room may fit now: re-check them before any
-        decision that one of its units could beat (lazily, see `_recheck`)."""
+        decision that one of its units could beat (lazily, see `_recheck`).
+        Keyed by the best guarantee flag they had when rejected: a lower
+        bound, as q's allocation only grew since (a release re-examines q)."""
         if q.blocking or q.spec is None or q.status == DIRTY:
             self._mark_dirty(q)
             return
-        flag = 2
-        for shape in q.noroom:
-            if shape.head < len(shape.units):
-                flag = min(flag, self._flag(q, shape.pairs))
         q.woken = True
         self._seq += 1
-        heapq.heappush(self._woken, (flag, q.share, q.name, 0, self._seq, q))
+        heapq.heappush(self._woken, (q.noroomflag, q.share, q.name, 0, self._seq, q))
 
     def _recheck(self, q: QueueState) -> None:
         """A woken queue: re-examine it if one of its shapes without room may
@@ -269,30 +262,23 @@ class NodeFit:
         for shape in q.noroom:
             if len(shape.runs) != 1 and shape.head < len(shape.units):
                 return False
-        free = index.free
+        need = q.nodeneed
         for g in grown:
-            for r, a in mins.items():
-                if free[r][g] < a:
-                    break
-            else:
+            if room_for(index.packed(g), *need):
                 return False
         q.waitmark = index.grown_total
         return True
 
-    def _may_fit(self, q: QueueState, g: int) -> bool:
-        """Might one of q's shapes without room fit now that node g grew?
-        Not when no pod of theirs fits on g: their room elsewhere is unchanged."""
-        assert self._nodes is not None
-        free = self._nodes.free
+    def _may_fit(self, q: QueueState, word: int) -> bool:
+        """Might one of q's shapes without room fit now that a node grew (its
+        free amounts packed in `word`)? Not when no pod of theirs fits on it:
+        their room elsewhere is unchanged."""
         for shape in q.noroom:
             if shape.head >= len(shape.units):
                 continue
             if len(shape.runs) != 1:
                 return True
-            for r, a in shape.runs[0][1]:
-                if free[r][g] < a:
-                    break
-            else:
+            if room_for(word, *packed_pod(shape.runs[0][1])):
                 return True
         return False
 
@@ -375,6 +361,10 @@ class NodeFit:
                 pod = dict(pairs)
                 smallest = {r: min(a, pod[r]) for r, a in smallest.items() if r in pod}
         q.nodemins = smallest
+        q.nodeneed = packed_pod(tuple(smallest.items())) if smallest is not None else _NONE
+        flag = self._flag(q, shape.pairs)
+        if flag < q.noroomflag:
+            q.noroomflag = flag
         if q.name not in self._nodewait and not q.woken:
             assert self._nodes is not None
             q.waitmark = self._nodes.grown_total

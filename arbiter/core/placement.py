@@ -27,7 +27,7 @@ from itertools import compress, count
 
 from arbiter.core.model import DEFAULT_POOL, Node, Pool
 
-__all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs"]
+__all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs", "packed_pod", "room_for"]
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
@@ -54,9 +54,10 @@ def _clamp(amount: int) -> int:
 _PACKED: dict[Pairs, tuple[int, int]] = {}
 
 
-def _packed(pairs: Pairs) -> tuple[int, int]:
+def packed_pod(pairs: Pairs) -> tuple[int, int]:
     """(a pod's amounts packed like `NodeSet.packed`, the top bits of its
-    fields); need -1 when some amount is too large to pack (checked per field)."""
+    fields); need -1 when some amount is too large to pack (checked per field).
+    `room_for(word, *packed_pod(pairs))` tests one node."""
     got = _PACKED.get(pairs)
     if got is None:
         if len(_PACKED) > 65536:
@@ -70,6 +71,11 @@ def _packed(pairs: Pairs) -> tuple[int, int]:
             need = -1
         got = _PACKED[pairs] = (need, guards)
     return got
+
+
+def room_for(word: int, need: int, guards: int) -> bool:
+    """Has the node whose packed free amounts are `word` room for the pod?"""
+    return need >= 0 and (word - need) & guards == guards
 
 
 class NodeSet:
@@ -89,7 +95,7 @@ class NodeSet:
     tree: list[list[list[int]]]
     sizes: list[int]  # entries per level of `tree`
     # per member: its free amounts in one int, _WIDTH bits per resource with
-    # the top bit set (see `_packed`), so one subtraction tests a whole pod
+    # the top bit set (see `packed_pod`), so one subtraction tests a whole pod
     packed: list[int]
     total: list[int]  # per resource index: free amount summed over the members (>= 0)
     cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
@@ -169,7 +175,7 @@ class NodeSet:
         packed amounts, and skips by the tree of maxima every block of 64
         where some resource is short everywhere."""
         n = self.sizes[0]
-        need, guards = _packed(pairs)
+        need, guards = packed_pod(pairs)
         if need < 0:  # too large to pack: no member has that much free
             return n
         packed = self.packed
@@ -428,6 +434,11 @@ class NodeIndex:
         if back > len(self.grown):
             return None
         return self.grown[len(self.grown) - back :] if back else []
+
+    def packed(self, g: int) -> int:
+        """Node g's free amounts in one int, as `NodeSet.packed` holds them."""
+        return sum((_GUARD | _clamp(column[g])) << (r * _WIDTH)
+                   for r, column in enumerate(self.free))
 
     def take(self, g: int, pairs: Pairs, count: int) -> None:
         """`count` pods of `pairs` are planned on node g (shrinks only)."""

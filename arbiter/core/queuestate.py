@@ -155,8 +155,10 @@ class QueueState:
         "nadmitted",
         "name",
         "nodemins",
+        "nodeneed",
         "nodeshape",
         "noroom",
+        "noroomflag",
         "nsets",
         "nsgen",
         "optflag",
@@ -200,8 +202,10 @@ class QueueState:
     wversion: int
     nadmitted: int
     nodemins: dict[int, int] | None  # element-wise min pod of shapes with no node room
+    nodeneed: tuple[int, int]  # `nodemins` packed (placement.packed_pod)
     nodeshape: Shape | None  # blocking: the head's shape when no node has room for it
     noroom: list[Shape]  # its shapes no node had room for
+    noroomflag: int  # best guarantee flag among them when rejected (2 = none)
     nsets: list[NodeSet]  # node sets of its pools, in preference order
     nsgen: int  # node generation `nsets` were built for (-1: not yet)
     woken: bool  # has a valid entry in the engine's `_woken` heap
@@ -234,8 +238,10 @@ class QueueState:
         self.wversion = 0
         self.nadmitted = 0
         self.nodemins = None
+        self.nodeneed = (-1, 0)
         self.nodeshape = None
         self.noroom = []
+        self.noroomflag = 2
         self.nsets = []
         self.nsgen = -1
         self.woken = False

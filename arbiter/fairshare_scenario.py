@@ -383,6 +383,24 @@ def _pools_of(engine: AdmissionEngine, queue: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _demand(scenario: Scenario) -> dict[str, Resources]:
+    """Each queue's total demand (all its units), for deserved."""
+    demand: dict[str, Resources] = {}
+    for unit in scenario.units:
+        demand[unit.queue] = demand.get(unit.queue, EMPTY) + unit.demand
+    return demand
+
+
+def _entry(engine: AdmissionEngine | HierarchicalEngine, name: str,
+           fair: Mapping[str, Resources], names: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "admitted": engine.admitted_count(name),
+        "allocated": _quantities(engine.allocated(name), names),
+        "dominantShare": format_share(engine.dominant_share(name)),
+        "deserved": _quantities(fair[name], names),
+    }
+
+
 def evaluate(scenario: Scenario, *, order: bool = False,
              engine: AdmissionEngine | None = None) -> dict[str, Any]:
     """Run the engine over the scenario; the JSON-ready result (with `engine`:
@@ -395,21 +413,11 @@ def evaluate(scenario: Scenario, *, order: bool = False,
         for unit in scenario.units:
             engine.add_pending(unit)
     admitted = engine.admit_all()
-    demand: dict[str, Resources] = {}
-    for unit in scenario.units:
-        demand[unit.queue] = demand.get(unit.queue, EMPTY) + unit.demand
-    fair = deserved(scenario.capacity, scenario.queues, demand)
+    fair = deserved(scenario.capacity, scenario.queues, _demand(scenario))
     names = scenario.resources
     out: dict[str, Any] = {
-        "queues": {
-            spec.name: {
-                "admitted": engine.admitted_count(spec.name),
-                "allocated": _quantities(engine.allocated(spec.name), names),
-                "dominantShare": format_share(engine.dominant_share(spec.name)),
-                "deserved": _quantities(fair[spec.name], names),
-            }
-            for spec in scenario.queues
-        },
+        "queues": {spec.name: _entry(engine, spec.name, fair, names)
+                   for spec in scenario.queues},
         "free": _quantities(engine.free(), names),
     }
     if scenario.nodes is not None:
@@ -431,19 +439,11 @@ def _evaluate_tree(scenario: Scenario, *, order: bool) -> dict[str, Any]:
     for unit in scenario.units:
         engine.add_pending(unit)
     admitted = engine.admit_all()
-    demand: dict[str, Resources] = {}
-    for unit in scenario.units:
-        demand[unit.queue] = demand.get(unit.queue, EMPTY) + unit.demand
-    fair = hierarchical_deserved(scenario.capacity, scenario.queues, demand)
+    fair = hierarchical_deserved(scenario.capacity, scenario.queues, _demand(scenario))
     names = scenario.resources
     queues: dict[str, Any] = {}
     for spec in scenario.queues:
-        entry: dict[str, Any] = {
-            "admitted": engine.admitted_count(spec.name),
-            "allocated": _quantities(engine.allocated(spec.name), names),
-            "dominantShare": format_share(engine.dominant_share(spec.name)),
-            "deserved": _quantities(fair[spec.name], names),
-        }
+        entry = _entry(engine, spec.name, fair, names)
         if spec.parent is not None:
             entry["parent"] = spec.parent
         if engine.children(spec.name):

@@ -223,3 +223,15 @@ def test_children_index_follows_a_reparented_queue() -> None:
         parse(review("Queue", "DELETE", None, old=queue_obj("a"),
                      user={"username": ARBITER_USER})), env_for(store))
     assert decision.allowed, decision.message
+
+
+def test_a_queue_holding_work_cannot_become_a_parent() -> None:
+    spec = {"queue": "b", "resourceUnit": {"cpu": "1"}, "resourceNo": 1}
+    store = _store(units=[unit_obj("u1", "team-x", spec, phase="Enqueued"),
+                          unit_obj("u0", "team-x", spec, phase="Succeed")])
+    decision = _check(queue_obj("c", parent="b"), store)
+    assert not decision.allowed
+    assert ('spec.parent: queue "b" still holds 1 unit(s) of its own (team-x/u1)'
+            in decision.message)
+    # A queue that is a parent already takes more children.
+    assert _check(queue_obj("c", parent="a"), store).allowed

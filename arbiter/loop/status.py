@@ -57,6 +57,7 @@ class QueueView:
     pools: tuple[Mapping[str, Any], ...] = ()
     # On a parent (DESIGN §11): its subtree's (allocated, deserved).
     subtree: tuple[Resources, Resources] | None = None
+    parent: str = ""  # spec.parent ("" at the top)
 
     def status(self) -> dict[str, Any]:
         """Queue `.status` without conditions (those carry transition times).
@@ -141,6 +142,7 @@ def queue_views(
             reason=reason,
             pools=pools.get(name, ()) if pools is not None else (),
             subtree=subtrees.get(name),
+            parent=queue.parent or "",
         )
     return views
 
@@ -231,6 +233,7 @@ class QueueMetrics:
 
     def __init__(self) -> None:
         self._amounts = ResourceGauges(metrics.queue_allocated, metrics.queue_deserved)
+        self._parents: dict[str, str] = {}  # the parent label each queue's info carries
 
     def update(self, views: Mapping[str, QueueView]) -> None:
         gone = self._amounts.update({name: (view.allocated, view.deserved)
@@ -241,6 +244,14 @@ class QueueMetrics:
         for name, view in views.items():
             metrics.queue_dominant_share.labels(name).set(float(view.dominant_share))
             metrics.queue_pending_units.labels(name).set(view.pending)
+        for name, parent in list(self._parents.items()):
+            now = views.get(name)
+            if now is None or now.parent != parent:
+                _remove(metrics.queue_info, name, parent)
+                del self._parents[name]
+        for name, view in views.items():
+            metrics.queue_info.labels(name, view.parent).set(1)
+            self._parents[name] = view.parent
 
 
 def _remove(gauge: Any, *labels: str) -> None:

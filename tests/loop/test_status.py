@@ -272,3 +272,11 @@ async def test_a_parent_queue_shows_its_subtree_totals() -> None:
     # The top level shares 10 CPUs: org's subtree (demand 8) and solo get 5 each.
     assert org["subtree"]["deserved"] == {"cpu": "5"}
     assert "subtree" not in c.queue_status("ta") and "subtree" not in c.queue_status("solo")
+    # Metrics carry each queue's parent; a re-parented queue's old series goes.
+    assert sample("arbiter_queue_info", queue="ta", parent="org") == 1.0
+    assert sample("arbiter_queue_info", queue="org", parent="") == 1.0
+    await c.set_queue("ta", parent="solo")
+    await c.settle()
+    await publish(c)
+    assert sample("arbiter_queue_info", queue="ta", parent="org") is None
+    assert sample("arbiter_queue_info", queue="ta", parent="solo") == 1.0

@@ -3,6 +3,8 @@ on random trees up to depth 4, and the §11 examples by hand."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -114,6 +116,41 @@ def test_changes_between_decisions_agree_with_a_fresh_reference(case: Case,
     pending = [u for u in case.pending if engine.is_pending(u.key)]
     expected = hierarchical_order(case.capacity, case.queues, pending, still)
     assert keys(engine.admit_all()) == keys(expected)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(), st.data())
+def test_capacity_and_spec_changes_between_decisions(case: Case, data: st.DataObject) -> None:
+    """A new capacity or a changed queue (weight, capability, parent order)
+    mid-way: the rest follows the reference from the state reached."""
+    engine = HierarchicalEngine(case.capacity, case.queues)
+    for unit in case.pending:
+        engine.add_pending(unit)
+    done = [engine.next() for _ in range(data.draw(st.integers(0, 3)))]
+    capacity = Resources({"cpu": data.draw(st.integers(0, 16)), "memory": 12, "gpu": 2})
+    engine.set_capacity(capacity)
+    queues = list(case.queues)
+    at = data.draw(st.integers(0, len(queues) - 1))
+    queues[at] = dataclasses.replace(
+        queues[at], weight=data.draw(st.integers(1, 4)), capability=EMPTY,
+        child_order=data.draw(st.sampled_from(("Fair", "Queue"))))
+    engine.add_queue(queues[at])
+    admitted = [u for u in done if u is not None]
+    pending = [u for u in case.pending if engine.is_pending(u.key)]
+    assert keys(engine.admit_all()) == keys(hierarchical_order(capacity, queues, pending, admitted))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees())
+def test_never_over_capacity_or_any_capability_on_the_path(case: Case) -> None:
+    case.admitted = []
+    engine, order = run(case)
+    used = sum((u.demand for u in order), Resources())
+    assert used.fits_in(case.capacity)
+    for spec in case.queues:
+        assert engine.subtree_allocated(spec.name).within_caps(spec.capability), spec.name
+        if engine.children(spec.name):
+            assert engine.admitted_count(spec.name) == 0
 
 
 def _cpu(n: int) -> Resources:

@@ -226,3 +226,37 @@ def test_hierarchical_deserved_of_a_flat_set_is_the_flat_one() -> None:
     queues = [QueueSpec("A", weight=2, guarantee=_cpu(1)), QueueSpec("B", capability=_cpu(2))]
     demand = {"A": _cpu(9), "B": _cpu(9)}
     assert hierarchical_deserved(_cpu(10), queues, demand) == deserved(_cpu(10), queues, demand)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees())
+def test_hierarchical_deserved_splits_each_parents_share_among_its_children(case: Case) -> None:
+    demand: dict[str, Resources] = {}
+    for unit in case.pending:
+        demand[unit.queue] = demand.get(unit.queue, EMPTY) + unit.demand
+    fair = hierarchical_deserved(case.capacity, case.queues, demand)
+    specs = {spec.name: spec for spec in case.queues}
+    children: dict[str | None, list[str]] = {}
+    for spec in case.queues:
+        children.setdefault(spec.parent, []).append(spec.name)
+
+    def subtree_demand(name: str) -> Resources:
+        total = demand.get(name, EMPTY)
+        for child in children.get(name, []):
+            total = total + subtree_demand(child)
+        return total
+
+    top = sum((fair[name] for name in children.get(None, [])), Resources())
+    assert top.fits_in(case.capacity)
+    reached: list[str] = list(children.get(None, []))
+    for name in reached:  # grows while walking: every queue reachable from the top
+        reached.extend(children.get(name, []))
+    for name, spec in specs.items():
+        if name not in reached:
+            assert fair[name] == EMPTY, name  # broken chain of parents: never admitted
+            continue
+        assert fair[name].fits_in(subtree_demand(name)), name
+        assert fair[name].within_caps(spec.capability), name
+        kids = children.get(name, [])
+        if kids:
+            assert sum((fair[k] for k in kids), Resources()).fits_in(fair[name]), name

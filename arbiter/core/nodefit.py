@@ -33,7 +33,7 @@ from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["NodeFit"]
 
-_NONE = (-1, 0)  # packed_pod's answer for a pod no node holds
+_ANY = (0, 0)  # packed like packed_pod: a pod every node holds
 
 
 class NodeFit:
@@ -201,7 +201,8 @@ class NodeFit:
         gen = self._nodegen
         woken: list[QueueState] = []
         for q in self._nodewait.values():
-            if q.nodemins is not None and not room_for(word, *q.nodeneed):
+            need, guards = q.nodeneed  # inlined room_for: this loop is hot
+            if need < 0 or (word - need) & guards != guards:
                 continue  # not even its smallest pod fits on g
             if q.nsgen == gen:
                 for node_set in q.nsets:
@@ -361,7 +362,7 @@ class NodeFit:
                 pod = dict(pairs)
                 smallest = {r: min(a, pod[r]) for r, a in smallest.items() if r in pod}
         q.nodemins = smallest
-        q.nodeneed = packed_pod(tuple(smallest.items())) if smallest is not None else _NONE
+        q.nodeneed = packed_pod(tuple(smallest.items())) if smallest is not None else _ANY
         flag = self._flag(q, shape.pairs)
         if flag < q.noroomflag:
             q.noroomflag = flag

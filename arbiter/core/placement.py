@@ -252,7 +252,6 @@ class NodeSet:
         seen, holders, bound = failed
         log = self.log
         count, pairs = run
-        fr = self.fr
         if holders is None:  # it failed on the set's total: does it still?
             total = self.total
             fresh = min((total[r] // a for r, a in pairs), default=count)
@@ -261,9 +260,29 @@ class NodeSet:
                 return True
             nodes: set[int] = set(log[seen:])
         else:
+            # The holders only shrank unless they grew since: `bound` plus
+            # what the grown nodes hold now is an upper bound, often enough.
+            grown = set(log[seen:])
+            extra, added = self._holding(grown, count, pairs)
+            if bound + extra < count:
+                if grown:
+                    kept = holders + [m for m in added if m not in holders]
+                    self.fails[run] = (len(log), kept, bound + extra)
+                return True
             nodes = set(holders)
-            nodes.update(log[seen:])
-            bound = 0
+            nodes.update(grown)
+        bound, kept = self._holding(nodes, count, pairs, bound if holders is None else 0)
+        if bound >= count:
+            return False
+        self.fails[run] = (len(log), kept if holders is not None else None, bound)
+        return True
+
+    def _holding(self, nodes: Iterable[int], count: int, pairs: Pairs,
+                 start: int = 0) -> tuple[int, list[int]]:
+        """`start` plus how many pods of `pairs` (at most `count` each) the
+        members `nodes` hold, and those that hold some."""
+        fr = self.fr
+        bound = start
         kept: list[int] = []
         for m in nodes:
             k = count
@@ -274,10 +293,7 @@ class NodeSet:
             if k > 0:
                 bound += k
                 kept.append(m)
-        if bound >= count:
-            return False
-        self.fails[run] = (len(log), kept if holders is not None else None, bound)
-        return True
+        return bound, kept
 
     def place(self, runs: Runs) -> list[list[int]] | None:
         """First-fit decreasing of `runs` (already in placement order): per run,
@@ -380,6 +396,7 @@ class NodeIndex:
         # checked at grown_total = t can see which nodes grew since.
         self.grown: list[int] = []
         self.grown_total = 0
+        self._packed: dict[int, int] = {}  # node -> `packed(node)`, dropped when it changes
 
     def _pool_for(self, labels: Mapping[str, str]) -> str:
         for pool in self.pools:
@@ -389,6 +406,7 @@ class NodeIndex:
 
     def add_resource(self) -> None:
         self.free.append([0] * len(self.names))
+        self._packed.clear()
         for node_set in self.sets.values():
             node_set.add_resource()
 
@@ -412,6 +430,7 @@ class NodeIndex:
         free = self.free
         grew = False
         memberships = self.member_of[g]
+        self._packed.pop(g, None)
         for r, a in delta:
             if not a:
                 continue
@@ -436,14 +455,19 @@ class NodeIndex:
         return self.grown[len(self.grown) - back :] if back else []
 
     def packed(self, g: int) -> int:
-        """Node g's free amounts in one int, as `NodeSet.packed` holds them."""
-        return sum((_GUARD | _clamp(column[g])) << (r * _WIDTH)
-                   for r, column in enumerate(self.free))
+        """Node g's free amounts in one int, as `NodeSet.packed` holds them
+        (kept until the node changes: waking queues asks for it repeatedly)."""
+        word = self._packed.get(g)
+        if word is None:
+            word = self._packed[g] = sum((_GUARD | _clamp(column[g])) << (r * _WIDTH)
+                                         for r, column in enumerate(self.free))
+        return word
 
     def take(self, g: int, pairs: Pairs, count: int) -> None:
         """`count` pods of `pairs` are planned on node g (shrinks only)."""
         free = self.free
         memberships = self.member_of[g]
+        self._packed.pop(g, None)
         for r, a in pairs:
             amount = free[r][g] - a * count
             free[r][g] = amount

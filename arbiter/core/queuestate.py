@@ -202,7 +202,7 @@ class QueueState:
     wversion: int
     nadmitted: int
     nodemins: dict[int, int] | None  # element-wise min pod of shapes with no node room
-    nodeneed: tuple[int, int]  # `nodemins` packed (placement.packed_pod)
+    nodeneed: tuple[int, int]  # `nodemins` packed (placement.packed_pod; (0, 0): None)
     nodeshape: Shape | None  # blocking: the head's shape when no node has room for it
     noroom: list[Shape]  # its shapes no node had room for
     noroomflag: int  # best guarantee flag among them when rejected (2 = none)
@@ -238,7 +238,7 @@ class QueueState:
         self.wversion = 0
         self.nadmitted = 0
         self.nodemins = None
-        self.nodeneed = (-1, 0)
+        self.nodeneed = (0, 0)
         self.nodeshape = None
         self.noroom = []
         self.noroomflag = 2

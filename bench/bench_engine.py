@@ -377,8 +377,7 @@ def tree_admission(capacity: Resources, specs: list[QueueSpec], units: list[Unit
     print(f"\nhierarchical (3 levels, {len(specs)} leaves), full admission, CPU, best of {repeat}")
     print(f"  flat                   {ms(flat):>10}   admitted {flat_n}")
     print(f"  tree                   {ms(hier):>10}   admitted {hier_n}")
-    print(f"  -> {hier / flat:.2f}x flat ({'OK' if hier <= 1.5 * flat else 'OVER'} "
-          "against <= 1.5x)")
+    print(f"  -> {hier / flat:.2f}x flat, target <= 1.5x: {verdict(hier, 1.5 * flat)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -186,8 +186,14 @@ def test_queue_tree_on_the_apiserver(sandbox: Sandbox,
         status = wait_for("the parent's subtree totals", subtree, timeout=60)
         assert status["subtree"]["deserved"] == {"cpu": "1"}
     finally:
-        sandbox.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-        sandbox.kubectl("delete", "queue", child, check=False)
-        wait_for("the parent to be deletable", lambda: sandbox.kubectl(
-            "delete", "queue", parent, "--ignore-not-found", check=False).returncode == 0,
-            timeout=30, poll=1.0)
+        # The child holds an admitted unit until its namespace is gone, and
+        # the parent its child: delete in that order, each once allowed.
+        sandbox.kubectl("delete", "namespace", namespace, "--timeout=60s", check=False)
+
+        def deleted(name: str) -> bool:
+            return sandbox.kubectl("delete", "queue", name, "--ignore-not-found",
+                                   check=False).returncode == 0
+
+        wait_for(f"queue {child} to be deletable", lambda: deleted(child), timeout=60, poll=1.0)
+        wait_for(f"queue {parent} to be deletable", lambda: deleted(parent), timeout=60,
+                 poll=1.0)

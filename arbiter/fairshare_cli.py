@@ -48,6 +48,18 @@ and a unit is admitted only where all its pods (`pods` per unit, default 1,
 each requesting `requests`) fit on the nodes of one of its queue's pools.
 Each queue's output adds `pools` (admitted units per pool) and `waiting` (why
 its first pending unit waits, e.g. the largest free slot on its nodes).
+
+Hierarchical queues (DESIGN.md §11), on aggregate capacity (not with nodes):
+
+    queues:
+      - {name: org, capability: {cpu: "16"}}
+      - {name: product, parent: org, childOrder: Queue}   # Fair (default) | Queue
+      - {name: web, parent: product, units: [...]}
+
+A queue with children holds no units. The engine then admits by H-DRF from
+the top; each child's output adds `parent`, each parent's adds `subtree`
+(its subtree's allocated, dominantShare and deserved). See
+examples/hierarchy.yaml.
 """
 
 from __future__ import annotations
@@ -57,6 +69,7 @@ import json
 import sys
 
 from arbiter import fairshare_reclaim
+from arbiter.core.hierarchy import has_hierarchy
 from arbiter.fairshare_scenario import ScenarioError, evaluate, load_scenario, read_document
 
 
@@ -91,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         scenario = load_scenario(document)
         if args.start:
             running.update(fairshare_reclaim.read_from(str(args.start)))
+        if (running or args.start) and has_hierarchy(scenario.queues):
+            raise ScenarioError("queues[].parent: reclaim over a tree of queues is not "
+                                "modelled offline yet; drop --from/running or the parents")
         result = (fairshare_reclaim.settle(scenario, running) if running or args.start
                   else evaluate(scenario, order=bool(args.order)))
     except ScenarioError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from arbiter.core.deserved import deserved
+from arbiter.core.deserved import deserved, hierarchical_deserved
 from arbiter.core.fairshare import (
     QUEUE_POLICIES,
     AdmissionEngine,
@@ -25,7 +25,8 @@ from arbiter.core.fairshare import (
     Unit,
     format_share,
 )
-from arbiter.core.model import DEFAULT_POOL, MAIN_POD_SET
+from arbiter.core.hierarchy import HierarchicalEngine, has_hierarchy
+from arbiter.core.model import CHILD_ORDERS, DEFAULT_POOL, MAIN_POD_SET
 from arbiter.core.partial import admit_partial, can_shrink
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
@@ -37,7 +38,7 @@ MAX_NODES = 100_000  # expanded nodes per scenario
 _TOP_FIELDS = ("capacity", "queues", "nodes", "pools")
 _QUEUE_FIELDS = (
     "name", "weight", "guarantee", "capability", "blocking", "queuePolicy", "units",
-    "pools", "nodeSelector",
+    "pools", "nodeSelector", "parent", "childOrder",
 )
 _UNIT_FIELDS = ("count", "requests", "priority", "name", "pods", "minCount")
 _NODE_FIELDS = ("name", "labels", "allocatable", "used", "count")
@@ -270,6 +271,13 @@ def load_scenario(document: object) -> Scenario:
         queue_policy: QueuePolicy = "FIFO" if policy == "FIFO" else "Priority"
         if "nodeSelector" in entry and nodes is None:
             raise ScenarioError(f"{qf}.nodeSelector: needs top-level nodes")
+        parent = None if entry.get("parent") is None else _name(entry["parent"], f"{qf}.parent")
+        if parent is not None and nodes is not None:
+            raise ScenarioError(f"{qf}.parent: hierarchical queues are evaluated on aggregate "
+                                "capacity; give capacity instead of nodes")
+        child_order = entry.get("childOrder", "Fair")
+        if child_order not in CHILD_ORDERS:
+            raise ScenarioError(f"{qf}.childOrder: must be Fair or Queue, got {child_order!r}")
         queues.append(
             QueueSpec(
                 name=name,
@@ -280,6 +288,8 @@ def load_scenario(document: object) -> Scenario:
                 policy=queue_policy,
                 pools=_queue_pools(entry, qf, known_pools),
                 node_selector=_labels(entry.get("nodeSelector"), f"{qf}.nodeSelector"),
+                parent=parent,
+                child_order="Queue" if child_order == "Queue" else "Fair",
             )
         )
         raw_units = entry.get("units")
@@ -335,7 +345,33 @@ def load_scenario(document: object) -> Scenario:
                         pods=pods,
                     )
                 )
+    _check_tree(queues, units)
     return Scenario(capacity, resources, tuple(queues), tuple(units), nodes, pools)
+
+
+def _check_tree(queues: list[QueueSpec], units: list[Unit]) -> None:
+    """Parents exist, no cycle, and a parent has no units (DESIGN §11)."""
+    specs = {spec.name: (i, spec) for i, spec in enumerate(queues)}
+    for i, spec in enumerate(queues):
+        seen = {spec.name}
+        current = spec.parent
+        while current is not None:
+            if current not in specs:
+                raise ScenarioError(f"queues[{i}].parent: queue {current!r} does not exist")
+            if current in seen:
+                raise ScenarioError(f"queues[{i}].parent: cycle through {current!r}")
+            seen.add(current)
+            current = specs[current][1].parent
+    children: dict[str, list[str]] = {}
+    for spec in queues:
+        if spec.parent is not None:
+            children.setdefault(spec.parent, []).append(spec.name)
+    for unit in units:
+        below = children.get(unit.queue)
+        if below:
+            raise ScenarioError(
+                f"queues[{specs[unit.queue][0]}].units: queue {unit.queue!r} is a parent and "
+                f"holds no work of its own; give its units to its children ({', '.join(below)})")
 
 
 # -- evaluation -------------------------------------------------------------
@@ -361,10 +397,30 @@ def _pod_count(unit: Unit) -> int:
     return sum(ps.count for ps in unit.pods)
 
 
+def _demand(scenario: Scenario) -> dict[str, Resources]:
+    """Each queue's total demand (all its units), for deserved."""
+    demand: dict[str, Resources] = {}
+    for unit in scenario.units:
+        demand[unit.queue] = demand.get(unit.queue, EMPTY) + unit.demand
+    return demand
+
+
+def _entry(engine: AdmissionEngine | HierarchicalEngine, name: str,
+           fair: Mapping[str, Resources], names: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "admitted": engine.admitted_count(name),
+        "allocated": _quantities(engine.allocated(name), names),
+        "dominantShare": format_share(engine.dominant_share(name)),
+        "deserved": _quantities(fair[name], names),
+    }
+
+
 def evaluate(scenario: Scenario, *, order: bool = False,
              engine: AdmissionEngine | None = None) -> dict[str, Any]:
     """Run the engine over the scenario; the JSON-ready result (with `engine`:
     its allocation as it stands, e.g. reclaim's fixpoint)."""
+    if engine is None and has_hierarchy(scenario.queues):
+        return _evaluate_tree(scenario, order=order)
     if engine is None:
         engine = AdmissionEngine(scenario.capacity, scenario.queues, scenario.nodes,
                                  scenario.pools)
@@ -375,21 +431,11 @@ def evaluate(scenario: Scenario, *, order: bool = False,
                         key=lambda u: (-u.priority, u.created, u.key))
     if shrinkable:
         admitted += admit_partial(engine, shrinkable)
-    demand: dict[str, Resources] = {}
-    for unit in scenario.units:
-        demand[unit.queue] = demand.get(unit.queue, EMPTY) + unit.demand
-    fair = deserved(scenario.capacity, scenario.queues, demand)
+    fair = deserved(scenario.capacity, scenario.queues, _demand(scenario))
     names = scenario.resources
     out: dict[str, Any] = {
-        "queues": {
-            spec.name: {
-                "admitted": engine.admitted_count(spec.name),
-                "allocated": _quantities(engine.allocated(spec.name), names),
-                "dominantShare": format_share(engine.dominant_share(spec.name)),
-                "deserved": _quantities(fair[spec.name], names),
-            }
-            for spec in scenario.queues
-        },
+        "queues": {spec.name: _entry(engine, spec.name, fair, names)
+                   for spec in scenario.queues},
         "free": _quantities(engine.free(), names),
     }
     asked = {u.key: _pod_count(u) for u in shrinkable}
@@ -406,6 +452,34 @@ def evaluate(scenario: Scenario, *, order: bool = False,
             waiting = engine.explain(spec.name)
             if waiting:
                 entry["waiting"] = waiting
+    if order:
+        out["order"] = [unit.key for unit in admitted]
+    return out
+
+
+def _evaluate_tree(scenario: Scenario, *, order: bool) -> dict[str, Any]:
+    """`evaluate` for a tree of queues (DESIGN §11): per queue as flat, plus
+    `parent` on a child and `subtree` totals on a parent."""
+    engine = HierarchicalEngine(scenario.capacity, scenario.queues)
+    for unit in scenario.units:
+        engine.add_pending(unit)
+    admitted = engine.admit_all()
+    fair = hierarchical_deserved(scenario.capacity, scenario.queues, _demand(scenario))
+    names = scenario.resources
+    queues: dict[str, Any] = {}
+    for spec in scenario.queues:
+        entry = _entry(engine, spec.name, fair, names)
+        if spec.parent is not None:
+            entry["parent"] = spec.parent
+        if engine.children(spec.name):
+            entry["deserved"] = _quantities(EMPTY, names)
+            entry["subtree"] = {
+                "allocated": _quantities(engine.subtree_allocated(spec.name), names),
+                "dominantShare": format_share(engine.subtree_share(spec.name)),
+                "deserved": _quantities(fair[spec.name], names),
+            }
+        queues[spec.name] = entry
+    out: dict[str, Any] = {"queues": queues, "free": _quantities(engine.free(), names)}
     if order:
         out["order"] = [unit.key for unit in admitted]
     return out

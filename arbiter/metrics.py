@@ -32,6 +32,12 @@ queue_dominant_share = Gauge(
     ["queue"],
     registry=REGISTRY,
 )
+queue_info = Gauge(
+    "arbiter_queue_info",
+    "1 for each queue; `parent` names its parent queue (empty at the top, DESIGN §11)",
+    ["queue", "parent"],
+    registry=REGISTRY,
+)
 queue_pending_units = Gauge(
     "arbiter_queue_pending_units", "Units waiting for admission", ["queue"], registry=REGISTRY
 )

@@ -82,6 +82,7 @@ class QueueRow:
     progress: tuple[int, int] | None = None
     # Recent shares, oldest first (the demo's sparkline).
     history: tuple[float, ...] = ()
+    parent: str = ""  # spec.parent (DESIGN §11): the table shows the tree
 
     @property
     def bar_counts(self) -> tuple[int, int]:
@@ -149,6 +150,7 @@ def queue_row(obj: Mapping[str, Any], capacity: Resources | None) -> QueueRow:
         deserved_share=dominant_share(deserved, capacity) if capacity else None,
         admitted=_int(status.get("admitted")),
         pending=_int(status.get("pending")),
+        parent=str(spec.get("parent") or ""),
     )
 
 
@@ -206,9 +208,10 @@ def render_table(rows: Sequence[QueueRow], glyphs: Glyphs = UNICODE) -> str:
     if with_history:
         headers.insert(7, "SHARE OVER TIME")
     table: list[list[str]] = []
-    for row in sorted(rows, key=lambda r: r.name):
+    for depth, row in tree_order(rows):
         done, total = row.bar_counts
         name = row.name if row.state == "Open" else f"{row.name} ({row.state})"
+        name = "  " * depth + name
         cells = [
             name,
             str(row.weight),
@@ -247,6 +250,32 @@ def render_reserved(units: Iterable[Mapping[str, Any]], now: float) -> str:
     if not lines:
         return ""
     return "\nWaiting on admission checks (quota reserved):\n" + "\n".join(sorted(lines)) + "\n"
+
+
+def tree_order(rows: Sequence[QueueRow]) -> list[tuple[int, QueueRow]]:
+    """(depth, row) depth first, siblings by name: each queue under its parent.
+    A queue whose parent is not listed (or is in a cycle) is shown at the top."""
+    names = {row.name for row in rows}
+    children: dict[str, list[QueueRow]] = {}
+    for row in rows:
+        children.setdefault(row.parent if row.parent in names else "", []).append(row)
+    out: list[tuple[int, QueueRow]] = []
+    shown: set[str] = set()
+
+    def walk(parent: str, depth: int) -> None:
+        for row in sorted(children.get(parent, []), key=lambda r: r.name):
+            if row.name not in shown:
+                shown.add(row.name)
+                out.append((depth, row))
+                walk(row.name, depth + 1)
+
+    walk("", 0)
+    for row in sorted(rows, key=lambda r: r.name):  # cycles: not reachable from the top
+        if row.name not in shown:
+            shown.add(row.name)
+            out.append((0, row))
+            walk(row.name, 1)
+    return out
 
 
 # -- I/O ------------------------------------------------------------------------------------

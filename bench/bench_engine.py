@@ -10,6 +10,8 @@ pods, with a capacity that admits a large part of the demand. Measures:
   units and (b) in steady state, one release then the admissions it allows;
   budget <= 1 ms per admitted unit;
 * deserved() over every queue's total demand;
+* hierarchical queues (§11): the same queues as leaves of a 3-level tree,
+  full admission against the flat full pass; target <= 1.5x;
 * peak RSS.
 
 With `--nodes N` (DESIGN §9, node fit): the same units, each split into its
@@ -24,6 +26,7 @@ Options: --queues N --units N --seed N --fill F (capacity / total demand) --node
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import os
 import platform
@@ -32,6 +35,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `arbiter` importable
@@ -39,6 +43,7 @@ if __package__ in (None, ""):  # run as a script: make `arbiter` importable
 
 from arbiter.core.deserved import deserved
 from arbiter.core.fairshare import AdmissionEngine, Node, PodSet, Pool, QueueSpec, Unit
+from arbiter.core.hierarchy import HierarchicalEngine
 from arbiter.core.resources import EMPTY, Resources
 
 GI = 2**30
@@ -340,6 +345,41 @@ def deserved_time(capacity: Resources, specs: list[QueueSpec], units: list[Unit]
     print(f"\ndeserved() over {len(shares)} queues: {ms(w1 - w0)} wall, {ms(c1 - c0)} CPU")
 
 
+def tree_admission(capacity: Resources, specs: list[QueueSpec], units: list[Unit],
+                   repeat: int, seed: int) -> None:
+    """The same queues as leaves of a 3-level tree (10 orgs x 10 departments x
+    10 leaves each, DESIGN §11): full admission by the hierarchical engine,
+    against a flat full pass of the same units (target <= 1.5x)."""
+    rng = random.Random(seed)
+    orgs = [QueueSpec(f"org-{i}", weight=rng.choice((1, 2))) for i in range(10)]
+    depts = [QueueSpec(f"dept-{i}", parent=f"org-{i % 10}", weight=rng.choice((1, 2, 3)),
+                       capability=Resources({"cpu": rng.randint(100, 800) * 1000})
+                       if rng.random() < 0.2 else EMPTY)
+             for i in range(100)]
+    tree = [*orgs, *depts,
+            *(dataclasses.replace(spec, parent=f"dept-{k % 100}") for k, spec in enumerate(specs))]
+
+    def timed(make: Callable[[], AdmissionEngine | HierarchicalEngine]) -> tuple[float, int]:
+        best, n = float("inf"), 0
+        for _ in range(repeat):
+            gc.collect()
+            _, c0 = clocks()
+            engine = make()
+            for unit in units:
+                engine.add_pending(unit)
+            n = len(engine.admit_all())
+            _, c1 = clocks()
+            best = min(best, c1 - c0)
+        return best, n
+
+    flat, flat_n = timed(lambda: AdmissionEngine(capacity, specs))
+    hier, hier_n = timed(lambda: HierarchicalEngine(capacity, tree))
+    print(f"\nhierarchical (3 levels, {len(specs)} leaves), full admission, CPU, best of {repeat}")
+    print(f"  flat                   {ms(flat):>10}   admitted {flat_n}")
+    print(f"  tree                   {ms(hier):>10}   admitted {hier_n}")
+    print(f"  -> {hier / flat:.2f}x flat, target <= 1.5x: {verdict(hier, 1.5 * flat)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--queues", type=int, default=1000)
@@ -370,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         engine, admitted = full_admission(capacity, specs, units, args.repeat)
         incremental(engine, admitted, args.seed + 1, args.rounds)
         deserved_time(capacity, specs, units)
+        tree_admission(capacity, specs, units, args.repeat, args.seed)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak RSS: {peak / 1024:.1f} MiB")
     print(f"at end: {load()}")

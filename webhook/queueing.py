@@ -68,12 +68,21 @@ def check_open(
 
 
 def queue_denial(store: ClusterStore, queue: str, subject: str) -> Decision | None:
-    """Deny new work for `queue` when it does not exist or is Closed; the
-    message starts with `subject` (which names the queue)."""
+    """Deny new work for `queue` when it does not exist, is a parent (DESIGN
+    §11) or is Closed; the message starts with `subject` (which names the queue)."""
     record = store.queues.get(queue)
     if record is None:
         return deny(
             f"{subject} does not exist: create it, or use an existing queue (kubectl get queues)"
+        )
+    children = store.queue_children.get(queue)
+    if children:
+        names = sorted(children)
+        shown = ", ".join(f'"{child}"' for child in names[:5])
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        return deny(
+            f"{subject} is a parent queue and holds no work of its own: use one of its "
+            f"children ({shown}{more})"
         )
     if record.state == "Closed":
         return deny(

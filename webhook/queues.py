@@ -2,8 +2,9 @@
 
 Weight an integer > 0, every quantity valid, guarantee ≤ capability where
 both are set, a namespace listed by at most one Queue, a parent that exists
-and no cycle through parents; a Queue with admitted work, or that is the
-parent of another Queue, cannot be deleted. Every error names its field.
+and holds no unfinished work of its own, no cycle through parents; a Queue
+with admitted work, or that is the parent of another Queue, cannot be
+deleted. Every error names its field.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from arbiter.api import ADMITTED_PHASES, API_GROUP, QUEUE
+from arbiter.api import ADMITTED_PHASES, API_GROUP, FINISHED_PHASES, QUEUE
 from arbiter.core.jsonvalues import brief
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources, resource_name_problem
@@ -36,6 +37,7 @@ _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _ENUMS: dict[str, tuple[str, ...]] = {
     "queuePolicy": ("Priority", "FIFO"),
     "state": ("Open", "Closed"),
+    "childOrder": ("Fair", "Queue"),
 }
 
 
@@ -148,6 +150,17 @@ def _check_parent(name: str, parent: Any, env: AdmissionEnv, errors: list[str]) 
     if parent not in queues:
         errors.append(f'spec.parent: queue "{parent}" does not exist')
         return
+    if not env.store.queue_children.get(parent):
+        # It becomes a parent now: a parent holds no work of its own (§11).
+        held = sorted(unit.key for unit in env.store.units.values()
+                      if unit.queue == parent and unit.phase not in FINISHED_PHASES)
+        if held:
+            errors.append(
+                f'spec.parent: queue "{parent}" still holds {len(held)} unit(s) of its own '
+                f"({', '.join(held[:3])}) and a parent holds no work: let them finish or "
+                "move them first"
+            )
+            return
     chain = [name, parent]
     on_chain = {name, parent}  # a set: the walk is linear in the chain's length
     current = queues[parent].parent
@@ -229,7 +242,7 @@ def _validate_delete(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
             f'queue "{name}" still has {len(admitted)} admitted unit(s) ({example}): '
             "close it (spec.state: Closed) and wait for them to finish before deleting it"
         )
-    children = sorted(q.name for q in env.store.queues.values() if q.parent == name)
+    children = sorted(env.store.queue_children.get(name, ()))
     if children:
         return deny(
             f'queue "{name}" is the parent of {", ".join(children[:5])}: '

@@ -240,6 +240,7 @@ def queue_from_api(obj: Obj) -> QueueRecord:
         guarantee=guarantee,
         capability=capability,
         parent=spec.get("parent") or None,
+        child_order="Queue" if spec.get("childOrder") == "Queue" else "Fair",
         namespaces=tuple(spec.get("namespaces") or ()),
         policy="FIFO" if spec.get("queuePolicy") == "FIFO" else "Priority",
         blocking=bool(spec.get("blocking", False)),

@@ -19,7 +19,7 @@ from arbiter.api import (
     UnitPhase,
     WithinQueuePreemption,
 )
-from arbiter.core.model import Placement
+from arbiter.core.model import ChildOrder, Placement
 from arbiter.core.resources import EMPTY, Resources
 
 JobOutcome = Literal["Complete", "Failed"]
@@ -68,6 +68,7 @@ class QueueRecord:
     # Resources absent from capability are unlimited.
     capability: Resources = EMPTY
     parent: str | None = None
+    child_order: ChildOrder = "Fair"  # DESIGN §11; only read on a parent
     namespaces: tuple[str, ...] = ()
     policy: QueuePolicy = "Priority"
     blocking: bool = False

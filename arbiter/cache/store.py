@@ -129,6 +129,8 @@ class ClusterStore:
     membership: PoolMembership = field(default_factory=PoolMembership)
     # namespace -> queue listing it in spec.namespaces
     queue_by_namespace: dict[str, str] = field(default_factory=dict)
+    # queue -> names of the Queues naming it in spec.parent (DESIGN §11)
+    queue_children: dict[str, set[str]] = field(default_factory=dict)
     pods_by_node: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     # namespace/name -> uid, to find pods by name
     pod_uid_by_name: dict[str, str] = field(default_factory=dict)
@@ -207,6 +209,8 @@ class ClusterStore:
         self.queues[record.name] = record
         for namespace in record.namespaces:
             self.queue_by_namespace.setdefault(namespace, record.name)
+        if record.parent:
+            self.queue_children.setdefault(record.parent, set()).add(record.name)
         self._notify("Queue", record.name)
 
     def delete_queue(self, name: str) -> None:
@@ -218,6 +222,11 @@ class ClusterStore:
         old = self.queues.get(name)
         if old is None:
             return
+        siblings = self.queue_children.get(old.parent or "")
+        if siblings is not None:
+            siblings.discard(name)
+            if not siblings:
+                del self.queue_children[old.parent or ""]
         for namespace in old.namespaces:
             if self.queue_by_namespace.get(namespace) == name:
                 del self.queue_by_namespace[namespace]

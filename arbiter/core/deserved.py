@@ -43,6 +43,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from fractions import Fraction
 
 from arbiter.core.model import QueueSpec
@@ -256,3 +257,54 @@ def deserved(
         name: Resources({r: _floor_product(a, b) for r, (a, b) in fills[name].final.items()})
         for name in specs
     }
+
+
+def hierarchical_deserved(
+    capacity: Resources,
+    queues: Iterable[QueueSpec],
+    demand: Mapping[str, Resources],
+) -> dict[str, Resources]:
+    """Deserved shares over a tree of queues (DESIGN §11), for every queue.
+
+    Water-filling level by level: the top-level queues share the capacity by
+    `deserved`, a parent standing in with its subtree's total demand and, as
+    its guarantee, the larger of its own and its children's together (its
+    capability caps the subtree). Each parent's deserved is then split among
+    its children by the same rule, the parent's deserved as their capacity.
+    A parent's result is its subtree's deserved. Queues whose chain of parents
+    is broken (missing parent, cycle) deserve nothing: they are never admitted.
+    """
+    specs = {spec.name: spec for spec in queues}
+    children: dict[str | None, list[QueueSpec]] = {}
+    for spec in specs.values():
+        children.setdefault(spec.parent, []).append(spec)
+    out = dict.fromkeys(specs, EMPTY)
+
+    def totals(spec: QueueSpec) -> tuple[Resources, Resources]:
+        """(subtree demand, effective guarantee), also kept for the split.
+        Reached from the top only, so no cycle is ever walked."""
+        wanted = demand.get(spec.name, EMPTY)
+        guarantee = EMPTY
+        for child in children.get(spec.name, []):
+            child_demand, child_guarantee = totals(child)
+            wanted = wanted + child_demand
+            guarantee = guarantee + child_guarantee
+        subtree[spec.name] = (wanted, guarantee.maximum(spec.guarantee))
+        return subtree[spec.name]
+
+    subtree: dict[str, tuple[Resources, Resources]] = {}
+
+    def split(level: list[QueueSpec], room: Resources) -> None:
+        stand_ins = [replace(spec, guarantee=subtree[spec.name][1]) for spec in level]
+        shares = deserved(room, stand_ins, {s.name: subtree[s.name][0] for s in level})
+        for spec in level:
+            out[spec.name] = shares[spec.name]
+            below = children.get(spec.name)
+            if below:
+                split(below, shares[spec.name])
+
+    top = children.get(None, [])
+    for spec in top:
+        totals(spec)
+    split(top, capacity)
+    return out

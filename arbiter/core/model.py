@@ -13,9 +13,11 @@ from typing import Literal
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
+    "CHILD_ORDERS",
     "DEFAULT_POOL",
     "MAIN_POD_SET",
     "QUEUE_POLICIES",
+    "ChildOrder",
     "Node",
     "Placement",
     "PodSet",
@@ -27,6 +29,10 @@ __all__ = [
 
 QueuePolicy = Literal["Priority", "FIFO"]
 QUEUE_POLICIES: tuple[QueuePolicy, ...] = ("Priority", "FIFO")
+# How a parent orders its subtree (DESIGN §11): H-DRF among its children, or
+# its subtree's units as one queue (the children then act as quotas).
+ChildOrder = Literal["Fair", "Queue"]
+CHILD_ORDERS: tuple[ChildOrder, ...] = ("Fair", "Queue")
 
 DEFAULT_POOL = "default"  # the nodes no Pool selects (DESIGN §10)
 MAIN_POD_SET = "main"  # the one pod set of a unit given without pod sets
@@ -43,6 +49,9 @@ class QueueSpec:
     `pools`: the pools its work may use, in order of preference (empty: every
     pool by name, `default` last). `node_selector` (matchLabels) narrows the
     nodes further. Both only matter once the engine has nodes.
+
+    `parent` places it in a tree of queues (DESIGN §11); `child_order` only
+    matters on a queue that has children.
     """
 
     name: str
@@ -53,12 +62,16 @@ class QueueSpec:
     policy: QueuePolicy = "Priority"
     pools: tuple[str, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
+    parent: str | None = None
+    child_order: ChildOrder = "Fair"
 
     def __post_init__(self) -> None:
         if isinstance(self.weight, bool) or not isinstance(self.weight, int) or self.weight <= 0:
             raise ValueError(f"queue {self.name}: weight must be a positive integer")
         if self.policy not in QUEUE_POLICIES:
             raise ValueError(f"queue {self.name}: policy must be Priority or FIFO")
+        if self.child_order not in CHILD_ORDERS:
+            raise ValueError(f"queue {self.name}: childOrder must be Fair or Queue")
 
     def selector_key(self) -> tuple[tuple[str, str], ...]:
         return _labels(self.node_selector)

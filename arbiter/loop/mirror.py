@@ -46,6 +46,8 @@ def queue_spec(record: QueueRecord) -> QueueSpec:
         policy=record.policy,
         pools=record.pools,
         node_selector=dict(record.node_selector),
+        parent=record.parent,
+        child_order=record.child_order,
     )
 
 

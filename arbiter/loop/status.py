@@ -18,11 +18,12 @@ from typing import Any
 from arbiter import metrics
 from arbiter.api import format_rfc3339
 from arbiter.cache.records import QueueRecord
+from arbiter.core.deserved import hierarchical_deserved
 from arbiter.core.fairshare import Unit, format_share
 from arbiter.core.quantities import MILLI_RESOURCES
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.kubeapi import ClusterApi, Conflict, NotFound, queue_path
-from arbiter.loop.mirror import EngineMirror
+from arbiter.loop.mirror import EngineMirror, queue_spec
 from arbiter.ratelimit import Throttle
 
 TOP_PENDING = 10
@@ -54,6 +55,9 @@ class QueueView:
     reason: str = ""
     # Per pool: what its admitted units hold there (PoolShare.to_json each).
     pools: tuple[Mapping[str, Any], ...] = ()
+    # On a parent (DESIGN §11): its subtree's (allocated, deserved).
+    subtree: tuple[Resources, Resources] | None = None
+    parent: str = ""  # spec.parent ("" at the top)
 
     def status(self) -> dict[str, Any]:
         """Queue `.status` without conditions (those carry transition times).
@@ -71,6 +75,9 @@ class QueueView:
         }
         if self.pools:
             status["pools"] = [dict(share) for share in self.pools]
+        if self.subtree is not None:
+            status["subtree"] = {"allocated": self.subtree[0].to_quantities(),
+                                 "deserved": self.subtree[1].to_quantities()}
         add_summaries(status, allocatedSummary=self.allocated, deservedSummary=self.deserved)
         return status
 
@@ -112,6 +119,7 @@ def queue_views(
     `pools`: each queue's per-pool usage, when nodes are known)."""
     engine = mirror.engine
     deserved = mirror.deserved()
+    subtrees = subtree_totals(mirror)
     views: dict[str, QueueView] = {}
     for name, queue in sorted(mirror.queues.items()):
         ordered = (waiting.get(name, []) if waiting is not None
@@ -137,8 +145,38 @@ def queue_views(
             pending_units=tuple(entries),
             reason=reason,
             pools=pools.get(name, ()) if pools is not None else (),
+            subtree=subtrees.get(name),
+            parent=queue.parent or "",
         )
     return views
+
+
+def subtree_totals(mirror: EngineMirror) -> dict[str, tuple[Resources, Resources]]:
+    """Per parent queue: (its subtree's allocated, its subtree's deserved by
+    water-filling per level, DESIGN §11). Empty when no queue has a parent."""
+    queues = mirror.queues
+    children: dict[str, list[str]] = {}
+    for record in queues.values():
+        if record.parent:
+            children.setdefault(record.parent, []).append(record.name)
+    if not children:
+        return {}
+    fair = hierarchical_deserved(mirror.engine_capacity(),
+                                 [queue_spec(q) for q in queues.values()], mirror.demand())
+    out: dict[str, tuple[Resources, Resources]] = {}
+    for parent in children:
+        if parent not in queues:
+            continue
+        total, stack, seen = EMPTY, [parent], {parent}
+        while stack:
+            name = stack.pop()
+            total = total + mirror.engine.allocated(name)
+            for child in children.get(name, ()):
+                if child not in seen:  # a cycle is denied, but never loop on one
+                    seen.add(child)
+                    stack.append(child)
+        out[parent] = (total, fair.get(parent, EMPTY))
+    return out
 
 
 def positions(
@@ -199,6 +237,7 @@ class QueueMetrics:
 
     def __init__(self) -> None:
         self._amounts = ResourceGauges(metrics.queue_allocated, metrics.queue_deserved)
+        self._parents: dict[str, str] = {}  # the parent label each queue's info carries
 
     def update(self, views: Mapping[str, QueueView]) -> None:
         gone = self._amounts.update({name: (view.allocated, view.deserved)
@@ -209,6 +248,14 @@ class QueueMetrics:
         for name, view in views.items():
             metrics.queue_dominant_share.labels(name).set(float(view.dominant_share))
             metrics.queue_pending_units.labels(name).set(view.pending)
+        for name, parent in list(self._parents.items()):
+            now = views.get(name)
+            if now is None or now.parent != parent:
+                _remove(metrics.queue_info, name, parent)
+                del self._parents[name]
+        for name, view in views.items():
+            metrics.queue_info.labels(name, view.parent).set(1)
+            self._parents[name] = view.parent
 
 
 def _remove(gauge: Any, *labels: str) -> None:

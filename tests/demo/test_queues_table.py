@@ -163,3 +163,18 @@ def test_reserved_units_are_listed_with_their_checks() -> None:
     assert "team/job-big  queue a  boss=Pending 90s  capacity=Ready" in text
     assert "job-done" not in text
     assert render_reserved(units[1:], now=0.0) == ""
+
+
+def test_table_shows_the_tree_of_queues() -> None:
+    """DESIGN §11: each queue under its parent, indented; an unknown parent or
+    a cycle shows at the top rather than hiding the queue."""
+    def row(name: str, parent: str = "") -> Any:
+        obj = _queue(name)
+        obj["spec"]["parent"] = parent
+        return queue_row(obj, CAPACITY)
+
+    rows = [row("zeta"), row("org"), row("web", "product"), row("product", "org"),
+            row("ai", "org"), row("stray", "ghost"), row("c1", "c2"), row("c2", "c1")]
+    lines = render_table(rows, ASCII).splitlines()[1:]
+    assert [line[: len(line) - len(line.lstrip())] + line.split()[0] for line in lines] == [
+        "org", "  ai", "  product", "    web", "stray", "zeta", "c1", "  c2"]

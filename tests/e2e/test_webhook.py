@@ -150,3 +150,50 @@ def test_kube_system_works_while_arbiter_is_down(
         sandbox.start_arbiter()
         sandbox.kubectl("delete", "pod", name, "-n", "kube-system", "--wait=false",
                         check=False)
+
+
+def test_queue_tree_on_the_apiserver(sandbox: Sandbox,
+                                     cleanup: tuple[list[str], list[str]]) -> None:
+    """DESIGN §11 against the real apiserver: the CRD takes parent and
+    childOrder (and shows a Parent column), work labelled for a parent is
+    denied naming its children, a parent cannot be deleted, and the loop
+    writes the parent's subtree totals."""
+    namespace, parent, child = unique_name("tree"), unique_name("org"), unique_name("team")
+    cleanup[0].append(namespace)
+    create_namespace(sandbox, namespace)
+    apply_queue(sandbox, parent, childOrder="Queue")
+    apply_queue(sandbox, child, parent=parent)
+    try:
+        table = sandbox.kubectl("get", "queue", child).stdout
+        assert "PARENT" in table.splitlines()[0] and parent in table, table
+        denied = _run(sandbox, namespace, "web", f"--labels=arbiter.dev/queue={parent}",
+                      check=False)
+        assert denied.returncode != 0
+        assert (f'queue "{parent}"' in denied.stderr and "is a parent queue" in denied.stderr
+                and f'"{child}"' in denied.stderr), denied.stderr
+        kept = sandbox.kubectl("delete", "queue", parent, check=False)
+        assert kept.returncode != 0 and f"is the parent of {child}" in kept.stderr
+        one_cpu = {"spec": {"containers": [{"name": "web", "image": "busybox",
+                                            "resources": {"requests": {"cpu": "1"}}}]}}
+        _run(sandbox, namespace, "web", f"--labels=arbiter.dev/queue={child}",
+             f"--overrides={json.dumps(one_cpu)}")
+
+        def subtree() -> Any:
+            status = get(sandbox, "queue", parent).get("status") or {}
+            held = (status.get("subtree") or {}).get("allocated") or {}
+            return status if held.get("cpu") == "1" else None
+
+        status = wait_for("the parent's subtree totals", subtree, timeout=60)
+        assert status["subtree"]["deserved"] == {"cpu": "1"}
+    finally:
+        # The child holds an admitted unit until its namespace is gone, and
+        # the parent its child: delete in that order, each once allowed.
+        sandbox.kubectl("delete", "namespace", namespace, "--timeout=60s", check=False)
+
+        def deleted(name: str) -> bool:
+            return sandbox.kubectl("delete", "queue", name, "--ignore-not-found",
+                                   check=False).returncode == 0
+
+        wait_for(f"queue {child} to be deletable", lambda: deleted(child), timeout=60, poll=1.0)
+        wait_for(f"queue {parent} to be deletable", lambda: deleted(parent), timeout=60,
+                 poll=1.0)

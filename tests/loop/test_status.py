@@ -250,3 +250,33 @@ def test_queue_printer_columns_name_scalar_status_fields() -> None:
         for part in path.strip(".").split("."):
             node = node["properties"][part]
         assert node["type"] != "object", f"{name}: {path} would print as map[...]"
+
+
+async def test_a_parent_queue_shows_its_subtree_totals() -> None:
+    """DESIGN §11: a parent's status carries `subtree` allocated/deserved
+    (the loop still admits the leaves as a flat set, see README)."""
+    c = Cluster()
+    await c.nodes(10)
+    await c.queue("org")
+    await c.queue("ta", parent="org")
+    await c.queue("tb", parent="org", weight=3)
+    await c.queue("solo")
+    await c.pods("na", "ta", 4, prefix="a")
+    await c.pods("nb", "tb", 4, prefix="b")
+    await c.pods("ns", "solo", 10, prefix="s")
+    await c.settle()
+    await publish(c)
+    org = c.queue_status("org")
+    held = sum(int(c.queue_status(q)["allocated"].get("cpu", "0")) for q in ("ta", "tb"))
+    assert org["subtree"]["allocated"] == {"cpu": str(held)}
+    # The top level shares 10 CPUs: org's subtree (demand 8) and solo get 5 each.
+    assert org["subtree"]["deserved"] == {"cpu": "5"}
+    assert "subtree" not in c.queue_status("ta") and "subtree" not in c.queue_status("solo")
+    # Metrics carry each queue's parent; a re-parented queue's old series goes.
+    assert sample("arbiter_queue_info", queue="ta", parent="org") == 1.0
+    assert sample("arbiter_queue_info", queue="org", parent="") == 1.0
+    await c.set_queue("ta", parent="solo")
+    await c.settle()
+    await publish(c)
+    assert sample("arbiter_queue_info", queue="ta", parent="org") is None
+    assert sample("arbiter_queue_info", queue="ta", parent="solo") == 1.0

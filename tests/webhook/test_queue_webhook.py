@@ -6,17 +6,20 @@ from typing import Any
 
 import pytest
 
+from arbiter.api import QUEUE_LABEL
 from arbiter.cache.store import ClusterStore
 from tests.webhook.admission_samples import (
     ARBITER_USER,
     env_for,
+    job,
+    kubectl_run_pod,
     make_store,
     parse,
     queue_obj,
     review,
     unit_obj,
 )
-from webhook import queues
+from webhook import jobs, pods, queues, queueunits
 from webhook.review import Decision
 
 
@@ -177,3 +180,58 @@ def test_resource_names_are_validated_as_kubernetes_does(name: str, field: str) 
 def test_standard_and_extended_resource_names_are_allowed(name: str) -> None:
     decision = _check(queue_obj("c", guarantee={name: "1"}, capability={name: "2"}))
     assert decision.allowed, decision.message
+
+
+# -- hierarchical queues (DESIGN §11) ------------------------------------------
+
+def test_child_order_must_be_fair_or_queue() -> None:
+    assert _check(queue_obj("c", parent="root", childOrder="Queue")).allowed
+    decision = _check(queue_obj("c", childOrder="Strict"))
+    assert not decision.allowed
+    assert "spec.childOrder: 'Strict' must be one of Fair, Queue" in decision.message
+
+
+def test_work_labelled_for_a_parent_is_denied_naming_its_children() -> None:
+    store = _store()
+    for kind, obj in (
+        ("Pod", kubectl_run_pod("web", "team-x", labels={QUEUE_LABEL: "root"})),
+        ("Job", job("train", "team-x", labels={QUEUE_LABEL: "root"})),
+    ):
+        validate = pods.validate if kind == "Pod" else jobs.validate
+        decision = validate(parse(review(kind, "CREATE", obj)), env_for(store))
+        assert not decision.allowed, kind
+        assert 'queue "root"' in decision.message and 'children ("a")' in decision.message
+        assert "\n" not in decision.message
+    unit = unit_obj("u", "team-x", {"queue": "a", "resourceUnit": {"cpu": "1"},
+                                    "resourceNo": 1})
+    decision = queueunits.validate(parse(review("QueueUnit", "CREATE", unit)), env_for(store))
+    assert not decision.allowed and 'children ("b")' in decision.message
+    # The leaf takes work; once b is gone, a is a leaf again.
+    leaf = kubectl_run_pod("web", "team-x", labels={QUEUE_LABEL: "b"})
+    assert pods.validate(parse(review("Pod", "CREATE", leaf)), env_for(store)).allowed
+    store.apply("Queue", "DELETED", queue_obj("b"))
+    assert store.queue_children == {"root": {"a"}}
+    decision = queueunits.validate(parse(review("QueueUnit", "CREATE", unit)), env_for(store))
+    assert decision.allowed, decision.message
+
+
+def test_children_index_follows_a_reparented_queue() -> None:
+    store = _store()
+    store.apply("Queue", "MODIFIED", queue_obj("b", parent="root"))
+    assert store.queue_children == {"root": {"a", "b"}}
+    decision = queues.validate(
+        parse(review("Queue", "DELETE", None, old=queue_obj("a"),
+                     user={"username": ARBITER_USER})), env_for(store))
+    assert decision.allowed, decision.message
+
+
+def test_a_queue_holding_work_cannot_become_a_parent() -> None:
+    spec = {"queue": "b", "resourceUnit": {"cpu": "1"}, "resourceNo": 1}
+    store = _store(units=[unit_obj("u1", "team-x", spec, phase="Enqueued"),
+                          unit_obj("u0", "team-x", spec, phase="Succeed")])
+    decision = _check(queue_obj("c", parent="b"), store)
+    assert not decision.allowed
+    assert ('spec.parent: queue "b" still holds 1 unit(s) of its own (team-x/u1)'
+            in decision.message)
+    # A queue that is a parent already takes more children.
+    assert _check(queue_obj("c", parent="a"), store).allowed

@@ -213,8 +213,13 @@ class NodeFit:
                 if not self._may_fit(q, word):
                     continue
             woken.append(q)
+        # Every node that grew since q's waitmark without waking q had no room
+        # for any of its pods then and only shrank since: from now on only g
+        # and the nodes that grow later can hold one (see `_still_waiting`).
+        mark = index.grown_total - 1  # g's growth is the last one counted
         for q in woken:
             del self._nodewait[q.name]
+            q.waitmark = mark
             self._wake_queue(q)
 
     def _wake_queue(self, q: QueueState) -> None:
@@ -229,13 +234,14 @@ class NodeFit:
         self._seq += 1
         heapq.heappush(self._woken, (q.noroomflag, q.share, q.name, 0, self._seq, q))
 
-    def _recheck(self, q: QueueState) -> None:
+    def _recheck(self, q: QueueState, tested: bool = False) -> None:
         """A woken queue: re-examine it if one of its shapes without room may
-        fit now, else it keeps waiting for a node to grow."""
+        fit now, else it keeps waiting for a node to grow (`tested`: the
+        caller found `_still_waiting` False)."""
         q.woken = False
         if q.status == DIRTY or q.spec is None:
             return
-        if self._still_waiting(q):
+        if not tested and self._still_waiting(q):
             self._nodewait[q.name] = q
             return
         for shape in q.noroom:
@@ -254,19 +260,22 @@ class NodeFit:
         has room now even for q's smallest pod. (First fit of one run of
         equal pods fails on less room; mixed runs are left to `_recheck`.)"""
         index = self._nodes
-        mins = q.nodemins
-        if index is None or not mins:
+        if index is None or not q.nodemins:
             return False
-        grown = index.grown_since(q.waitmark)
-        if grown is None or len(grown) > 64:
+        grown = index.grown
+        back = index.grown_total - q.waitmark
+        if back > 64 or back > len(grown):
             return False
-        for shape in q.noroom:
-            if len(shape.runs) != 1 and shape.head < len(shape.units):
-                return False
-        need = q.nodeneed
-        for g in grown:
-            if room_for(index.packed(g), *need):
-                return False
+        if q.nodemixed:
+            for shape in q.noroom:
+                if shape.podneed is None and shape.head < len(shape.units):
+                    return False
+        need, guards = q.nodeneed  # inlined room_for: this is called per woken queue
+        if need >= 0 and back:
+            packed = index.packed
+            for g in grown[len(grown) - back:]:
+                if (packed(g) - need) & guards == guards:
+                    return False
         q.waitmark = index.grown_total
         return True
 
@@ -277,9 +286,8 @@ class NodeFit:
         for shape in q.noroom:
             if shape.head >= len(shape.units):
                 continue
-            if len(shape.runs) != 1:
-                return True
-            if room_for(word, *packed_pod(shape.runs[0][1])):
+            pod = shape.podneed
+            if pod is None or room_for(word, *pod):
                 return True
         return False
 
@@ -299,6 +307,7 @@ class NodeFit:
             items.sort(key=dominant, reverse=True)  # stable for equal shares
             shape.runs = tuple((count, pairs) for count, pairs, _ in items)
             shape.runnames = tuple(name for _, _, name in items)
+            shape.podneed = packed_pod(shape.runs[0][1]) if len(items) == 1 else None
             shape.rungen = self._capgen
         return shape.runs
 
@@ -354,6 +363,8 @@ class NodeFit:
             shape.rejected = True
         shape.noroom = True
         q.noroom.append(shape)
+        if shape.podneed is None:
+            q.nodemixed = True
         smallest: dict[int, int] | None = q.nodemins
         for _, pairs in shape.runs:
             if smallest is None:

@@ -585,6 +585,7 @@ class AdmissionEngine(NodeFit):
             if entry is not None and entry[5].woken:
                 self._recheck(entry[5])
                 return True
+        words: dict[int, list[int] | None] = {}  # no node changes in this loop
         while woken:
             entry = woken[0]
             if not entry[5].woken:
@@ -594,7 +595,7 @@ class AdmissionEngine(NodeFit):
                 return False
             heapq.heappop(woken)
             q = entry[5]
-            if q.status != DIRTY and q.spec is not None and self._still_waiting(q):
+            if q.status != DIRTY and q.spec is not None and self._still_waiting(q, words):
                 # Back to waiting: nothing a decision depends on changed, so
                 # the next woken entry is tested against the same limit.
                 q.woken = False

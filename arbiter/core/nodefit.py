@@ -275,39 +275,47 @@ class NodeFit:
         assert self._nodes is not None
         q.waitmark = self._nodes.grown_total
 
-    def _grown_words(self, q: QueueState) -> list[int] | None:
+    def _grown_words(self, q: QueueState,
+                     cache: dict[int, list[int] | None] | None = None) -> list[int] | None:
         """The packed free amounts of the nodes grown since q's waitmark
-        (None: too many to tell)."""
+        (None: too many to tell). `cache`, by waitmark, is the caller's for
+        as long as no node changes (queues woken together share a mark)."""
+        mark = q.waitmark
+        if cache is not None and mark in cache:
+            return cache[mark]
         index = self._nodes
         assert index is not None
-        grown = index.grown_since(q.waitmark)
-        if grown is None or len(grown) > 64:
-            return None
-        packed = index.packed
-        return [packed(g) for g in grown]
+        grown = index.grown_since(mark)
+        words = None
+        if grown is not None and len(grown) <= 64:
+            packed = index.packed
+            words = [packed(g) for g in grown]
+        if cache is not None:
+            cache[mark] = words
+        return words
 
-    def _still_waiting(self, q: QueueState) -> bool:
+    def _still_waiting(self, q: QueueState,
+                       cache: dict[int, list[int] | None] | None = None) -> bool:
         """Cheap sufficient test that no shape of q without room fits now:
         each was full (on every node set) when q began to wait; the nodes
         that did not grow since only shrank, and none of those that grew
         has room now even for q's smallest pod. (First fit of one run of
-        equal pods fails on less room; mixed runs are left to `_recheck`.)"""
+        equal pods fails on less room; mixed runs are left to `_recheck`.)
+        `cache`: see `_grown_words`."""
         index = self._nodes
         if index is None or not q.nodemins:
-            return False
-        grown = index.grown
-        back = index.grown_total - q.waitmark
-        if back > 64 or back > len(grown):
             return False
         if q.nodemixed:
             for shape in q.noroom:
                 if shape.podneed is None and shape.head < len(shape.units):
                     return False
+        words = self._grown_words(q, cache)
+        if words is None:
+            return False
         need, guards = q.nodeneed  # inlined room_for: this is called per woken queue
-        if need >= 0 and back:
-            packed = index.packed
-            for g in grown[len(grown) - back:]:
-                if (packed(g) - need) & guards == guards:
+        if need >= 0:
+            for word in words:
+                if (word - need) & guards == guards:
                     return False
         q.waitmark = index.grown_total
         return True

@@ -229,9 +229,11 @@ class NodeFit:
         for q in woken:
             del nodewait[q.name]
             q.waitmark = mark
-            if q.blocking or q.spec is None or q.status == DIRTY:
+            if q.spec is None or q.status == DIRTY:
                 self._mark_dirty(q)
                 continue
+            # A blocking queue too: its head's shape is among those without
+            # room, so `_recheck` re-examines it exactly when that may fit.
             # Keyed by the best guarantee flag its shapes had when rejected:
             # a lower bound, as q's allocation only grew since (a release
             # re-examines q). Re-checked lazily, see `_take_woken`.

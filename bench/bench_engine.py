@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import hashlib
 import os
 import platform
 import random
@@ -192,6 +193,17 @@ def load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
+def order_hash(engine: AdmissionEngine, admitted: list[Unit]) -> str:
+    """A digest of the admission order and plans: an optimisation must not change it."""
+    digest = hashlib.sha256()
+    for unit in admitted:
+        digest.update(unit.key.encode())
+        plan = engine.plan(unit.key)
+        if plan is not None:
+            digest.update(repr((plan.pool, sorted(plan.nodes.items()))).encode())
+    return digest.hexdigest()[:16]
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
@@ -245,7 +257,8 @@ def full_admission(
         print(f"  {label:<22} best {best:>10}   median {median:>10}")
 
     print(f"\nfull admission, {repeat} runs (budget <= {budget:g} s)")
-    print(f"  admitted {n} of {len(units)} units ({n / len(units):.0%})")
+    print(f"  admitted {n} of {len(units)} units ({n / len(units):.0%}); "
+          f"order hash {order_hash(result[0], result[1])}")
     row("build, wall", [r[0] for r in runs])
     row("admit_all, wall", [r[1] for r in runs])
     row("total, wall", [r[0] + r[1] for r in runs])
@@ -263,6 +276,7 @@ def incremental(
     """Release admitted units, then time next() until nothing more fits."""
     rng = random.Random(seed)
     live = [u.key for u in admitted]
+    order: list[Unit] = []  # everything admitted here, for the order hash
 
     def release(count: int) -> tuple[float, float]:
         w0, c0 = clocks()
@@ -285,6 +299,7 @@ def incremental(
                 return calls, time.process_time() - c0, got
             got += 1
             live.append(unit.key)
+            order.append(unit)
 
     print(f"\nincremental (budget <= {budget:g} ms per admitted unit; {load()})")
     batch = max(1, len(live) // 100)
@@ -330,6 +345,7 @@ def incremental(
         f"      per next() call: mean {us(statistics.fmean(all_calls))}, "
         f"p99 {us(percentile(all_calls, 99))}"
     )
+    print(f"  incremental order hash {order_hash(engine, order)}")
 
 
 def deserved_time(capacity: Resources, specs: list[QueueSpec], units: list[Unit]) -> None:

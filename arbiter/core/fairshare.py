@@ -585,6 +585,7 @@ class AdmissionEngine(NodeFit):
             if entry is not None and entry[5].woken:
                 self._recheck(entry[5])
                 return True
+        words: dict[int, list[int] | None] = {}  # no node changes in this loop
         while woken:
             entry = woken[0]
             if not entry[5].woken:
@@ -593,7 +594,14 @@ class AdmissionEngine(NodeFit):
             if limit is not None and entry > limit:
                 return False
             heapq.heappop(woken)
-            self._recheck(entry[5])
+            q = entry[5]
+            if q.status != DIRTY and q.spec is not None and self._still_waiting(q, words):
+                # Back to waiting: nothing a decision depends on changed, so
+                # the next woken entry is tested against the same limit.
+                q.woken = False
+                self._nodewait[q.name] = q
+                continue
+            self._recheck(q, tested=True)
             return True
         return False
 
@@ -785,6 +793,7 @@ class AdmissionEngine(NodeFit):
         q.optflag = 2
         if q.nodemins is not None or q.nodeshape is not None:
             q.nodemins = None
+            q.nodemixed = False
             q.nodeshape = None
             q.noroom = []
             q.noroomflag = 2

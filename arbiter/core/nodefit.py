@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
-from arbiter.core.placement import NodeIndex, NodeSet, Runs, packed_pod, room_for
+from arbiter.core.placement import NodeIndex, NodeSet, Runs, packed_pod
 from arbiter.core.quantities import format_quantity
 from arbiter.core.queuestate import DIRTY, Entry, Fit, Pairs, Plan, QueueState, Shape
 from arbiter.core.resources import EMPTY, Resources
@@ -200,8 +200,8 @@ class NodeFit:
         grown = [node_set for node_set, _ in index.member_of[g]]
         gen = self._nodegen
         woken: list[QueueState] = []
-        for q in self._nodewait.values():
-            need, guards = q.nodeneed  # inlined room_for: this loop is hot
+        for q in self._nodewait.values():  # inlined room_for and _may_fit: this loop is hot
+            need, guards = q.nodeneed
             if need < 0 or (word - need) & guards != guards:
                 continue  # not even its smallest pod fits on g
             if q.nsgen == gen:
@@ -210,36 +210,66 @@ class NodeFit:
                         break
                 else:
                     continue
-                if not self._may_fit(q, word):
-                    continue
+                for shape in q.noroom:
+                    if shape.head < len(shape.units):
+                        pod = shape.podneed
+                        if pod is None or (pod[0] >= 0 and (word - pod[0]) & pod[1] == pod[1]):
+                            break
+                else:
+                    continue  # no pod of theirs fits on g: their room is unchanged
             woken.append(q)
-        for q in woken:
-            del self._nodewait[q.name]
-            self._wake_queue(q)
-
-    def _wake_queue(self, q: QueueState) -> None:
-        """q's shapes without room may fit now: re-check them before any
-        decision that one of its units could beat (lazily, see `_recheck`).
-        Keyed by the best guarantee flag they had when rejected: a lower
-        bound, as q's allocation only grew since (a release re-examines q)."""
-        if q.blocking or q.spec is None or q.status == DIRTY:
-            self._mark_dirty(q)
+        if not woken:
             return
-        q.woken = True
-        self._seq += 1
-        heapq.heappush(self._woken, (q.noroomflag, q.share, q.name, 0, self._seq, q))
+        # Every node that grew since q's waitmark without waking q had no room
+        # for any of its pods then and only shrank since: from now on only g
+        # and the nodes that grow later can hold one (see `_still_waiting`).
+        mark = index.grown_total - 1  # g's growth is the last one counted
+        nodewait = self._nodewait
+        entries: list[Entry] = []
+        for q in woken:
+            del nodewait[q.name]
+            q.waitmark = mark
+            if q.spec is None or q.status == DIRTY:
+                self._mark_dirty(q)
+                continue
+            # A blocking queue too: its head's shape is among those without
+            # room, so `_recheck` re-examines it exactly when that may fit.
+            # Keyed by the best guarantee flag its shapes had when rejected:
+            # a lower bound, as q's allocation only grew since (a release
+            # re-examines q). Re-checked lazily, see `_take_woken`.
+            q.woken = True
+            self._seq += 1
+            entries.append((q.noroomflag, q.share, q.name, 0, self._seq, q))
+        heap = self._woken
+        if len(entries) > len(heap):
+            heap.extend(entries)
+            heapq.heapify(heap)
+        else:
+            for entry in entries:
+                heapq.heappush(heap, entry)
 
-    def _recheck(self, q: QueueState) -> None:
+    def _recheck(self, q: QueueState, tested: bool = False) -> None:
         """A woken queue: re-examine it if one of its shapes without room may
-        fit now, else it keeps waiting for a node to grow."""
+        fit now, else it keeps waiting for a node to grow (`tested`: the
+        caller found `_still_waiting` False)."""
         q.woken = False
         if q.status == DIRTY or q.spec is None:
             return
-        if self._still_waiting(q):
+        if not tested and self._still_waiting(q):
             self._nodewait[q.name] = q
             return
+        words = self._grown_words(q)
         for shape in q.noroom:
-            if shape.head < len(shape.units) and not self._still_no_room(q, shape):
+            if shape.head >= len(shape.units):
+                continue
+            pod = shape.podneed
+            if words is not None and pod is not None:
+                # As in `_still_waiting`, per shape: no grown node holds one
+                # of its pods, so it is still full.
+                need, guards = pod
+                if need < 0 or not any((word - need) & guards == guards for word in words):
+                    continue
+            if not self._still_no_room(q, shape):
                 self._mark_dirty(q)
                 self._examine(q)
                 return
@@ -247,41 +277,50 @@ class NodeFit:
         assert self._nodes is not None
         q.waitmark = self._nodes.grown_total
 
-    def _still_waiting(self, q: QueueState) -> bool:
+    def _grown_words(self, q: QueueState,
+                     cache: dict[int, list[int] | None] | None = None) -> list[int] | None:
+        """The packed free amounts of the nodes grown since q's waitmark
+        (None: too many to tell). `cache`, by waitmark, is the caller's for
+        as long as no node changes (queues woken together share a mark)."""
+        mark = q.waitmark
+        if cache is not None and mark in cache:
+            return cache[mark]
+        index = self._nodes
+        assert index is not None
+        grown = index.grown_since(mark)
+        words = None
+        if grown is not None and len(grown) <= 64:
+            packed = index.packed
+            words = [packed(g) for g in grown]
+        if cache is not None:
+            cache[mark] = words
+        return words
+
+    def _still_waiting(self, q: QueueState,
+                       cache: dict[int, list[int] | None] | None = None) -> bool:
         """Cheap sufficient test that no shape of q without room fits now:
         each was full (on every node set) when q began to wait; the nodes
         that did not grow since only shrank, and none of those that grew
         has room now even for q's smallest pod. (First fit of one run of
-        equal pods fails on less room; mixed runs are left to `_recheck`.)"""
+        equal pods fails on less room; mixed runs are left to `_recheck`.)
+        `cache`: see `_grown_words`."""
         index = self._nodes
-        mins = q.nodemins
-        if index is None or not mins:
+        if index is None or not q.nodemins:
             return False
-        grown = index.grown_since(q.waitmark)
-        if grown is None or len(grown) > 64:
+        if q.nodemixed:
+            for shape in q.noroom:
+                if shape.podneed is None and shape.head < len(shape.units):
+                    return False
+        words = self._grown_words(q, cache)
+        if words is None:
             return False
-        for shape in q.noroom:
-            if len(shape.runs) != 1 and shape.head < len(shape.units):
-                return False
-        need = q.nodeneed
-        for g in grown:
-            if room_for(index.packed(g), *need):
-                return False
+        need, guards = q.nodeneed  # inlined room_for: this is called per woken queue
+        if need >= 0:
+            for word in words:
+                if (word - need) & guards == guards:
+                    return False
         q.waitmark = index.grown_total
         return True
-
-    def _may_fit(self, q: QueueState, word: int) -> bool:
-        """Might one of q's shapes without room fit now that a node grew (its
-        free amounts packed in `word`)? Not when no pod of theirs fits on it:
-        their room elsewhere is unchanged."""
-        for shape in q.noroom:
-            if shape.head >= len(shape.units):
-                continue
-            if len(shape.runs) != 1:
-                return True
-            if room_for(word, *packed_pod(shape.runs[0][1])):
-                return True
-        return False
 
     def _runs(self, shape: Shape) -> Runs:
         """The shape's pods as runs of equal pods, largest dominant share first
@@ -299,6 +338,7 @@ class NodeFit:
             items.sort(key=dominant, reverse=True)  # stable for equal shares
             shape.runs = tuple((count, pairs) for count, pairs, _ in items)
             shape.runnames = tuple(name for _, _, name in items)
+            shape.podneed = packed_pod(shape.runs[0][1]) if len(items) == 1 else None
             shape.rungen = self._capgen
         return shape.runs
 
@@ -354,6 +394,8 @@ class NodeFit:
             shape.rejected = True
         shape.noroom = True
         q.noroom.append(shape)
+        if shape.podneed is None:
+            q.nodemixed = True
         smallest: dict[int, int] | None = q.nodemins
         for _, pairs in shape.runs:
             if smallest is None:

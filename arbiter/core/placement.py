@@ -282,9 +282,13 @@ class NodeSet:
         """`start` plus how many pods of `pairs` (at most `count` each) the
         members `nodes` hold, and those that hold some."""
         fr = self.fr
+        packed = self.packed
+        need, guards = packed_pod(pairs)
         bound = start
         kept: list[int] = []
         for m in nodes:
+            if need >= 0 and (packed[m] - need) & guards != guards:
+                continue  # not even one pod: the usual case, one big-int test
             k = count
             for r, a in pairs:
                 q = fr[r][m] // a

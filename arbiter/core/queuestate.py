@@ -76,8 +76,8 @@ class Shape:
     """
 
     __slots__ = (
-        "head", "key", "noroom", "pairs", "pods", "rejected", "rungen", "runnames", "runs",
-        "tail", "units", "unsorted", "ver",
+        "head", "key", "noroom", "pairs", "podneed", "pods", "rejected", "rungen", "runnames",
+        "runs", "tail", "units", "unsorted", "ver",
     )
 
     key: ShapeKey  # its key in the queue's `shapes`
@@ -92,6 +92,7 @@ class Shape:
     runs: Runs  # node fit: (pod count, pairs of one pod), largest dominant share first
     runnames: tuple[str, ...]  # the pod set of each run
     rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
+    podneed: tuple[int, int] | None  # one run: its pod packed (placement.packed_pod); else None
     noroom: bool  # rejected because no node had room
 
     def __init__(self, key: ShapeKey, pairs: Pairs, pods: tuple[PodSet, ...] = ()) -> None:
@@ -101,6 +102,7 @@ class Shape:
         self.runs = ()
         self.runnames = ()
         self.rungen = -1
+        self.podneed = None
         self.noroom = False
         self.units = []
         self.head = 0
@@ -155,6 +157,7 @@ class QueueState:
         "nadmitted",
         "name",
         "nodemins",
+        "nodemixed",
         "nodeneed",
         "nodeshape",
         "noroom",
@@ -202,6 +205,7 @@ class QueueState:
     wversion: int
     nadmitted: int
     nodemins: dict[int, int] | None  # element-wise min pod of shapes with no node room
+    nodemixed: bool  # one of `noroom` has pods of more than one size
     nodeneed: tuple[int, int]  # `nodemins` packed (placement.packed_pod; (0, 0): None)
     nodeshape: Shape | None  # blocking: the head's shape when no node has room for it
     noroom: list[Shape]  # its shapes no node had room for
@@ -238,6 +242,7 @@ class QueueState:
         self.wversion = 0
         self.nadmitted = 0
         self.nodemins = None
+        self.nodemixed = False
         self.nodeneed = (0, 0)
         self.nodeshape = None
         self.noroom = []

@@ -94,6 +94,8 @@ def ensure_kueue_built(*, force: bool = False) -> KueueBuild:
         raise BuildError(f"no Kueue wrapper module in {wrapper_dir()}")
     go = go_binary()
     version = pinned_version()
+    # The same cache steps as build.build (key, found, staging, publish), over
+    # another module: the shared parts are new_staging/publish; the key differs.
     key = cache_key(version, _go_version(go))
     root = cache_root()
     found = KueueBuild(root / key)

@@ -31,6 +31,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+import aiohttp
 import orjson
 from aiohttp import web
 
@@ -187,7 +188,7 @@ class TokenReviewer:
                                "resourceAttributes": {"group": "arbiter.dev",
                                                       "resource": "queues", "verb": "get"}}})
             return bool((access.get("status") or {}).get("allowed"))
-        except (ApiError, OSError, ValueError) as error:
+        except (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as error:
             log.warning("debug API token review failed", extra={"error": str(error)})
             return False
 

@@ -69,7 +69,6 @@ import json
 import sys
 
 from arbiter import fairshare_reclaim
-from arbiter.core.hierarchy import has_hierarchy
 from arbiter.fairshare_scenario import ScenarioError, evaluate, load_scenario, read_document
 
 
@@ -104,9 +103,6 @@ def run(args: argparse.Namespace) -> int:
         scenario = load_scenario(document)
         if args.start:
             running.update(fairshare_reclaim.read_from(str(args.start)))
-        if (running or args.start) and has_hierarchy(scenario.queues):
-            raise ScenarioError("queues[].parent: reclaim over a tree of queues is not "
-                                "modelled offline yet; drop --from/running or the parents")
         result = (fairshare_reclaim.settle(scenario, running) if running or args.start
                   else evaluate(scenario, order=bool(args.order)))
     except ScenarioError as exc:

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from arbiter.core.fairshare import Unit
+from arbiter.core.hierarchy import has_hierarchy
 from arbiter.core.reclaim_sim import Simulation
 from arbiter.fairshare_scenario import (
     Scenario,
@@ -90,6 +91,9 @@ def running_units(scenario: Scenario, running: Entries) -> list[Unit]:
 def settle(scenario: Scenario, running: Entries) -> dict[str, Any]:
     """Start from the running units, let the scenario's units arrive, reclaim
     to the fixpoint: the JSON-ready result."""
+    if has_hierarchy(scenario.queues):
+        raise ScenarioError("queues[].parent: reclaim over a tree of queues is not "
+                            "modelled offline yet; drop --from/running or the parents")
     started = running_units(scenario, running)
     simulation = Simulation(scenario.capacity, scenario.queues)
     for unit in started:

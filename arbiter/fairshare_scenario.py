@@ -439,7 +439,7 @@ def evaluate(scenario: Scenario, *, order: bool = False,
         "free": _quantities(engine.free(), names),
     }
     asked = {u.key: _pod_count(u) for u in shrinkable}
-    for spec in scenario.queues if shrinkable else ():
+    for spec in scenario.queues if asked else ():
         # Units admitted with fewer pods than asked: key -> pods admitted.
         partial = {u.key: _pod_count(u) for u in engine.admitted(spec.name)
                    if _pod_count(u) < asked.get(u.key, 0)}

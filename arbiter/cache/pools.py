@@ -41,10 +41,6 @@ class PoolMembership:
         """The nodes of `pool` (a live, read-only view; empty for an unknown pool)."""
         return self._members.get(pool, _NO_NODES)
 
-    def pools(self) -> list[PoolRecord]:
-        """The Pool objects, by name (the order membership is decided in)."""
-        return list(self._order)
-
     def pool(self, name: str) -> PoolRecord | None:
         return self._pools.get(name)
 

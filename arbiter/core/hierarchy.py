@@ -53,10 +53,10 @@ import heapq
 from collections.abc import Iterable
 from fractions import Fraction
 from itertools import count
-from operator import attrgetter
 
 from arbiter.core.fairshare import dominant_share_of, order_key
 from arbiter.core.model import QueueSpec, Unit
+from arbiter.core.queuestate import KEY_FUNCS, sort_units
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["HierarchicalEngine", "has_hierarchy"]
@@ -102,10 +102,6 @@ class _Node:
         # Per resource index, a max-heap of the offers below that this queue's
         # capability (the root: free capacity) limits.
         self.lheaps: dict[int, list[_Limit]] = {}
-
-
-_BY_CREATED = attrgetter("created", "key")
-_BY_PRIORITY = attrgetter("priority")
 
 
 def _deepest_first(node: _Node) -> int:
@@ -343,10 +339,7 @@ class HierarchicalEngine:
         self._watched = [False] * nres
         self._groups = list(groups)
         for group, units in groups.items():
-            # Queue order with C-level keys: stable passes, least significant first.
-            units.sort(key=_BY_CREATED)
-            if self._spec(group).policy == "Priority":
-                units.sort(key=_BY_PRIORITY, reverse=True)
+            sort_units(units, KEY_FUNCS[self._spec(group).policy])
             members = group.units = [(u, nodes[u.queue], pending[u.key]) for u in units]
             for _, _, pairs in members:
                 for i, a in pairs:

@@ -6,9 +6,10 @@ can use the same types without importing the engine.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from arbiter.core.resources import EMPTY, Resources
 
@@ -18,6 +19,7 @@ __all__ = [
     "MAIN_POD_SET",
     "QUEUE_POLICIES",
     "ChildOrder",
+    "CountedPods",
     "Node",
     "Placement",
     "PodSet",
@@ -25,6 +27,7 @@ __all__ = [
     "QueuePolicy",
     "QueueSpec",
     "Unit",
+    "demand_of",
 ]
 
 QueuePolicy = Literal["Priority", "FIFO"]
@@ -90,6 +93,25 @@ class PodSet:
     def __post_init__(self) -> None:
         if self.count < 0:
             raise ValueError(f"pod set {self.name}: count must not be negative")
+
+
+class CountedPods(Protocol):
+    """`count` pods each requesting `requests` (a pod set, in any layer)."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def requests(self) -> Resources: ...
+
+
+@functools.lru_cache(maxsize=4096)
+def demand_of(pod_sets: tuple[CountedPods, ...]) -> Resources:
+    """Total demand of some pod sets (memoised: most units share a few shapes);
+    the engine's PodSet and the cache's record alike."""
+    total = EMPTY
+    for pod_set in pod_sets:
+        total = total + pod_set.requests.scale(pod_set.count)
+    return total
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from arbiter.core.fairshare import AdmissionEngine
-from arbiter.core.model import PodSet, Unit
-from arbiter.core.resources import EMPTY, Resources
+from arbiter.core.model import Unit, demand_of
 
 
 def can_shrink(unit: Unit) -> bool:
@@ -35,17 +34,10 @@ def smaller(unit: Unit) -> Iterator[Unit]:
         pods = tuple(replace(ps, count=count) for ps, count in zip(unit.pods, counts, strict=True))
         if pods == unit.pods:
             return
-        yield replace(unit, demand=pod_demand(pods), pods=pods)
+        yield replace(unit, demand=demand_of(pods), pods=pods)
         if counts == floors:
             return
         unit = replace(unit, pods=pods)
-
-
-def pod_demand(pods: Iterable[PodSet]) -> Resources:
-    total = EMPTY
-    for ps in pods:
-        total = total + ps.requests.scale(ps.count)
-    return total
 
 
 def admit_partial(engine: AdmissionEngine, candidates: Iterable[Unit]) -> list[Unit]:

@@ -27,7 +27,7 @@ from typing import Any
 from arbiter.api import ADMISSION_GATE, UnitPhase, format_rfc3339
 from arbiter.cache import convert
 from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
-from arbiter.core.model import Placement
+from arbiter.core.model import Placement, demand_of
 from arbiter.kubeapi import (
     AlreadyExists,
     ApiError,
@@ -48,7 +48,7 @@ from arbiter.loop.placement import (
     job_release_ops,
     pod_release_ops,
 )
-from arbiter.loop.units import DesiredUnit, demand_of, manifest
+from arbiter.loop.units import DesiredUnit, manifest
 
 log = logging.getLogger(__name__)
 

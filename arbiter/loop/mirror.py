@@ -19,13 +19,13 @@ from arbiter.cache.records import PodRecord, PodSet, QueueRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.deserved import deserved
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
-from arbiter.core.model import Placement
+from arbiter.core.model import Placement, demand_of
 from arbiter.core.model import PodSet as EnginePodSet
 from arbiter.core.partial import admit_partial, can_shrink
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.index import LoopIndex, consumer_state
 from arbiter.loop.nodes import NodeModel
-from arbiter.loop.units import Disposition, demand_of, disposition
+from arbiter.loop.units import Disposition, disposition
 
 State = Literal["pending", "parked", "admitted", "orphan"]
 

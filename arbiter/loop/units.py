@@ -22,7 +22,6 @@ shared with the webhook).
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -41,21 +40,13 @@ from arbiter.api import (
 )
 from arbiter.cache.ownership import ConsumerKey, ConsumerKind, gate_consumer
 from arbiter.cache.records import JobRecord, PodRecord, PodSet, PriorityClassRecord, UnitRecord
+from arbiter.core.model import demand_of
 from arbiter.core.resources import EMPTY, Resources
 
 # consumerRef.apiVersion of a pod group: there is no such object, the
 # kind names the label that gathers its pods.
 POD_GROUP_API_VERSION = API_VERSION
 MAIN_POD_SET = "main"
-
-
-@functools.lru_cache(maxsize=4096)
-def demand_of(pod_sets: tuple[PodSet, ...]) -> Resources:
-    """Total demand of some pod sets (memoised: most units share a few shapes)."""
-    total = EMPTY
-    for pod_set in pod_sets:
-        total = total + pod_set.requests.scale(pod_set.count)
-    return total
 
 
 def consumer_key(unit: UnitRecord) -> ConsumerKey | None:

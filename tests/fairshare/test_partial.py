@@ -10,8 +10,8 @@ import re
 import pytest
 
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
-from arbiter.core.model import Node, PodSet
-from arbiter.core.partial import admit_partial, can_shrink, pod_demand, smaller
+from arbiter.core.model import Node, PodSet, demand_of
+from arbiter.core.partial import admit_partial, can_shrink, smaller
 from arbiter.core.resources import Resources
 from arbiter.fairshare_scenario import ScenarioError, evaluate, load_scenario
 
@@ -23,7 +23,7 @@ def cpu(millis: int) -> Resources:
 def unit(key: str, queue: str, pods: int, minimum: int | None, millis: int = 1000,
          created: float = 0.0) -> Unit:
     sets = (PodSet("main", pods, cpu(millis), minimum),)
-    return Unit(key, queue, pod_demand(sets), created=created, pods=sets)
+    return Unit(key, queue, demand_of(sets), created=created, pods=sets)
 
 
 def nodes(count: int, millis: int = 1000) -> list[Node]:
@@ -85,10 +85,10 @@ def test_capability_bounds_the_count() -> None:
 
 def test_smaller_takes_one_pod_from_every_set_above_its_minimum() -> None:
     sets = (PodSet("w", 4, cpu(1000), 2), PodSet("ps", 2, cpu(500)), PodSet("x", 3, cpu(1), 2))
-    start = Unit("k", "q", pod_demand(sets), pods=sets)
+    start = Unit("k", "q", demand_of(sets), pods=sets)
     counts = [tuple(ps.count for ps in u.pods) for u in smaller(start)]
     assert counts == [(3, 2, 2), (2, 2, 2)]
-    assert [u.demand for u in smaller(start)][-1] == pod_demand(
+    assert [u.demand for u in smaller(start)][-1] == demand_of(
         (PodSet("w", 2, cpu(1000)), PodSet("ps", 2, cpu(500)), PodSet("x", 2, cpu(1))))
     assert list(smaller(unit("k", "q", 3, 3))) == [] and not can_shrink(unit("k", "q", 3, 3))
 

@@ -103,6 +103,16 @@ def _target(text: str) -> tuple[str, str]:
     return namespace, name
 
 
+MAX_MESSAGE = 1024  # the QueueUnit CRD's maxLength of a check's message
+
+
+def _message(text: str) -> str:
+    if len(text) > MAX_MESSAGE:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_MESSAGE} characters (the unit's check message), got {len(text)}")
+    return text
+
+
 def add_parser(subparsers: Any) -> None:
     for verb, state in VERBS.items():
         if verb in subparsers.choices:
@@ -115,7 +125,8 @@ def add_parser(subparsers: Any) -> None:
                         "queueunits/status (and get on queueunits and admissionchecks).",
         )
         parser.add_argument("unit", type=_target, metavar="NAMESPACE/UNIT")
-        parser.add_argument("--message", "-m", default="", help="why (shown on the unit)")
+        parser.add_argument("--message", "-m", default="", type=_message,
+                            help="why (shown on the unit; at most 1,024 characters)")
         parser.add_argument("--check", default=None,
                             help="the AdmissionCheck to answer (default: every approval "
                                  "check the unit waits on)")

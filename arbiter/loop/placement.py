@@ -106,7 +106,7 @@ class Placed:
         """Parsed leniently: an annotation someone mangled undoes nothing."""
         try:
             raw = json.loads(text) if isinstance(text, str) else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # e.g. a deeply nested value
             raw = {}
         raw = raw if isinstance(raw, dict) else {}
 

@@ -109,8 +109,10 @@ def min_parallelism(job: JobRecord) -> int | None:
     """The Job's `arbiter.dev/min-parallelism` (partial admission), capped
     at its parallelism; None when absent or not a whole number >= 1 (the
     webhook refuses those; a Job created while it was down runs whole)."""
-    text = dict(job.annotations).get(MIN_PARALLELISM_ANNOTATION)
-    if text is None or not text.strip().isdigit() or int(text) < 1:
+    text = (dict(job.annotations).get(MIN_PARALLELISM_ANNOTATION) or "").strip()
+    # ASCII digits only and short: "²" passes isdigit() and 5,000 digits pass
+    # it too, and int() raises on both (in the loop, for every unit).
+    if not (text.isascii() and text.isdigit() and len(text) <= 9) or int(text) < 1:
         return None
     return min(int(text), job.parallelism)
 

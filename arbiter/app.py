@@ -94,7 +94,10 @@ def build_extender_app(ctx: ServerContext) -> web.Application:
     app[CONTEXT] = ctx
     add_health_routes(app, ctx)
     app.add_subapp(extender_routes.PREFIX, extender_routes.extender_app(
-        extender_state(ctx.store, config), max_body=config.extender_max_body_bytes))
+        extender_state(ctx.store, config), max_body=config.extender_max_body_bytes,
+        # Names are checked only where a CA verified the certificate.
+        client_names=frozenset(config.extender_client_names)
+        if config.extender_client_ca is not None else frozenset()))
     return app
 
 

@@ -46,6 +46,9 @@ class ServeConfig:
     # None: any client is served, with a warning at start.
     extender_port: int = 9444
     extender_client_ca: Path | None = None
+    # With a client CA: the commonNames allowed to call the extender (that
+    # CA may sign other clients too); empty: any certificate it signed.
+    extender_client_names: tuple[str, ...] = ("system:kube-scheduler",)
     # The metrics/health HTTPS listener (/metrics, /healthz, /readyz and, when
     # debug_api is not "off", /debug/...: "loopback" answers clients on this
     # host only, "token" bearer tokens reviewed with the apiserver).

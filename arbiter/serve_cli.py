@@ -149,6 +149,11 @@ def add_parser(subparsers: Any) -> None:
         help="CA file: the extender then requires a client certificate it signed "
              "(kube-scheduler's tlsConfig certFile/keyFile); without it any client may "
              "call the extender and a warning is logged at start")
+    add("--extender-client-names",
+        default=_env("extender_client_names", ",".join(defaults.extender_client_names)),
+        help="with --extender-client-ca: comma-separated commonNames of the client "
+             "certificates allowed to call the extender (the CA may sign others too); "
+             "empty: any certificate that CA signed")
     number("--metrics-port", int, defaults.metrics_port,
         help="HTTPS port of /metrics, /healthz, /readyz and the debug API")
     add("--debug-api", default=_env("debug_api", defaults.debug_api),
@@ -194,6 +199,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         metrics_port=args.metrics_port,
         debug_api=args.debug_api,
         extender_client_ca=Path(args.extender_client_ca) if args.extender_client_ca else None,
+        extender_client_names=_csv(args.extender_client_names or ""),
         extender_locality_weight=args.extender_locality_weight,
         extender_binpack_weight=args.extender_binpack_weight,
         log_level=args.log_level.upper(),

@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler as AiohttpHandler
+from aiohttp.typedefs import Middleware
 
 from arbiter import metrics
 from arbiter.httpserve import CachedCounter, one_line, read_limited
@@ -133,10 +135,45 @@ def make_handler(verb: str, state: ExtenderState, max_body: int) -> Handler:
     return handle
 
 
-def extender_app(state: ExtenderState, *, max_body: int) -> web.Application:
+def peer_common_name(request: web.Request) -> str | None:
+    """The commonName of the verified client certificate, if the TLS
+    handshake required one (`getpeercert()` is empty otherwise)."""
+    cert = request.transport.get_extra_info("peercert") if request.transport else None
+    if not isinstance(cert, dict):
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def client_name_guard(allowed: frozenset[str]) -> Middleware:
+    """Middleware: only a client certificate whose commonName is in `allowed`
+    may call the verbs. The client CA alone is not enough: in most clusters
+    it also signs kubelets' and users' certificates, and a filter answer
+    holds a queue's capacity (assumed pods)."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: AiohttpHandler) -> web.StreamResponse:
+        name = peer_common_name(request)
+        if name not in allowed:
+            shown = "no client certificate" if name is None else f"client {name!r}"
+            return web.Response(status=403, text=(
+                f"{shown} may not call the scheduler extender "
+                f"(allowed: {', '.join(sorted(allowed))}; see --extender-client-names)"))
+        return await handler(request)
+
+    return guard
+
+
+def extender_app(state: ExtenderState, *, max_body: int,
+                 client_names: frozenset[str] = frozenset()) -> web.Application:
     """The sub-application mounted at `PREFIX`: the three verbs. The state
-    (and its assumed placements) closes with it."""
-    app = web.Application(client_max_size=max_body)
+    (and its assumed placements) closes with it. `client_names`: when not
+    empty, the commonNames of client certificates allowed to call."""
+    middlewares = [client_name_guard(client_names)] if client_names else []
+    app = web.Application(client_max_size=max_body, middlewares=middlewares)
     for verb in VERBS:
         app.router.add_post(f"/{verb}", make_handler(verb, state, max_body))
 

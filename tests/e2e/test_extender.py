@@ -252,7 +252,12 @@ def test_a_forged_filter_call_without_a_client_certificate_is_refused(
     webhook_port = sandbox.arbiter_port
     assert webhook_port is not None
     assert _forged_filter(webhook_port, trust) == 404
-    # With the scheduler's own certificate the same call is answered.
     keys = sandbox.pki
+    # The cluster CA signs other clients too: the admin's certificate passes
+    # the handshake but is not kube-scheduler's, so the call is refused.
+    admin = ssl.create_default_context(cafile=str(sandbox.arbiter_cert_dir / "ca.crt"))
+    admin.load_cert_chain(keys.client_cert("admin"), keys.client_key("admin"))
+    assert _forged_filter(port, admin) == 403
+    # With the scheduler's own certificate the same call is answered.
     trust.load_cert_chain(keys.client_cert("kube-scheduler"), keys.client_key("kube-scheduler"))
     assert _forged_filter(port, trust) == 200

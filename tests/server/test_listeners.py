@@ -19,21 +19,26 @@ from certs.authority import cert_pem, issue, key_pem, new_ca, write_private, wri
 from certs.manager import CertManager
 
 
-def _client_pair(directory: Path, ca_name: str) -> tuple[Path, Path, Path]:
-    """A CA (its file) and a client certificate and key it signed."""
+def _client_pair(directory: Path, ca_name: str,
+                 names: tuple[str, ...] = ("system:kube-scheduler",)) -> list[Path]:
+    """A CA (its file) and, per name, a client certificate and key it signed."""
     ca_cert, ca_key = new_ca(ca_name)
-    cert, key = issue(ca_cert, ca_key, "system:kube-scheduler", client=True)
-    paths = directory / f"{ca_name}.crt", directory / f"{ca_name}-client.crt", \
-        directory / f"{ca_name}-client.key"
+    paths = [directory / f"{ca_name}.crt"]
     write_public(paths[0], cert_pem(ca_cert))
-    write_public(paths[1], cert_pem(cert))
-    write_private(paths[2], key_pem(key))
+    for index, name in enumerate(names):
+        cert, key = issue(ca_cert, ca_key, name, client=True)
+        paths += [directory / f"{ca_name}-{index}.crt", directory / f"{ca_name}-{index}.key"]
+        write_public(paths[-2], cert_pem(cert))
+        write_private(paths[-1], key_pem(key))
     return paths
 
 
-async def _listeners(tmp_path: Path, client_ca: Path | None) -> AsyncIterator[dict[str, int]]:
+async def _listeners(tmp_path: Path, client_ca: Path | None,
+                     names: tuple[str, ...] = ("system:kube-scheduler",),
+                     ) -> AsyncIterator[dict[str, int]]:
     config = ServeConfig(host="127.0.0.1", port=0, extender_port=0, metrics_port=0,
-                         cert_dir=tmp_path / "serving", extender_client_ca=client_ca)
+                         cert_dir=tmp_path / "serving", extender_client_ca=client_ca,
+                         extender_client_names=names)
     certs = CertManager(config.cert_dir, ["localhost"], ["127.0.0.1"])
     ctx = ServerContext(config=config, store=ClusterStore(), certs=certs)
     runners = await start_listeners(ctx, await certs.prepare(), background=False)
@@ -76,6 +81,20 @@ async def test_the_extender_requires_a_client_certificate_of_the_configured_ca(
             assert isinstance(status, str) or 400 <= status < 500, status
         # The webhook port does not serve the extender at all.
         assert await _filter(ports["webhook"], _context(tmp_path, None)) == 404
+
+
+async def test_the_extender_answers_only_the_allowed_client_names(tmp_path: Path) -> None:
+    # The cluster CA signs kubelets' and users' certificates too: one of them
+    # must not be able to hold a queue's capacity with forged filter calls.
+    ca, scheduler_cert, scheduler_key, node_cert, node_key = _client_pair(
+        tmp_path, "cluster", ("system:kube-scheduler", "system:node:worker-1"))
+    async for ports in _listeners(tmp_path, ca):
+        assert await _filter(ports["extender"],
+                             _context(tmp_path, (scheduler_cert, scheduler_key))) == 503
+        assert await _filter(ports["extender"], _context(tmp_path, (node_cert, node_key))) == 403
+    # An empty list: any certificate of the CA (the admin's explicit choice).
+    async for ports in _listeners(tmp_path, ca, names=()):
+        assert await _filter(ports["extender"], _context(tmp_path, (node_cert, node_key))) == 503
 
 
 async def test_without_a_client_ca_the_extender_warns_and_still_serves(

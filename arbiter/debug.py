@@ -52,6 +52,10 @@ SLICE = 500
 # Seconds a token's positive review is reused; tokens remembered at most.
 TOKEN_TTL = 60.0
 MAX_TOKENS = 1000
+# Reviews of tokens not in the cache, per second and in a burst: a flood of
+# distinct random tokens must not become a flood of TokenReviews.
+REVIEW_RATE = 5.0
+REVIEW_BURST = 20
 
 PREFIX = "/debug"
 DEFAULT_LIMIT = 100
@@ -145,18 +149,35 @@ async def _mirror(view: KeptView, leadership: Leadership) -> tuple[EngineMirror,
 TokenCheck = Callable[[str], Awaitable[bool]]
 
 
+class ReviewsThrottled(Exception):
+    """Too many tokens to review right now (answered 429)."""
+
+
 class TokenReviewer:
     """Bearer tokens checked with the apiserver: TokenReview (who is it),
     then SubjectAccessReview (may they `get` Queues). Answers are cached
     for `ttl` seconds by the token's SHA-256 (positive and negative alike,
-    so a flood of one bad token costs one review a minute)."""
+    so a flood of one bad token costs one review a minute); concurrent
+    requests with one token share one review; reviews of new tokens are
+    rate-limited (`ReviewsThrottled` past the budget), and a full cache
+    drops its oldest answer, so a flood of random tokens neither loads the
+    apiserver nor evicts the tokens in use."""
 
     def __init__(self, api: Any, *, ttl: float = TOKEN_TTL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 rate: float = REVIEW_RATE, burst: int = REVIEW_BURST,
+                 max_tokens: int = MAX_TOKENS) -> None:
         self.api = api
         self.ttl = ttl
         self.clock = clock
+        self.rate = rate
+        self.burst = burst
+        self.max_tokens = max_tokens
+        self._budget = float(burst)
+        self._refilled = clock()
+        # Insertion-ordered: re-inserted on every review, so first is oldest.
         self._answers: dict[str, tuple[float, bool]] = {}
+        self._reviewing: dict[str, asyncio.Future[bool]] = {}
 
     async def __call__(self, token: str) -> bool:
         digest = hashlib.sha256(token.encode()).hexdigest()
@@ -164,11 +185,42 @@ class TokenReviewer:
         cached = self._answers.get(digest)
         if cached is not None and cached[0] > now:
             return cached[1]
-        allowed = await self._review(token)
-        if len(self._answers) >= MAX_TOKENS:
-            self._answers.clear()
+        running = self._reviewing.get(digest)
+        if running is not None:
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                if running.cancelled():  # its caller went away: deny, the client retries
+                    return False
+                raise
+        self._take_budget(now)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._reviewing[digest] = future
+        try:
+            allowed = await self._review(token)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved: waiters re-raise it, none is required
+            raise
+        finally:
+            del self._reviewing[digest]
+        future.set_result(allowed)
+        self._answers.pop(digest, None)
+        while len(self._answers) >= self.max_tokens:
+            del self._answers[next(iter(self._answers))]
         self._answers[digest] = (now + self.ttl, allowed)
         return allowed
+
+    def _take_budget(self, now: float) -> None:
+        self._budget = min(float(self.burst),
+                           self._budget + (now - self._refilled) * self.rate)
+        self._refilled = now
+        if self._budget < 1.0:
+            raise ReviewsThrottled
+        self._budget -= 1.0
 
     async def _review(self, token: str) -> bool:
         try:
@@ -214,7 +266,13 @@ def access_guard(access: DebugAccess, check_token: TokenCheck | None) -> Any:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 return _json({"error": "a bearer token is required"}, 401)
-            if check_token is None or not await check_token(token.strip()):
+            try:
+                allowed = check_token is not None and await check_token(token.strip())
+            except ReviewsThrottled:
+                response = _json({"error": "too many new tokens to review; retry later"}, 429)
+                response.headers["Retry-After"] = "1"
+                return response
+            if not allowed:
                 return _json({"error": "the token may not read the debug API"}, 403)
         return await handler(request)
 

@@ -3,6 +3,9 @@ tokens the apiserver accepts for a user who may get Queues."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -57,3 +60,49 @@ async def test_reviews_are_cached_for_a_while() -> None:
     now[0] = 61.0
     assert await reviewer("good")
     assert calls == ["good", "bad", "good"]
+
+
+def _counting(reviewer: debug.TokenReviewer, calls: list[str], delay: float = 0.0) -> None:
+    async def review(token: str) -> bool:
+        calls.append(token)
+        await asyncio.sleep(delay)
+        return token.startswith("good")
+
+    reviewer._review = review  # type: ignore[method-assign]
+
+
+async def test_a_flood_of_new_tokens_is_throttled_and_evicts_no_token_in_use() -> None:
+    now = [0.0]
+    reviewer = debug.TokenReviewer(api=None, clock=lambda: now[0], rate=2.0, burst=3,
+                                   max_tokens=3)
+    calls: list[str] = []
+    _counting(reviewer, calls)
+    assert await reviewer("good")
+    assert not await reviewer("random-1") and not await reviewer("random-2")
+    with pytest.raises(debug.ReviewsThrottled):  # the burst is spent
+        await reviewer("random-3")
+    assert await reviewer("good")  # cached answers are still served
+    assert calls == ["good", "random-1", "random-2"]
+    now[0] = 0.5  # one review refilled
+    assert not await reviewer("random-4")
+    # The cache holds 3: the oldest answer ("good") made room for random-4,
+    # the newer ones stayed.
+    assert not await reviewer("random-2")
+    assert calls == ["good", "random-1", "random-2", "random-4"]
+
+
+async def test_concurrent_requests_with_one_token_share_one_review() -> None:
+    reviewer = debug.TokenReviewer(api=None, burst=1)
+    calls: list[str] = []
+    _counting(reviewer, calls, delay=0.05)
+    answers = await asyncio.gather(*(reviewer("good-x") for _ in range(20)))
+    assert answers == [True] * 20 and calls == ["good-x"]
+
+
+async def test_throttled_reviews_are_answered_429_with_retry_after() -> None:
+    async def check(token: str) -> bool:
+        raise debug.ReviewsThrottled
+
+    async with TestClient(TestServer(_app("token", check))) as client:
+        answer = await client.get("/debug/queues", headers={"Authorization": "Bearer x"})
+        assert answer.status == 429 and answer.headers["Retry-After"] == "1"

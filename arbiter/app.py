@@ -172,7 +172,8 @@ def background_tasks(ctx: ServerContext, leadership: Leadership) -> dict[str, Ta
         "heap-freeze": partial(freeze_after_first_sync, ctx),
         # Leader election, and while leading the admission loop and leader_tasks.
         "admission": partial(
-            run_admission, api=ctx.api, store=ctx.store, settings=loop_settings(config),
+            run_admission, api=ctx.api, lease_api=ctx.lease_api, store=ctx.store,
+            settings=loop_settings(config),
             election=election(config), replica=config.identity,
             event_qps=config.event_qps, leadership=leadership, leader_tasks=leader_tasks(ctx)),
     }
@@ -223,12 +224,17 @@ async def serve(config: ServeConfig, *, api: Any | None = None,
     """Run the server until SIGTERM/SIGINT (or ctx.stopping), then stop gracefully."""
     store = ClusterStore(excluded_namespaces=frozenset(excluded_namespaces(config)))
     owns_api = api is None
+    lease_api = None
     if api is None:
         api = await api_client(config)
+        # The Lease is renewed through a client of its own: on the shared one
+        # a burst of status writes and watches can fill the connection pool
+        # for longer than the renew deadline, and the leader lets go.
+        lease_api = await api_client(config)
     dns, ips = serving_names(config)
     secret = (config.namespace, config.cert_secret) if config.cert_secret else None
     certs = CertManager(config.cert_dir, dns, ips, api=api, secret=secret)
-    ctx = ServerContext(config=config, store=store, api=api, certs=certs)
+    ctx = ServerContext(config=config, store=store, api=api, certs=certs, lease_api=lease_api)
     try:
         await learn_usernames(ctx)
         tls = await certs.prepare()
@@ -247,3 +253,5 @@ async def serve(config: ServeConfig, *, api: Any | None = None,
     finally:
         if owns_api:
             await api.close()
+        if lease_api is not None:
+            await lease_api.close()

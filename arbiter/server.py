@@ -42,6 +42,9 @@ class ServerContext:
     store: ClusterStore
     # kubernetes_asyncio ApiClient; None when running without a cluster (tests).
     api: Any | None = None
+    # A second ApiClient (its own connection pool) for the leader Lease; None:
+    # the Lease goes through `api`.
+    lease_api: Any | None = None
     # Usernames arbiter's own API requests carry (SelfSubjectReview at
     # startup, else config.usernames); the webhook lets them do what only
     # arbiter may do (lift a gate, unsuspend a Job).

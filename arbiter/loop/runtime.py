@@ -70,10 +70,12 @@ async def wait_synced(store: ClusterStore, poll: float = 0.1) -> None:
 async def run_admission(*, api: Any | None, store: ClusterStore, settings: LoopSettings,
                         election: Election | None, replica: str, event_qps: float,
                         leadership: Leadership,
-                        leader_tasks: Mapping[str, LeaderTask]) -> None:
+                        leader_tasks: Mapping[str, LeaderTask],
+                        lease_api: Any | None = None) -> None:
     """The admission loop's background task (returns at once without a
     cluster). `replica` names this process in the Lease and in Events
-    (the host name when empty), made unique per run."""
+    (the host name when empty), made unique per run. `lease_api`: the
+    client the Lease is renewed with (`api` when None)."""
     if api is None:
         return
     identity = identity_of(replica)
@@ -100,7 +102,8 @@ async def run_admission(*, api: Any | None, store: ClusterStore, settings: LoopS
 
     try:
         if election is not None:
-            elector = LeaderElector(kube, election.namespace, election.lease_name, identity,
+            elector = LeaderElector(KubeApi(lease_api) if lease_api is not None else kube,
+                                    election.namespace, election.lease_name, identity,
                                     election.timing)
             await elector.run(lead)
         else:

@@ -62,6 +62,7 @@ def _client_config(path: str, url: str | None, service: tuple[str, str] | None,
 OWN_WRITES_SKIP: dict[str, str] = {
     "queueunits.mutate.arbiter.dev": "all",
     "queueunits.validate.arbiter.dev": "all",
+    "queueunit-status.validate.arbiter.dev": "all",
     "jobs.validate.arbiter.dev": "updates",
     "pod-gates.validate.arbiter.dev": "all",
 }
@@ -86,7 +87,9 @@ def _webhook(endpoint: Endpoint, hook: Hook, client_config: Json, selector: Json
         "name": hook.name,
         "clientConfig": client_config,
         "rules": [{"apiGroups": [endpoint.group], "apiVersions": [endpoint.version],
-                   "resources": [endpoint.resource], "operations": list(hook.operations),
+                   "resources": [f"{endpoint.resource}/{hook.subresource}"
+                                 if hook.subresource else endpoint.resource],
+                   "operations": list(hook.operations),
                    "scope": "Namespaced" if endpoint.namespaced else "Cluster"}],
         "failurePolicy": "Fail",
         "matchPolicy": "Equivalent",

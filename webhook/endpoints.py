@@ -40,6 +40,8 @@ class Hook:
     operations: tuple[str, ...]
     # (name, CEL expression) of a matchCondition, if the hook has one.
     condition: tuple[str, str] | None = None
+    # A subresource the hook matches instead of the resource ("status").
+    subresource: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     _endpoint("mutate", "queueunits", queueunits.GROUP, queueunits.KIND, queueunits.mutate,
               version="v1alpha1", operations=(CREATE, UPDATE)),
     _endpoint("validate", "queueunits", queueunits.GROUP, queueunits.KIND,
-              queueunits.validate, version="v1alpha1", operations=(CREATE, UPDATE)),
+              queueunits.validate, version="v1alpha1", operations=(CREATE, UPDATE),
+              also=(Hook("queueunit-status.validate.arbiter.dev", (UPDATE,),
+                         subresource="status"),)),
     _endpoint("validate", "jobflows", jobflows.GROUP, jobflows.KIND, jobflows.validate,
               version="v1alpha1", operations=(CREATE, UPDATE)),
 )

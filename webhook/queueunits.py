@@ -10,6 +10,13 @@ existing, Open queue, may not change the queue or pod sets of an
 admitted unit, and may not set or change `spec.consumerRef`: the unit
 named by it is the one the loop admits in the consumer's stead, so only
 arbiter (which creates those units) may write it.
+
+Status (UPDATE of the status subresource): the status is arbiter's record
+of admission, which a new leader trusts (a forged `Dequeued` with an
+admission entry would be released). Others (admission-check controllers,
+`arbiter approve|reject`) may change only the `state`, `message` and
+`lastTransitionTime` of the entries of `status.admissionChecks`, and only
+while the unit is Reserved.
 """
 
 from __future__ import annotations
@@ -135,6 +142,8 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     unit, meta, labels, namespace = namespaced_object(request, KIND)
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
+    if request.sub_resource:
+        return _validate_status(request, env, unit, namespace)
     name = request.name or text_field(meta, "name")
     spec = unit.get("spec")
     if not isinstance(spec, dict):
@@ -198,3 +207,48 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv, namespace: st
     if not json_equal(spec.get("queue"), old_spec.get("queue")):
         return check_open(env, str(spec.get("queue")), namespace, None, "QueueUnit") or ALLOW
     return ALLOW
+
+
+# What a check's controller may set on its entry of status.admissionChecks.
+CHECK_ENTRY_FIELDS = frozenset({"state", "message", "lastTransitionTime"})
+
+
+def _validate_status(request: AdmissionRequest, env: AdmissionEnv, unit: Obj,
+                     namespace: str) -> Decision:
+    if request.sub_resource != "status" or env.is_arbiter(request):
+        return ALLOW
+    name = request.name or text_field(get_map(unit, "metadata", "request.object.metadata")
+                                      or {}, "name")
+    refused = _foreign_status_change(require_object(request, old=True).get("status"),
+                                     unit.get("status"))
+    if refused is None:
+        return ALLOW
+    return deny(f'QueueUnit "{namespace}/{name}": {refused}; the rest of the status is '
+                "kube-arbiter's record of admission", code=403)
+
+
+def _foreign_status_change(old: Any, new: Any) -> str | None:
+    """Why a status change by someone other than arbiter is refused, or None."""
+    old = old if isinstance(old, dict) else {}
+    new = new if isinstance(new, dict) else {}
+    rest_old = {k: v for k, v in old.items() if k != "admissionChecks"}
+    rest_new = {k: v for k, v in new.items() if k != "admissionChecks"}
+    if not json_equal(rest_old, rest_new):
+        changed = sorted(k for k in rest_old.keys() | rest_new.keys()
+                         if not json_equal(rest_old.get(k), rest_new.get(k)))
+        return (f"status.{changed[0][:60]} may be written by kube-arbiter only "
+                "(others may set status.admissionChecks[].state and .message)")
+    before, after = old.get("admissionChecks"), new.get("admissionChecks")
+    if json_equal(before, after):
+        return None
+    if old.get("phase") != "Reserved":
+        return "status.admissionChecks may change only while the unit is Reserved"
+    if not isinstance(before, list) or not isinstance(after, list) or len(before) != len(after):
+        return "status.admissionChecks: entries may not be added or removed"
+    for index, (was, now) in enumerate(zip(before, after, strict=True)):
+        if not isinstance(was, dict) or not isinstance(now, dict):
+            return f"status.admissionChecks[{index}]: must be an object"
+        for key in was.keys() | now.keys():
+            if key not in CHECK_ENTRY_FIELDS and not json_equal(was.get(key), now.get(key)):
+                return f"status.admissionChecks[{index}].{str(key)[:60]} cannot change"
+    return None

@@ -104,6 +104,8 @@ class AdmissionRequest:
     object: Obj | None
     old_object: Obj | None
     dry_run: bool = False
+    # "status" for a write to the status subresource, else "".
+    sub_resource: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +223,7 @@ def parse_review(body: bytes, expected_group: str, expected_kind: str) -> Admiss
         object=_object(request.get("object"), "request.object"),
         old_object=_object(request.get("oldObject"), "request.oldObject"),
         dry_run=bool(dry_run),
+        sub_resource=_text(request.get("subResource"), "request.subResource"),
     )
 
 

@@ -102,6 +102,13 @@ def test_approval_holds_quota_approve_starts_reject_fails(sandbox: Sandbox) -> N
         assert not admissions({"status": unit_status(sandbox, plain, "other")})
         assert arbiter_cli(sandbox, "queues").count(f"{gated}/job-big") == 1
 
+        # Even the cluster admin cannot forge an admission through the status.
+        forged = sandbox.kubectl("patch", "queueunit", "job-big", "-n", gated,
+                                 "--subresource=status", "--type=merge",
+                                 "-p", '{"status":{"phase":"Dequeued"}}', check=False)
+        assert forged.returncode != 0 and "record of admission" in forged.stderr, forged
+        assert phase_is(sandbox, gated, "big", "Reserved")
+
         arbiter_cli(sandbox, "approve", f"{gated}/job-big", "--message", "ok")
         approved = time.monotonic()
         wait_for("the big Job started", lambda: get(sandbox, "job", "big", "-n", gated)

@@ -140,3 +140,58 @@ def test_only_arbiter_may_set_the_consumer_ref() -> None:
         parse(review("QueueUnit", "UPDATE", unit_obj("r", "team-a", spec),
                      old=unit_obj("r", "team-a", plain))), env_for(_store()))
     assert not added.allowed and "spec.consumerRef" in added.message
+
+
+def _status_update(old_status: dict[str, Any], new_status: dict[str, Any], *,
+                   user: str = "approver") -> Decision:
+    spec = {"queue": "team-a", "podSets": [{"name": "main", "count": 1}]}
+    old = {**unit_obj("u", "team-a", spec), "status": old_status}
+    new = {**unit_obj("u", "team-a", spec), "status": new_status}
+    request = review("QueueUnit", "UPDATE", new, old=old, user={"username": user})
+    request["request"]["subResource"] = "status"
+    return queueunits.validate(parse(request), env_for(_store()))
+
+
+RESERVED = {"phase": "Reserved", "admissions": [{"queue": "team-a"}],
+            "admissionChecks": [{"name": "approval", "state": "Pending"},
+                                {"name": "budget", "state": "Pending"}]}
+
+
+def test_others_may_set_only_the_state_and_message_of_admission_checks() -> None:
+    approved = {**RESERVED, "admissionChecks": [
+        {"name": "approval", "state": "Ready", "message": "ok",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"name": "budget", "state": "Pending"}]}
+    assert _status_update(RESERVED, approved).allowed
+    # The status is arbiter's record of admission: a forged phase, admission
+    # entry, renamed or added check, or a change after Reserved is refused.
+    forged = [
+        {**approved, "phase": "Dequeued"},
+        {**RESERVED, "admissions": [{"queue": "team-a"}, {"queue": "team-a"}]},
+        {**RESERVED, "admission": {"pool": "gpu"}},
+        {**RESERVED, "admissionChecks": [{"name": "other", "state": "Ready"},
+                                         {"name": "budget", "state": "Pending"}]},
+        {**RESERVED, "admissionChecks": [{"name": "approval", "state": "Ready"}]},
+    ]
+    for status in forged:
+        decision = _status_update(RESERVED, status)
+        assert not decision.allowed and decision.code == 403, status
+        assert "kube-arbiter" in decision.message and "\n" not in decision.message
+    dequeued = {**RESERVED, "phase": "Dequeued"}
+    late = {**dequeued, "admissionChecks": [{"name": "approval", "state": "Rejected"},
+                                            {"name": "budget", "state": "Pending"}]}
+    assert "only while the unit is Reserved" in _status_update(dequeued, late).message
+    # arbiter writes its own status freely; a status left as it was is fine.
+    assert _status_update(RESERVED, {**RESERVED, "phase": "Dequeued"}, user=ARBITER_USER).allowed
+    assert _status_update(RESERVED, dict(RESERVED)).allowed
+
+
+def test_hostile_status_bodies_are_refused_not_crashed() -> None:
+    deep: Any = {"x": 1}
+    for _ in range(200):  # deeper bodies never parse (orjson's limit: HTTP 400)
+        deep = {"x": deep}
+    for status in ({**RESERVED, "admissionChecks": "no"},
+                   {**RESERVED, "admissionChecks": [1, 2]},
+                   {**RESERVED, "extra": deep}):
+        decision = _status_update(RESERVED, status)
+        assert not decision.allowed and len(decision.message) < 400

@@ -152,7 +152,7 @@ def _status_update(old_status: dict[str, Any], new_status: dict[str, Any], *,
     return queueunits.validate(parse(request), env_for(_store()))
 
 
-RESERVED = {"phase": "Reserved", "admissions": [{"queue": "team-a"}],
+RESERVED: dict[str, Any] = {"phase": "Reserved", "admissions": [{"queue": "team-a"}],
             "admissionChecks": [{"name": "approval", "state": "Pending"},
                                 {"name": "budget", "state": "Pending"}]}
 

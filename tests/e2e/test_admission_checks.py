@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from arbiter.api import APPROVAL_CONTROLLER, MIN_PARALLELISM_ANNOTATION
@@ -213,3 +214,28 @@ def test_partial_admission_runs_a_job_with_the_pods_that_fit(sandbox: Sandbox) -
         refused = sandbox.kubectl("create", "-f", "-", input=json.dumps(bad),
                                   check=False)
         assert refused.returncode != 0 and MIN_PARALLELISM_ANNOTATION in refused.stderr
+
+
+def test_the_approvers_example_grants_one_namespace_and_reading_checks(
+        sandbox: Sandbox) -> None:
+    """examples/approvers-rbac.yaml as shipped: its group may answer units
+    of gpu-team only, and nothing but their status."""
+    example = (Path(__file__).resolve().parents[2] / "examples" / "approvers-rbac.yaml")
+    sandbox.apply_yaml(example.read_text())
+    try:
+        def can(*args: str) -> bool:
+            done = sandbox.kubectl("auth", "can-i", *args, "--as=alice",
+                                   "--as-group=gpu-approvers", check=False)
+            return done.stdout.strip() == "yes"
+
+        assert can("patch", "queueunits.arbiter.dev", "--subresource=status", "-n", "gpu-team")
+        assert can("get", "queueunits.arbiter.dev", "-n", "gpu-team")
+        assert can("get", "admissionchecks.arbiter.dev")
+        assert not can("patch", "queueunits.arbiter.dev", "--subresource=status",
+                       "-n", "default")
+        assert not can("patch", "queueunits.arbiter.dev", "-n", "gpu-team")
+        assert not can("update", "jobs.batch", "-n", "gpu-team")
+        assert not can("patch", "queues.arbiter.dev")
+    finally:
+        sandbox.kubectl("delete", "-f", str(example), "--ignore-not-found", "--wait=false",
+                        check=False)

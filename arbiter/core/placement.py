@@ -10,10 +10,13 @@ A *node set* is one pool's nodes narrowed by a queue's nodeSelector; sets are
 built when first asked for and kept up to date after that. Per set:
 
 * free amounts per resource as flat lists (one int per node, in name order);
-* a tree of maxima over them (fan-out 8): per resource, the largest free
-  amount below each tree node. `find` descends it to the first node with room
-  for a pod in O(8 log8 nodes), skipping every subtree where some resource is
-  short; a change updates only the ancestors whose maximum it changes;
+* a tree of maxima over blocks of 64 of them (fan-out 8): per resource, a
+  bound on the largest free amount below each tree node. `find` scans a
+  block member by member (stopping at the first resource short) and descends
+  the tree to the next block that may have room, skipping every subtree
+  where some resource is short. Growth raises the bounds at once; shrinking
+  (every admission) leaves them high until a search finds a block without
+  room and lowers its bound to the exact maximum;
 * a *cursor* per pod shape: no node before it has room for one such pod.
   Free space only shrinks while admitting, so first-fit searches resume
   there (amortised O(nodes) per shape between releases); a node that grows
@@ -23,7 +26,6 @@ built when first asked for and kept up to date after that. Per set:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from itertools import compress, count
 
 from arbiter.core.model import DEFAULT_POOL, Node, Pool
 
@@ -55,7 +57,7 @@ _PACKED: dict[Pairs, tuple[int, int]] = {}
 
 
 def packed_pod(pairs: Pairs) -> tuple[int, int]:
-    """(a pod's amounts packed like `NodeSet.packed`, the top bits of its
+    """(a pod's amounts packed like `NodeIndex.packed`, the top bits of its
     fields); need -1 when some amount is too large to pack (checked per field).
     `room_for(word, *packed_pod(pairs))` tests one node."""
     got = _PACKED.get(pairs)
@@ -82,21 +84,23 @@ class NodeSet:
     """The nodes of one pool that a nodeSelector allows, in name order."""
 
     __slots__ = (
-        "cursors", "fails", "fr", "log", "members", "names", "packed", "pool", "sizes", "total",
-        "tree",
+        "cursors", "fails", "fr", "log", "members", "names", "order", "pool", "scale", "sizes",
+        "total", "tree",
     )
 
     pool: str
     members: list[int]  # global node positions
     names: list[str]
     fr: list[list[int]]  # per resource index: free amount per member
-    # tree[level][r][i]: largest free amount of resource r among the members
-    # i * 8**level ... (i + 1) * 8**level - 1; tree[0] is `fr`.
+    # tree[level][r][i], level >= _SCAN_LEVEL: at least the largest free
+    # amount of resource r among the members i * 8**level ... (i + 1) *
+    # 8**level - 1 (tree[0] is `fr`; tree[1] is not kept). Growth raises it
+    # at once; shrinking leaves it high (still a bound) until a search finds
+    # no room below it and lowers it to the exact maximum.
     tree: list[list[list[int]]]
     sizes: list[int]  # entries per level of `tree`
-    # per member: its free amounts in one int, _WIDTH bits per resource with
-    # the top bit set (see `packed_pod`), so one subtraction tests a whole pod
-    packed: list[int]
+    scale: list[int]  # per resource index: the largest allocatable share of a member (>= 1)
+    order: dict[Pairs, tuple[tuple[int, int], ...]]  # pairs, scarcest first (see `_checks`)
     total: list[int]  # per resource index: free amount summed over the members (>= 0)
     cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
     log: list[int]  # members that grew, in order
@@ -115,28 +119,32 @@ class NodeSet:
             sizes.append((sizes[-1] + _FAN - 1) >> _BITS)
         self.sizes = sizes
         self.tree = [self.fr]
-        for _ in sizes[1:]:
-            self.tree.append([self._maxima(column) for column in self.tree[-1]])
+        for level in range(1, len(sizes)):
+            if level < _SCAN_LEVEL:
+                self.tree.append([[] for _ in self.fr])
+            elif level == _SCAN_LEVEL:
+                self.tree.append([self._maxima(column, _SCAN_BITS) for column in self.fr])
+            else:
+                self.tree.append([self._maxima(column, _BITS) for column in self.tree[-1]])
         self.total = [sum(a for a in column if a > 0) for column in self.fr]
-        self.packed = [
-            sum((_GUARD | _clamp(column[m])) << (r * _WIDTH) for r, column in enumerate(self.fr))
-            for m in range(len(members))
-        ]
+        self.scale = [max(max(column, default=1), 1) for column in self.fr]
+        self.order = {}
         self.cursors = {}
         self.log = []
         self.fails = {}
 
     @staticmethod
-    def _maxima(column: list[int]) -> list[int]:
-        return [max(column[b : b + _FAN]) for b in range(0, len(column), _FAN)]
+    def _maxima(column: list[int], bits: int) -> list[int]:
+        step = 1 << bits
+        return [max(column[b : b + step]) for b in range(0, len(column), step)]
 
     def add_resource(self) -> None:
         self.fr.append([0] * len(self.members))
-        guard = _GUARD << ((len(self.fr) - 1) * _WIDTH)
-        self.packed = [word | guard for word in self.packed]
-        for lower, level in zip(self.tree, self.tree[1:], strict=False):
-            level.append(self._maxima(lower[-1]))
+        for level, entries in enumerate(self.tree[1:], 1):
+            entries.append([] if level < _SCAN_LEVEL else [0] * self.sizes[level])
         self.total.append(0)
+        self.scale.append(1)
+        self.order = {}
 
     def set_free(self, local: int, r: int, amount: int) -> None:
         column = self.fr[r]
@@ -145,63 +153,92 @@ class NodeSet:
             return
         column[local] = amount
         self.total[r] += max(amount, 0) - max(old, 0)  # over-committed nodes add nothing
-        self.packed[local] += (_clamp(amount) - _clamp(old)) << (r * _WIDTH)
-        tree = self.tree
         if amount > old:
             self.log.append(local)
-            for level in range(1, len(tree)):
-                local >>= _BITS
+            tree = self.tree
+            local >>= _SCAN_BITS
+            for level in range(_SCAN_LEVEL, len(tree)):
                 up = tree[level][r]
                 if up[local] >= amount:
                     return
                 up[local] = amount
-            return
-        for level in range(1, len(tree)):
-            local >>= _BITS
-            up = tree[level][r]
-            top = up[local]
-            if top != old:
-                return  # the shrunk entry was not the largest below this one
-            start = local << _BITS
-            new = max(tree[level - 1][r][start : start + _FAN])
-            if new == top:
-                return
-            up[local] = new
-            old = top
+                local >>= _BITS
+
+    def _checks(self, pairs: Pairs) -> tuple[tuple[int, int], ...]:
+        """`pairs` with the resource a member most likely lacks first (the
+        largest share of a member's size): a scan stops at the first short one."""
+        got = self.order.get(pairs)
+        if got is None:
+            if len(self.order) > 4096:
+                self.order = {}
+            scale = self.scale
+            got = self.order[pairs] = tuple(
+                sorted(pairs, key=lambda pair: pair[1] / scale[pair[0]], reverse=True))
+        return got
+
+    def _scan(self, checks: tuple[tuple[int, int], ...], start: int, end: int) -> int:
+        """The first member in [start, end) with room for one pod (-1 if none)."""
+        fr = self.fr
+        if len(checks) == 3:  # cpu, memory, pods: the usual pod
+            (r0, a0), (r1, a1), (r2, a2) = checks
+            c0, c1, c2 = fr[r0], fr[r1], fr[r2]
+            for m in range(start, end):
+                if c0[m] >= a0 and c1[m] >= a1 and c2[m] >= a2:
+                    return m
+            return -1
+        if len(checks) == 4:
+            (r0, a0), (r1, a1), (r2, a2), (r3, a3) = checks
+            c0, c1, c2, c3 = fr[r0], fr[r1], fr[r2], fr[r3]
+            for m in range(start, end):
+                if c0[m] >= a0 and c1[m] >= a1 and c2[m] >= a2 and c3[m] >= a3:
+                    return m
+            return -1
+        columns = [(fr[r], a) for r, a in checks]
+        for m in range(start, end):
+            for column, a in columns:
+                if column[m] < a:
+                    break
+            else:
+                return m
+        return -1
 
     def find(self, pairs: Pairs, at: int) -> int:
         """The first member from `at` on with room for one pod of `pairs`
-        (len(members) if none). Scans 64 members at a time at C speed on the
-        packed amounts, and skips by the tree of maxima every block of 64
-        where some resource is short everywhere."""
+        (len(members) if none). Scans blocks of 64 members, and skips by the
+        tree of maxima every block where some resource is short everywhere;
+        a block found full gets its maxima lowered to the exact ones."""
         n = self.sizes[0]
-        need, guards = packed_pod(pairs)
-        if need < 0:  # too large to pack: no member has that much free
-            return n
-        packed = self.packed
+        checks = self._checks(pairs)
         top = len(self.tree) - 1
         start = at
         block = at >> _SCAN_BITS
         while start < n:
-            end = (block + 1) << _SCAN_BITS
-            hit = next(compress(count(start), map(guards.__eq__, map(
-                guards.__and__, map(need.__rsub__, packed[start:end])))), -1)
+            end = min((block + 1) << _SCAN_BITS, n)
+            hit = self._scan(checks, start, end)
             if hit >= 0:
                 return hit
             if top < _SCAN_LEVEL:
                 return n
+            if start == block << _SCAN_BITS:
+                entries = self.tree[_SCAN_LEVEL]
+                fr = self.fr
+                for r, _ in checks:
+                    entries[r][block] = max(fr[r][start:end])
             block = self._next_block(pairs, block + 1)
             start = block << _SCAN_BITS
         return n
 
     def _next_block(self, pairs: Pairs, i: int) -> int:
         """The first block of 64 members from block `i` on whose maxima hold
-        one pod of `pairs` (a necessary condition; past the end if none)."""
+        one pod of `pairs` (a necessary condition; past the end if none).
+        A block entered from above none of whose parts passes gets its
+        maxima lowered to theirs."""
         tree = self.tree
         sizes = self.sizes
         top = len(tree) - 1
         level = _SCAN_LEVEL
         entries = tree[level]
+        entered = 0  # bit L: the current block at level L was entered from above
         while True:
             if i >= sizes[level]:
                 return sizes[_SCAN_LEVEL]
@@ -211,6 +248,7 @@ class NodeSet:
             else:
                 if level == _SCAN_LEVEL:
                     return i
+                entered |= 1 << level
                 level -= 1
                 entries = tree[level]
                 i <<= _BITS
@@ -218,9 +256,15 @@ class NodeSet:
             i += 1
             if not i & _MASK:
                 while not i & _MASK and level < top:
+                    if entered >> (level + 1) & 1:
+                        entered &= ~(1 << (level + 1))
+                        parent = tree[level + 1]
+                        lo = i - _FAN
+                        for r, _ in pairs:
+                            parent[r][lo >> _BITS] = max(entries[r][lo:i])
                     level += 1
                     i >>= _BITS
-                entries = tree[level]
+                    entries = tree[level]
 
     def cursor(self, pairs: Pairs) -> int:
         got = self.cursors.get(pairs)
@@ -282,18 +326,17 @@ class NodeSet:
         """`start` plus how many pods of `pairs` (at most `count` each) the
         members `nodes` hold, and those that hold some."""
         fr = self.fr
-        packed = self.packed
-        need, guards = packed_pod(pairs)
+        checks = self._checks(pairs)
         bound = start
         kept: list[int] = []
         for m in nodes:
-            if need >= 0 and (packed[m] - need) & guards != guards:
-                continue  # not even one pod: the usual case, one big-int test
             k = count
-            for r, a in pairs:
+            for r, a in checks:
                 q = fr[r][m] // a
                 if q < k:
                     k = q
+                    if not k:
+                        break  # not even one pod: the usual case
             if k > 0:
                 bound += k
                 kept.append(m)
@@ -459,7 +502,8 @@ class NodeIndex:
         return self.grown[len(self.grown) - back :] if back else []
 
     def packed(self, g: int) -> int:
-        """Node g's free amounts in one int, as `NodeSet.packed` holds them
+        """Node g's free amounts in one int, _WIDTH bits per resource with the
+        top bit set (see `packed_pod`), so one subtraction tests a whole pod
         (kept until the node changes: waking queues asks for it repeatedly)."""
         word = self._packed.get(g)
         if word is None:

@@ -335,7 +335,8 @@ class NodeFit:
                 return max((Fraction(a, cap[r]) for r, a in item[1] if cap[r] > 0),
                            default=Fraction(0))
 
-            items.sort(key=dominant, reverse=True)  # stable for equal shares
+            if len(items) > 1:
+                items.sort(key=dominant, reverse=True)  # stable for equal shares
             shape.runs = tuple((count, pairs) for count, pairs, _ in items)
             shape.runnames = tuple(name for _, _, name in items)
             shape.podneed = packed_pod(shape.runs[0][1]) if len(items) == 1 else None
@@ -368,23 +369,34 @@ class NodeFit:
         members = node_set.members
         index = self._nodes
         assert index is not None
-        nodes: dict[str, list[str]] = {ps.name: [] for ps in shape.pods}
+        take = index.take
+        nodes: dict[str, tuple[str, ...]] = {ps.name: () for ps in shape.pods}
         held: dict[int, dict[int, int]] = {}
+        used: list[tuple[str, Pairs]] = []
+        single = len(got) == 1
         for (_, pairs), pod_set, placed in zip(shape.runs, shape.runnames, got, strict=True):
-            nodes.setdefault(pod_set, []).extend(names[m] for m in placed)
-            count = 0
-            for at, m in enumerate(placed):  # runs of equal members: one take per node
-                count += 1
-                if at + 1 == len(placed) or placed[at + 1] != m:
-                    g = members[m]
-                    index.take(g, pairs, count)
-                    amounts = held.setdefault(g, {})
-                    for r, a in pairs:
-                        amounts[r] = amounts.get(r, 0) + a * count
-                    count = 0
-        used = [(index.names[g], tuple(amounts.items())) for g, amounts in held.items()]
-        placement = Placement(node_set.pool, {k: tuple(v) for k, v in nodes.items()})
-        self._plans[unit.key] = (placement, used)
+            nodes[pod_set] = nodes.get(pod_set, ()) + tuple([names[m] for m in placed])
+            # `placed` holds each member once per pod, in runs: one take per run.
+            end = len(placed)
+            at = 0
+            while at < end:
+                m = placed[at]
+                stop = at + 1
+                while stop < end and placed[stop] == m:
+                    stop += 1
+                count = stop - at
+                at = stop
+                g = members[m]
+                take(g, pairs, count)
+                if single:  # each node once
+                    used.append((index.names[g], tuple([(r, a * count) for r, a in pairs])))
+                    continue
+                amounts = held.setdefault(g, {})
+                for r, a in pairs:
+                    amounts[r] = amounts.get(r, 0) + a * count
+        if not single:
+            used = [(index.names[g], tuple(amounts.items())) for g, amounts in held.items()]
+        self._plans[unit.key] = (Placement(node_set.pool, nodes), used)
 
     def _node_reject(self, q: QueueState, shape: Shape) -> None:
         """No node has room for `shape` now: skip it until a node it could use grows."""

@@ -10,13 +10,11 @@ A *node set* is one pool's nodes narrowed by a queue's nodeSelector; sets are
 built when first asked for and kept up to date after that. Per set:
 
 * free amounts per resource as flat lists (one int per node, in name order);
-* a tree of maxima over blocks of 64 of them (fan-out 8): per resource, a
-  bound on the largest free amount below each tree node. `find` scans a
-  block member by member (stopping at the first resource short) and descends
-  the tree to the next block that may have room, skipping every subtree
-  where some resource is short. Growth raises the bounds at once; shrinking
-  (every admission) leaves them high until a search finds a block without
-  room and lowers its bound to the exact maximum;
+* a *floor*: per resource, at most the smallest amount any pod asked of the
+  set requests, and a bit per member at or above it in every resource. A
+  member below it has room for no pod at all (most filled nodes: their last
+  pod slot or millicores are gone), so `find` visits only the live bits,
+  testing each member resource by resource, scarcest first;
 * a *cursor* per pod shape: no node before it has room for one such pod.
   Free space only shrinks while admitting, so first-fit searches resume
   there (amortised O(nodes) per shape between releases); a node that grows
@@ -34,11 +32,9 @@ __all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs", "packed_pod", "room_for"]
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
 
-_BITS = 3  # log2 of the fan-out of the tree of maxima
-_FAN = 1 << _BITS
-_MASK = _FAN - 1
-_SCAN_LEVEL = 2  # `find` scans blocks of 8**2 members ...
-_SCAN_BITS = _SCAN_LEVEL * _BITS  # ... and skips blocks by the tree above them
+_WORD = 64  # members per word of live bits
+_WORD_BITS = 6
+_WORD_MASK = _WORD - 1
 _GROWN_KEPT = 1024  # growths NodeIndex remembers
 _LOG_LIMIT = 1024  # cursors are dropped rather than pulled back past this many growths
 # Packed free amounts: each resource in a field of _WIDTH bits whose top bit
@@ -84,21 +80,21 @@ class NodeSet:
     """The nodes of one pool that a nodeSelector allows, in name order."""
 
     __slots__ = (
-        "cursors", "fails", "fr", "log", "members", "names", "order", "pool", "scale", "sizes",
-        "total", "tree",
+        "cursors", "fails", "floor", "fr", "live", "log", "members", "names", "order", "pool",
+        "scale", "total",
     )
 
     pool: str
     members: list[int]  # global node positions
     names: list[str]
     fr: list[list[int]]  # per resource index: free amount per member
-    # tree[level][r][i], level >= _SCAN_LEVEL: at least the largest free
-    # amount of resource r among the members i * 8**level ... (i + 1) *
-    # 8**level - 1 (tree[0] is `fr`; tree[1] is not kept). Growth raises it
-    # at once; shrinking leaves it high (still a bound) until a search finds
-    # no room below it and lowers it to the exact maximum.
-    tree: list[list[list[int]]]
-    sizes: list[int]  # entries per level of `tree`
+    # The *floor*: per resource index, at most the smallest amount of it any
+    # pod asked of this set requests (0: some pod does not request it; None:
+    # no pod asked yet). A member below the floor in some resource has room
+    # for none of those pods; `live` has a bit set, per word of 64 members,
+    # for each member at or above it. First fit visits only those.
+    floor: list[int] | None
+    live: list[int]
     scale: list[int]  # per resource index: the largest allocatable share of a member (>= 1)
     order: dict[Pairs, tuple[tuple[int, int], ...]]  # pairs, scarcest first (see `_checks`)
     total: list[int]  # per resource index: free amount summed over the members (>= 0)
@@ -114,18 +110,9 @@ class NodeSet:
         self.members = members
         self.names = names
         self.fr = [[column[g] for g in members] for column in free]
-        sizes = [len(members)]
-        while sizes[-1] > 1:
-            sizes.append((sizes[-1] + _FAN - 1) >> _BITS)
-        self.sizes = sizes
-        self.tree = [self.fr]
-        for level in range(1, len(sizes)):
-            if level < _SCAN_LEVEL:
-                self.tree.append([[] for _ in self.fr])
-            elif level == _SCAN_LEVEL:
-                self.tree.append([self._maxima(column, _SCAN_BITS) for column in self.fr])
-            else:
-                self.tree.append([self._maxima(column, _BITS) for column in self.tree[-1]])
+        self.floor = None
+        n = len(members)
+        self.live = [(1 << min(_WORD, n - b)) - 1 for b in range(0, n, _WORD)]
         self.total = [sum(a for a in column if a > 0) for column in self.fr]
         self.scale = [max(max(column, default=1), 1) for column in self.fr]
         self.order = {}
@@ -133,15 +120,10 @@ class NodeSet:
         self.log = []
         self.fails = {}
 
-    @staticmethod
-    def _maxima(column: list[int], bits: int) -> list[int]:
-        step = 1 << bits
-        return [max(column[b : b + step]) for b in range(0, len(column), step)]
-
     def add_resource(self) -> None:
         self.fr.append([0] * len(self.members))
-        for level, entries in enumerate(self.tree[1:], 1):
-            entries.append([] if level < _SCAN_LEVEL else [0] * self.sizes[level])
+        if self.floor is not None:
+            self.floor.append(0)
         self.total.append(0)
         self.scale.append(1)
         self.order = {}
@@ -152,23 +134,61 @@ class NodeSet:
         if amount == old:
             return
         column[local] = amount
-        self.total[r] += max(amount, 0) - max(old, 0)  # over-committed nodes add nothing
+        # over-committed nodes add nothing
+        self.total[r] += (amount if amount > 0 else 0) - (old if old > 0 else 0)
         if amount > old:
             self.log.append(local)
-            tree = self.tree
-            local >>= _SCAN_BITS
-            for level in range(_SCAN_LEVEL, len(tree)):
-                up = tree[level][r]
-                if up[local] >= amount:
-                    return
-                up[local] = amount
-                local >>= _BITS
+        floor = self.floor
+        if floor is not None and floor[r]:
+            self._relive(local)
+
+    def _relive(self, local: int) -> None:
+        """Set or clear the live bit of member `local` (see `floor`)."""
+        floor = self.floor
+        assert floor is not None
+        fr = self.fr
+        bit = 1 << (local & _WORD_MASK)
+        word = local >> _WORD_BITS
+        for r, f in enumerate(floor):
+            if f and fr[r][local] < f:
+                self.live[word] &= ~bit
+                return
+        self.live[word] |= bit
+
+    def _lower_floor(self, pairs: Pairs) -> None:
+        """Make the floor at most `pairs` (a pod asked of this set) and
+        recompute which members are live. Rounded down to a power of two
+        so that it is lowered only a few times."""
+        asked = dict(pairs)
+        floor = self.floor
+        if floor is None:
+            floor = [1 << (a.bit_length() - 1) if a > 0 else 0
+                     for a in (asked.get(r, 0) for r in range(len(self.fr)))]
+        else:
+            floor = [f if asked.get(r, 0) >= f else
+                     (1 << (asked[r].bit_length() - 1) if asked.get(r, 0) > 0 else 0)
+                     for r, f in enumerate(floor)]
+        self.floor = floor
+        n = len(self.members)
+        self.live = [(1 << min(_WORD, n - b)) - 1 for b in range(0, n, _WORD)]
+        fr = self.fr
+        for r, f in enumerate(floor):
+            if f:
+                column = fr[r]
+                for m in range(n):
+                    if column[m] < f:
+                        self.live[m >> _WORD_BITS] &= ~(1 << (m & _WORD_MASK))
 
     def _checks(self, pairs: Pairs) -> tuple[tuple[int, int], ...]:
         """`pairs` with the resource a member most likely lacks first (the
-        largest share of a member's size): a scan stops at the first short one."""
+        largest share of a member's size): a test stops at the first short
+        one. Lowers the floor to `pairs` first if need be."""
         got = self.order.get(pairs)
         if got is None:
+            floor = self.floor
+            asked = dict(pairs)
+            if floor is None or any(f and asked.get(r, 0) < f for r, f in enumerate(floor)):
+                self._lower_floor(pairs)
             if len(self.order) > 4096:
                 self.order = {}
             scale = self.scale
@@ -176,95 +196,47 @@ class NodeSet:
                 sorted(pairs, key=lambda pair: pair[1] / scale[pair[0]], reverse=True))
         return got
 
-    def _scan(self, checks: tuple[tuple[int, int], ...], start: int, end: int) -> int:
-        """The first member in [start, end) with room for one pod (-1 if none)."""
+    def find(self, pairs: Pairs, at: int) -> int:
+        """The first member from `at` on with room for one pod of `pairs`
+        (len(members) if none). Visits only live members (see `floor`)."""
+        n = len(self.members)
+        if at >= n:
+            return n
+        checks = self._checks(pairs)
         fr = self.fr
+        live = self.live
+        words = len(live)
+        b = at >> _WORD_BITS
+        word = live[b] >> (at & _WORD_MASK) << (at & _WORD_MASK)
         if len(checks) == 3:  # cpu, memory, pods: the usual pod
             (r0, a0), (r1, a1), (r2, a2) = checks
             c0, c1, c2 = fr[r0], fr[r1], fr[r2]
-            for m in range(start, end):
+            while True:
+                while not word:
+                    b += 1
+                    if b >= words:
+                        return n
+                    word = live[b]
+                low = word & -word
+                m = (b << _WORD_BITS) | (low.bit_length() - 1)
                 if c0[m] >= a0 and c1[m] >= a1 and c2[m] >= a2:
                     return m
-            return -1
-        if len(checks) == 4:
-            (r0, a0), (r1, a1), (r2, a2), (r3, a3) = checks
-            c0, c1, c2, c3 = fr[r0], fr[r1], fr[r2], fr[r3]
-            for m in range(start, end):
-                if c0[m] >= a0 and c1[m] >= a1 and c2[m] >= a2 and c3[m] >= a3:
-                    return m
-            return -1
+                word ^= low
         columns = [(fr[r], a) for r, a in checks]
-        for m in range(start, end):
+        while True:
+            while not word:
+                b += 1
+                if b >= words:
+                    return n
+                word = live[b]
+            low = word & -word
+            m = (b << _WORD_BITS) | (low.bit_length() - 1)
             for column, a in columns:
                 if column[m] < a:
                     break
             else:
                 return m
-        return -1
-
-    def find(self, pairs: Pairs, at: int) -> int:
-        """The first member from `at` on with room for one pod of `pairs`
-        (len(members) if none). Scans blocks of 64 members, and skips by the
-        tree of maxima every block where some resource is short everywhere;
-        a block found full gets its maxima lowered to the exact ones."""
-        n = self.sizes[0]
-        checks = self._checks(pairs)
-        top = len(self.tree) - 1
-        start = at
-        block = at >> _SCAN_BITS
-        while start < n:
-            end = min((block + 1) << _SCAN_BITS, n)
-            hit = self._scan(checks, start, end)
-            if hit >= 0:
-                return hit
-            if top < _SCAN_LEVEL:
-                return n
-            if start == block << _SCAN_BITS:
-                entries = self.tree[_SCAN_LEVEL]
-                fr = self.fr
-                for r, _ in checks:
-                    entries[r][block] = max(fr[r][start:end])
-            block = self._next_block(pairs, block + 1)
-            start = block << _SCAN_BITS
-        return n
-
-    def _next_block(self, pairs: Pairs, i: int) -> int:
-        """The first block of 64 members from block `i` on whose maxima hold
-        one pod of `pairs` (a necessary condition; past the end if none).
-        A block entered from above none of whose parts passes gets its
-        maxima lowered to theirs."""
-        tree = self.tree
-        sizes = self.sizes
-        top = len(tree) - 1
-        level = _SCAN_LEVEL
-        entries = tree[level]
-        entered = 0  # bit L: the current block at level L was entered from above
-        while True:
-            if i >= sizes[level]:
-                return sizes[_SCAN_LEVEL]
-            for r, a in pairs:
-                if entries[r][i] < a:
-                    break
-            else:
-                if level == _SCAN_LEVEL:
-                    return i
-                entered |= 1 << level
-                level -= 1
-                entries = tree[level]
-                i <<= _BITS
-                continue
-            i += 1
-            if not i & _MASK:
-                while not i & _MASK and level < top:
-                    if entered >> (level + 1) & 1:
-                        entered &= ~(1 << (level + 1))
-                        parent = tree[level + 1]
-                        lo = i - _FAN
-                        for r, _ in pairs:
-                            parent[r][lo >> _BITS] = max(entries[r][lo:i])
-                    level += 1
-                    i >>= _BITS
-                    entries = tree[level]
+            word ^= low
 
     def cursor(self, pairs: Pairs) -> int:
         got = self.cursors.get(pairs)
@@ -512,12 +484,20 @@ class NodeIndex:
         return word
 
     def take(self, g: int, pairs: Pairs, count: int) -> None:
-        """`count` pods of `pairs` are planned on node g (shrinks only)."""
+        """`count` pods of `pairs` are planned on node g (shrinks only: no
+        growth to log; the node may drop below a set's floor)."""
         free = self.free
         memberships = self.member_of[g]
         self._packed.pop(g, None)
         for r, a in pairs:
-            amount = free[r][g] - a * count
-            free[r][g] = amount
+            column = free[r]
+            old = column[g]
+            amount = old - a * count
+            column[g] = amount
+            drop = old - (amount if amount > 0 else 0) if old > 0 else 0  # totals count >= 0
             for node_set, local in memberships:
-                node_set.set_free(local, r, amount)
+                node_set.fr[r][local] = amount
+                node_set.total[r] -= drop
+                floor = node_set.floor
+                if floor is not None and amount < floor[r]:
+                    node_set.live[local >> _WORD_BITS] &= ~(1 << (local & _WORD_MASK))

@@ -96,7 +96,7 @@ class NodeFit:
                     index.free[self._index[name]][g] = amount
             self._nodes = index
             for held in self._plans.values():
-                self._apply(held[1], -1)
+                self._apply(held.used, -1)
         self._nodewait = {}
         self._woken = []
         for q in self._queues.values():
@@ -120,7 +120,7 @@ class NodeFit:
     def plan(self, key: str) -> Placement | None:
         """Where the admitted unit `key` goes (None: not admitted, or no nodes)."""
         held = self._plans.get(key)
-        return None if held is None else held[0]
+        return None if held is None else held.placement
 
     def replan(self, key: str, placement: Placement) -> None:
         """The admitted unit's pods go elsewhere (they bound to other nodes)."""
@@ -129,12 +129,12 @@ class NodeFit:
             raise ValueError(f"unit {key} is not admitted")
         held = self._plans.pop(key, None)
         if held is not None:
-            self._apply(held[1], 1)
+            self._apply(held.used, 1)
         self._hold(unit, placement)
 
     def plans(self) -> dict[str, Placement]:
         """The plan of every admitted unit that has one, by unit key."""
-        return {key: held[0] for key, held in self._plans.items()}
+        return {key: held.placement for key, held in self._plans.items()}
 
     def pool_usage(self) -> dict[str, tuple[Resources, Resources]]:
         """Per pool: (capacity = its nodes' allocatable, allocated = planned pods).
@@ -149,8 +149,8 @@ class NodeFit:
             capacity[pool] = capacity.get(pool, EMPTY) + node.allocatable
         allocated: dict[str, dict[str, int]] = {name: {} for name in capacity}
         names = self._names
-        for _, used in self._plans.values():
-            for node_name, pairs in used:
+        for held in self._plans.values():
+            for node_name, pairs in held.used:
                 at = index.position.get(node_name)
                 if at is None:
                     continue
@@ -177,7 +177,7 @@ class NodeFit:
                 for r, a in pairs:
                     amounts[r] = amounts.get(r, 0) + a
         used = [(name, tuple(amounts.items())) for name, amounts in per_node.items()]
-        self._plans[unit.key] = (placement, used)
+        self._plans[unit.key] = Plan(placement, used)
         self._apply(used, -1)
 
     def _apply(self, used: list[tuple[str, Pairs]], sign: int) -> None:
@@ -364,18 +364,13 @@ class NodeFit:
         return None
 
     def _commit(self, unit: Unit, shape: Shape, fit: Fit) -> None:
+        """Take what `fit` places on its nodes; the plan is built when asked."""
         node_set, got = fit
-        names = node_set.names
         members = node_set.members
         index = self._nodes
         assert index is not None
         take = index.take
-        nodes: dict[str, tuple[str, ...]] = {ps.name: () for ps in shape.pods}
-        held: dict[int, dict[int, int]] = {}
-        used: list[tuple[str, Pairs]] = []
-        single = len(got) == 1
-        for (_, pairs), pod_set, placed in zip(shape.runs, shape.runnames, got, strict=True):
-            nodes[pod_set] = nodes.get(pod_set, ()) + tuple([names[m] for m in placed])
+        for (_, pairs), placed in zip(shape.runs, got, strict=True):
             # `placed` holds each member once per pod, in runs: one take per run.
             end = len(placed)
             at = 0
@@ -384,19 +379,10 @@ class NodeFit:
                 stop = at + 1
                 while stop < end and placed[stop] == m:
                     stop += 1
-                count = stop - at
+                take(members[m], pairs, stop - at)
                 at = stop
-                g = members[m]
-                take(g, pairs, count)
-                if single:  # each node once
-                    used.append((index.names[g], tuple([(r, a * count) for r, a in pairs])))
-                    continue
-                amounts = held.setdefault(g, {})
-                for r, a in pairs:
-                    amounts[r] = amounts.get(r, 0) + a * count
-        if not single:
-            used = [(index.names[g], tuple(amounts.items())) for g, amounts in held.items()]
-        self._plans[unit.key] = (Placement(node_set.pool, nodes), used)
+        self._plans[unit.key] = Plan(fit=fit, runs=shape.runs, names=(
+            shape.runnames, tuple([ps.name for ps in shape.pods])))
 
     def _node_reject(self, q: QueueState, shape: Shape) -> None:
         """No node has room for `shape` now: skip it until a node it could use grows."""

@@ -17,7 +17,8 @@ from arbiter.core.placement import NodeSet, Pairs, Runs
 
 __all__ = [
     "CAND", "DIRTY", "IDLE", "KEY_FUNCS", "PARKED", "UNLIMITED", "CandEntry", "Entry", "Fit",
-    "KeyFunc", "OrderKey", "Pairs", "Plan", "QueueState", "Shape", "ShapeEntry", "ShapeKey",
+    "KeyFunc", "OrderKey", "Pairs", "Plan", "QueueState", "Runs", "Shape", "ShapeEntry",
+    "ShapeKey",
     "fifo_key", "priority_key", "shape_key", "sort_units",
 ]
 
@@ -49,11 +50,14 @@ _BY_PRIORITY = attrgetter("priority")
 
 
 def shape_key(unit: Unit) -> ShapeKey:
-    """Units with equal keys fit or fail together (in aggregate and on nodes)."""
+    """Units with equal keys fit or fail together (in aggregate and on nodes).
+
+    One flat tuple, hashed per unit: the demand's (name, amount) pairs, then
+    per pod set its name, count and request pairs (a name is a str, never a
+    pair, so the parts cannot run into each other)."""
     key: ShapeKey = tuple(unit.demand.items())
-    if unit.pods:
-        pods = tuple((ps.name, ps.count, tuple(ps.requests.items())) for ps in unit.pods)
-        key = (*key, pods)
+    for ps in unit.pods:
+        key = (*key, ps.name, ps.count, *ps.requests.items())
     return key
 
 
@@ -263,7 +267,60 @@ class QueueState:
 # queue): a waiting entry sorts before a heap entry of the same queue and key.
 Entry = tuple[int, int, str, int, int, QueueState]
 CandEntry = tuple[int, int, QueueState]  # (-demand, version, queue)
-# An admitted unit's placement, and what it holds on each node (by name).
-Plan = tuple[Placement, list[tuple[str, Pairs]]]
 # A node-fit answer: the node set, and per run the member index of each pod.
 Fit = tuple[NodeSet, list[list[int]]]
+
+
+class Plan:
+    """An admitted unit's placement, and what it holds on each node (by name).
+
+    A plan the engine made itself keeps only its first-fit answer (and the
+    runs it answered) and builds both when first asked: most are read only
+    when the unit is released, and building them costs more than the rest
+    of an admission."""
+
+    __slots__ = ("_fit", "_names", "_placement", "_runs", "_used")
+
+    _placement: Placement | None
+    _used: list[tuple[str, Pairs]] | None
+    _fit: Fit | None
+    _runs: Runs  # (count, pairs) per run of `_fit`
+    _names: tuple[tuple[str, ...], tuple[str, ...]]  # (pod set of each run, every pod set)
+
+    def __init__(self, placement: Placement | None = None,
+                 used: list[tuple[str, Pairs]] | None = None, fit: Fit | None = None,
+                 runs: Runs = (), names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+                 ) -> None:
+        self._placement = placement
+        self._used = used
+        self._fit = fit
+        self._runs = runs
+        self._names = names
+
+    @property
+    def placement(self) -> Placement:
+        if self._placement is None:
+            assert self._fit is not None
+            node_set, got = self._fit
+            names = node_set.names
+            runnames, podsets = self._names
+            nodes: dict[str, tuple[str, ...]] = dict.fromkeys(podsets, ())
+            for pod_set, placed in zip(runnames, got, strict=True):
+                nodes[pod_set] = nodes.get(pod_set, ()) + tuple([names[m] for m in placed])
+            self._placement = Placement(node_set.pool, nodes)
+        return self._placement
+
+    @property
+    def used(self) -> list[tuple[str, Pairs]]:
+        if self._used is None:
+            assert self._fit is not None
+            node_set, got = self._fit
+            held: dict[int, dict[int, int]] = {}
+            for (_, pairs), placed in zip(self._runs, got, strict=True):
+                for m in placed:
+                    amounts = held.setdefault(m, {})
+                    for r, a in pairs:
+                        amounts[r] = amounts.get(r, 0) + a
+            names = node_set.names
+            self._used = [(names[m], tuple(amounts.items())) for m, amounts in held.items()]
+        return self._used

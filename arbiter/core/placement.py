@@ -31,6 +31,7 @@ __all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs", "packed_pod", "room_for"]
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
+Checks = tuple[tuple[int, int], ...]  # a pod's pairs in the order `NodeSet._find` tests them
 
 _WORD = 64  # members per word of live bits
 _WORD_BITS = 6
@@ -96,9 +97,10 @@ class NodeSet:
     floor: list[int] | None
     live: list[int]
     scale: list[int]  # per resource index: the largest allocatable share of a member (>= 1)
-    order: dict[Pairs, tuple[tuple[int, int], ...]]  # pairs, scarcest first (see `_checks`)
+    order: dict[Pairs, Checks]  # pairs, scarcest first (see `_checks`)
     total: list[int]  # per resource index: free amount summed over the members (>= 0)
-    cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
+    # pod -> (first member that may fit, log length then, its `_checks`)
+    cursors: dict[Pairs, tuple[int, int, Checks]]
     log: list[int]  # members that grew, in order
     # (count, pairs) of one pod set that found no room -> (log length then,
     # the members that could hold some (None: not known), how many in all)
@@ -179,7 +181,7 @@ class NodeSet:
                     if column[m] < f:
                         self.live[m >> _WORD_BITS] &= ~(1 << (m & _WORD_MASK))
 
-    def _checks(self, pairs: Pairs) -> tuple[tuple[int, int], ...]:
+    def _checks(self, pairs: Pairs) -> Checks:
         """`pairs` with the resource a member most likely lacks first (the
         largest share of a member's size): a test stops at the first short
         one. Lowers the floor to `pairs` first if need be."""
@@ -199,10 +201,12 @@ class NodeSet:
     def find(self, pairs: Pairs, at: int) -> int:
         """The first member from `at` on with room for one pod of `pairs`
         (len(members) if none). Visits only live members (see `floor`)."""
+        return self._find(self._checks(pairs), at)
+
+    def _find(self, checks: Checks, at: int) -> int:
         n = len(self.members)
         if at >= n:
             return n
-        checks = self._checks(pairs)
         fr = self.fr
         live = self.live
         words = len(live)
@@ -238,22 +242,23 @@ class NodeSet:
                 return m
             word ^= low
 
-    def cursor(self, pairs: Pairs) -> int:
+    def _cursor(self, pairs: Pairs) -> tuple[int, Checks]:
+        """Where first fit of `pairs` starts, and its checks."""
         got = self.cursors.get(pairs)
         if got is None:
-            return 0
-        at, seen = got
+            return 0, self._checks(pairs)
+        at, seen, checks = got
         log = self.log
         if seen < len(log):
             at = min(at, min(log[seen:]))
-        return at
+        return at, checks
 
-    def _set_cursor(self, pairs: Pairs, at: int) -> None:
+    def _set_cursor(self, pairs: Pairs, at: int, checks: Checks) -> None:
         if len(self.log) > _LOG_LIMIT:
             self.log = []
             self.cursors = {}
             self.fails = {}
-        self.cursors[pairs] = (at, len(self.log))
+        self.cursors[pairs] = (at, len(self.log), checks)
 
     def still_full(self, run: tuple[int, Pairs]) -> bool:
         """A pod set that found no room still finds none.
@@ -330,7 +335,7 @@ class NodeSet:
             if self.fails and self.still_full(runs[0]):
                 return None
         taken: dict[int, dict[int, int]] | None = None if single else {}
-        find = self.find
+        find = self._find
         out: list[list[int]] = []
         for ri, (count, pairs) in enumerate(runs):
             got: list[int] = []
@@ -342,9 +347,10 @@ class NodeSet:
                     return None
                 got.extend([0] * count)
                 continue
-            at = find(pairs, self.cursor(pairs))
+            at, checks = self._cursor(pairs)
+            at = find(checks, at)
             if ri == 0:  # committed state only: later runs see tentative use
-                self._set_cursor(pairs, at)
+                self._set_cursor(pairs, at, checks)
             while count and at < n:
                 if taken:
                     k = self._room(at, pairs, count, taken.get(at))
@@ -363,7 +369,7 @@ class NodeSet:
                             use[r] = use.get(r, 0) + a * k
                     if not count:
                         break
-                at = find(pairs, at + 1)
+                at = find(checks, at + 1)
             if count:
                 if single:
                     self.fails[runs[0]] = (len(self.log), sorted(set(got)), len(got))

@@ -355,8 +355,8 @@ class NodeFit:
 
     def _place(self, q: QueueState, shape: Shape) -> Fit | None:
         """First pool of q's order where a unit of `shape` fits on nodes."""
-        runs = self._runs(shape)
-        for node_set in self._queue_sets(q):
+        runs = shape.runs if shape.rungen == self._capgen else self._runs(shape)
+        for node_set in q.nsets if q.nsgen == self._nodegen else self._queue_sets(q):
             if node_set.members:
                 got = node_set.place(runs)
                 if got is not None:
@@ -417,7 +417,10 @@ class NodeFit:
         if self._nodes is None or q.nsgen != self._nodegen or len(shape.runs) != 1:
             return False
         run = shape.runs[0]
-        return all(ns.still_full(run) for ns in q.nsets if ns.members)
+        for ns in q.nsets:  # noqa: SIM110 - a plain loop is faster than all() here
+            if ns.members and not ns.still_full(run):
+                return False
+        return True
 
     def _optimistic_flag(self, q: QueueState) -> int:
         """0 when some shape it may still offer keeps q within its guarantee."""

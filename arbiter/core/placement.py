@@ -303,16 +303,15 @@ class NodeSet:
         """`start` plus how many pods of `pairs` (at most `count` each) the
         members `nodes` hold, and those that hold some."""
         fr = self.fr
-        checks = self._checks(pairs)
         bound = start
         kept: list[int] = []
         for m in nodes:
             k = count
-            for r, a in checks:
+            for r, a in pairs:
                 q = fr[r][m] // a
                 if q < k:
                     k = q
-                    if not k:
+                    if k <= 0:
                         break  # not even one pod: the usual case
             if k > 0:
                 bound += k

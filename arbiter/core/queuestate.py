@@ -32,7 +32,7 @@ IDLE = 2  # unknown queue (no spec)
 DIRTY = 3  # must be re-examined from scratch before the next decision
 
 OrderKey = tuple[int, float, str] | tuple[float, str]
-ShapeKey = tuple[Hashable, ...]  # a demand's items, as given (plus its pod sets)
+ShapeKey = tuple[Hashable, ...]  # a demand's names and amounts, as given (plus its pod sets)
 KeyFunc = Callable[[Unit], OrderKey]
 
 
@@ -52,12 +52,12 @@ _BY_PRIORITY = attrgetter("priority")
 def shape_key(unit: Unit) -> ShapeKey:
     """Units with equal keys fit or fail together (in aggregate and on nodes).
 
-    One flat tuple, hashed per unit: the demand's (name, amount) pairs, then
-    per pod set its name, count and request pairs (a name is a str, never a
-    pair, so the parts cannot run into each other)."""
-    key: ShapeKey = tuple(unit.demand.items())
+    One flat tuple, hashed per unit: the demand's names and amounts, then
+    per pod set its name, count, request names and amounts (fixed arity, so
+    the parts cannot run into each other)."""
+    key: ShapeKey = unit.demand.names_amounts()
     for ps in unit.pods:
-        key = (*key, ps.name, ps.count, *ps.requests.items())
+        key = (*key, ps.name, ps.count, *ps.requests.names_amounts())
     return key
 
 

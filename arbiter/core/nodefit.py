@@ -339,6 +339,7 @@ class NodeFit:
                 items.sort(key=dominant, reverse=True)  # stable for equal shares
             shape.runs = tuple((count, pairs) for count, pairs, _ in items)
             shape.runnames = tuple(name for _, _, name in items)
+            shape.plannames = (shape.runnames, tuple(ps.name for ps in shape.pods))
             shape.podneed = packed_pod(shape.runs[0][1]) if len(items) == 1 else None
             shape.rungen = self._capgen
         return shape.runs
@@ -381,8 +382,7 @@ class NodeFit:
                     stop += 1
                 take(members[m], pairs, stop - at)
                 at = stop
-        self._plans[unit.key] = Plan(fit=fit, runs=shape.runs, names=(
-            shape.runnames, tuple([ps.name for ps in shape.pods])))
+        self._plans[unit.key] = Plan(None, None, fit, shape.runs, shape.plannames)
 
     def _node_reject(self, q: QueueState, shape: Shape) -> None:
         """No node has room for `shape` now: skip it until a node it could use grows."""

@@ -305,6 +305,12 @@ class NodeSet:
         fr = self.fr
         bound = start
         kept: list[int] = []
+        # Most of them (nodes that grew a little since) lack the scarcest
+        # resource: drop those in one pass before testing the rest fully.
+        if pairs:
+            scarce, need = self._checks(pairs)[0]
+            column = fr[scarce]
+            nodes = [m for m in nodes if column[m] >= need]
         for m in nodes:
             k = count
             for r, a in pairs:

@@ -80,7 +80,8 @@ class Shape:
     """
 
     __slots__ = (
-        "head", "key", "noroom", "pairs", "podneed", "pods", "rejected", "rungen", "runnames",
+        "head", "key", "noroom", "pairs", "plannames", "podneed", "pods", "rejected", "rungen",
+        "runnames",
         "runs", "tail", "units", "unsorted", "ver",
     )
 
@@ -95,6 +96,7 @@ class Shape:
     pods: tuple[PodSet, ...]  # of every unit in the shape
     runs: Runs  # node fit: (pod count, pairs of one pod), largest dominant share first
     runnames: tuple[str, ...]  # the pod set of each run
+    plannames: tuple[tuple[str, ...], tuple[str, ...]]  # (runnames, every pod set): for Plan
     rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
     podneed: tuple[int, int] | None  # one run: its pod packed (placement.packed_pod); else None
     noroom: bool  # rejected because no node had room
@@ -105,6 +107,7 @@ class Shape:
         self.pods = pods
         self.runs = ()
         self.runnames = ()
+        self.plannames = ((), ())
         self.rungen = -1
         self.podneed = None
         self.noroom = False

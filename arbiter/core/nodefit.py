@@ -424,9 +424,15 @@ class NodeFit:
 
     def _optimistic_flag(self, q: QueueState) -> int:
         """0 when some shape it may still offer keeps q within its guarantee."""
-        for shape in q.shapes.values():
-            if (not shape.rejected and shape.head < len(shape.units)
-                    and not self._flag(q, shape.pairs)):
+        alloc = q.alloc
+        guar = q.guar
+        for shape in q.shapes.values():  # `_flag` inlined: called per admission
+            if shape.rejected or shape.head >= len(shape.units):
+                continue
+            for i, a in shape.pairs:
+                if alloc[i] + a > guar[i]:
+                    break
+            else:
                 return 0
         return 1
 

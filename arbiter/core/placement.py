@@ -23,7 +23,7 @@ built when first asked for and kept up to date after that. Per set:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from arbiter.core.model import DEFAULT_POOL, Node, Pool
 
@@ -208,38 +208,36 @@ class NodeSet:
         if at >= n:
             return n
         fr = self.fr
-        live = self.live
-        words = len(live)
-        b = at >> _WORD_BITS
-        word = live[b] >> (at & _WORD_MASK) << (at & _WORD_MASK)
         if len(checks) == 3:  # cpu, memory, pods: the usual pod
             (r0, a0), (r1, a1), (r2, a2) = checks
             c0, c1, c2 = fr[r0], fr[r1], fr[r2]
-            while True:
-                while not word:
-                    b += 1
-                    if b >= words:
-                        return n
-                    word = live[b]
-                low = word & -word
-                m = (b << _WORD_BITS) | (low.bit_length() - 1)
+            for m in self._live_from(at):
                 if c0[m] >= a0 and c1[m] >= a1 and c2[m] >= a2:
                     return m
-                word ^= low
+            return n
         columns = [(fr[r], a) for r, a in checks]
-        while True:
-            while not word:
-                b += 1
-                if b >= words:
-                    return n
-                word = live[b]
-            low = word & -word
-            m = (b << _WORD_BITS) | (low.bit_length() - 1)
+        for m in self._live_from(at):
             for column, a in columns:
                 if column[m] < a:
                     break
             else:
                 return m
+        return n
+
+    def _live_from(self, at: int) -> Iterator[int]:
+        """The live members from `at` on, in order (see `floor`)."""
+        live = self.live
+        words = len(live)
+        b = at >> _WORD_BITS
+        word = live[b] >> (at & _WORD_MASK) << (at & _WORD_MASK)
+        while True:
+            while not word:
+                b += 1
+                if b >= words:
+                    return
+                word = live[b]
+            low = word & -word
+            yield (b << _WORD_BITS) | (low.bit_length() - 1)
             word ^= low
 
     def _cursor(self, pairs: Pairs) -> tuple[int, Checks]:
@@ -510,5 +508,5 @@ class NodeIndex:
                 node_set.fr[r][local] = amount
                 node_set.total[r] -= drop
                 floor = node_set.floor
-                if floor is not None and amount < floor[r]:
+                if floor is not None and 0 < floor[r] > amount:
                     node_set.live[local >> _WORD_BITS] &= ~(1 << (local & _WORD_MASK))

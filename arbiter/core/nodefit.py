@@ -28,7 +28,17 @@ from typing import TYPE_CHECKING
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
 from arbiter.core.placement import NodeIndex, NodeSet, Runs, packed_pod
 from arbiter.core.quantities import format_quantity
-from arbiter.core.queuestate import DIRTY, Entry, Fit, Pairs, Plan, QueueState, Shape
+from arbiter.core.queuestate import (
+    DIRTY,
+    Entry,
+    Fit,
+    MadePlan,
+    Pairs,
+    Plan,
+    QueueState,
+    Shape,
+    made_plan,
+)
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["NodeFit"]
@@ -95,8 +105,8 @@ class NodeFit:
                 for name, amount in (node.allocatable - node.used).items():
                     index.free[self._index[name]][g] = amount
             self._nodes = index
-            for held in self._plans.values():
-                self._apply(held.used, -1)
+            for key in list(self._plans):
+                self._apply(self._made(key)[1], -1)
         self._nodewait = {}
         self._woken = []
         for q in self._queues.values():
@@ -119,8 +129,7 @@ class NodeFit:
 
     def plan(self, key: str) -> Placement | None:
         """Where the admitted unit `key` goes (None: not admitted, or no nodes)."""
-        held = self._plans.get(key)
-        return None if held is None else held.placement
+        return self._made(key)[0] if key in self._plans else None
 
     def replan(self, key: str, placement: Placement) -> None:
         """The admitted unit's pods go elsewhere (they bound to other nodes)."""
@@ -129,12 +138,12 @@ class NodeFit:
             raise ValueError(f"unit {key} is not admitted")
         held = self._plans.pop(key, None)
         if held is not None:
-            self._apply(held.used, 1)
+            self._apply(made_plan(held)[1], 1)
         self._hold(unit, placement)
 
     def plans(self) -> dict[str, Placement]:
         """The plan of every admitted unit that has one, by unit key."""
-        return {key: held.placement for key, held in self._plans.items()}
+        return {key: self._made(key)[0] for key in list(self._plans)}
 
     def pool_usage(self) -> dict[str, tuple[Resources, Resources]]:
         """Per pool: (capacity = its nodes' allocatable, allocated = planned pods).
@@ -149,8 +158,8 @@ class NodeFit:
             capacity[pool] = capacity.get(pool, EMPTY) + node.allocatable
         allocated: dict[str, dict[str, int]] = {name: {} for name in capacity}
         names = self._names
-        for held in self._plans.values():
-            for node_name, pairs in held.used:
+        for key in list(self._plans):
+            for node_name, pairs in self._made(key)[1]:
                 at = index.position.get(node_name)
                 if at is None:
                     continue
@@ -177,7 +186,7 @@ class NodeFit:
                 for r, a in pairs:
                     amounts[r] = amounts.get(r, 0) + a
         used = [(name, tuple(amounts.items())) for name, amounts in per_node.items()]
-        self._plans[unit.key] = Plan(placement, used)
+        self._plans[unit.key] = (placement, used)
         self._apply(used, -1)
 
     def _apply(self, used: list[tuple[str, Pairs]], sign: int) -> None:
@@ -382,7 +391,15 @@ class NodeFit:
                     stop += 1
                 take(members[m], pairs, stop - at)
                 at = stop
-        self._plans[unit.key] = Plan(None, None, fit, shape.runs, shape.plannames)
+        self._plans[unit.key] = (node_set.pool, node_set.names, tuple(map(tuple, got)),
+                                 shape.runs, shape.plannames)
+
+    def _made(self, key: str) -> MadePlan:
+        """The plan of admitted `key` as (placement, per-node holdings), kept so."""
+        held = self._plans[key]
+        if len(held) != 2:
+            held = self._plans[key] = made_plan(held)
+        return held
 
     def _node_reject(self, q: QueueState, shape: Shape) -> None:
         """No node has room for `shape` now: skip it until a node it could use grows."""

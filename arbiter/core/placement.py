@@ -87,7 +87,7 @@ class NodeSet:
 
     pool: str
     members: list[int]  # global node positions
-    names: list[str]
+    names: tuple[str, ...]
     fr: list[list[int]]  # per resource index: free amount per member
     # The *floor*: per resource index, at most the smallest amount of it any
     # pod asked of this set requests (0: some pod does not request it; None:
@@ -106,7 +106,7 @@ class NodeSet:
     # the members that could hold some (None: not known), how many in all)
     fails: dict[tuple[int, Pairs], tuple[int, list[int] | None, int]]
 
-    def __init__(self, pool: str, members: list[int], names: list[str],
+    def __init__(self, pool: str, members: list[int], names: tuple[str, ...],
                  free: list[list[int]]) -> None:
         self.pool = pool
         self.members = members
@@ -447,7 +447,7 @@ class NodeIndex:
             g for g, name in enumerate(self.pool_of)
             if name == pool and all(self.labels[g].get(k) == v for k, v in selector)
         ]
-        found = NodeSet(pool, members, [self.names[g] for g in members], self.free)
+        found = NodeSet(pool, members, tuple([self.names[g] for g in members]), self.free)
         self.sets[key] = found
         for local, g in enumerate(members):
             self.member_of[g].append((found, local))

@@ -17,9 +17,8 @@ from arbiter.core.placement import NodeSet, Pairs, Runs
 
 __all__ = [
     "CAND", "DIRTY", "IDLE", "KEY_FUNCS", "PARKED", "UNLIMITED", "CandEntry", "Entry", "Fit",
-    "KeyFunc", "OrderKey", "Pairs", "Plan", "QueueState", "Runs", "Shape", "ShapeEntry",
-    "ShapeKey",
-    "fifo_key", "priority_key", "shape_key", "sort_units",
+    "FitPlan", "KeyFunc", "MadePlan", "OrderKey", "Pairs", "Plan", "QueueState", "Runs", "Shape",
+    "ShapeEntry", "ShapeKey", "fifo_key", "made_plan", "priority_key", "shape_key", "sort_units",
 ]
 
 UNLIMITED = 1 << 200  # capability of an uncapped resource
@@ -274,56 +273,31 @@ CandEntry = tuple[int, int, QueueState]  # (-demand, version, queue)
 Fit = tuple[NodeSet, list[list[int]]]
 
 
-class Plan:
-    """An admitted unit's placement, and what it holds on each node (by name).
+# An admitted unit's plan: (placement, what it holds on each node by name);
+# or, as the engine makes it, its first-fit answer in plain tuples: (pool, the
+# node set's member names, per run the member index of each pod, the runs,
+# (pod set of each run, every pod set)). That form is built into the first
+# only when asked (most plans are read once, or only at release), and being
+# tuples of strings and ints it is soon untracked by the garbage collector, so
+# full collections stay rare while thousands of units are admitted.
+MadePlan = tuple[Placement, list[tuple[str, Pairs]]]
+FitPlan = tuple[str, tuple[str, ...], tuple[tuple[int, ...], ...], Runs,
+                tuple[tuple[str, ...], tuple[str, ...]]]
+Plan = MadePlan | FitPlan
 
-    A plan the engine made itself keeps only its first-fit answer (and the
-    runs it answered) and builds both when first asked: most are read only
-    when the unit is released, and building them costs more than the rest
-    of an admission."""
 
-    __slots__ = ("_fit", "_names", "_placement", "_runs", "_used")
-
-    _placement: Placement | None
-    _used: list[tuple[str, Pairs]] | None
-    _fit: Fit | None
-    _runs: Runs  # (count, pairs) per run of `_fit`
-    _names: tuple[tuple[str, ...], tuple[str, ...]]  # (pod set of each run, every pod set)
-
-    def __init__(self, placement: Placement | None = None,
-                 used: list[tuple[str, Pairs]] | None = None, fit: Fit | None = None,
-                 runs: Runs = (), names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
-                 ) -> None:
-        self._placement = placement
-        self._used = used
-        self._fit = fit
-        self._runs = runs
-        self._names = names
-
-    @property
-    def placement(self) -> Placement:
-        if self._placement is None:
-            assert self._fit is not None
-            node_set, got = self._fit
-            names = node_set.names
-            runnames, podsets = self._names
-            nodes: dict[str, tuple[str, ...]] = dict.fromkeys(podsets, ())
-            for pod_set, placed in zip(runnames, got, strict=True):
-                nodes[pod_set] = nodes.get(pod_set, ()) + tuple([names[m] for m in placed])
-            self._placement = Placement(node_set.pool, nodes)
-        return self._placement
-
-    @property
-    def used(self) -> list[tuple[str, Pairs]]:
-        if self._used is None:
-            assert self._fit is not None
-            node_set, got = self._fit
-            held: dict[int, dict[int, int]] = {}
-            for (_, pairs), placed in zip(self._runs, got, strict=True):
-                for m in placed:
-                    amounts = held.setdefault(m, {})
-                    for r, a in pairs:
-                        amounts[r] = amounts.get(r, 0) + a
-            names = node_set.names
-            self._used = [(names[m], tuple(amounts.items())) for m, amounts in held.items()]
-        return self._used
+def made_plan(plan: Plan) -> MadePlan:
+    """`plan` as (placement, per-node holdings)."""
+    if len(plan) == 2:
+        return plan
+    pool, names, got, runs, (runnames, podsets) = plan
+    nodes: dict[str, tuple[str, ...]] = dict.fromkeys(podsets, ())
+    held: dict[int, dict[int, int]] = {}
+    for (_, pairs), pod_set, placed in zip(runs, runnames, got, strict=True):
+        nodes[pod_set] = nodes.get(pod_set, ()) + tuple([names[m] for m in placed])
+        for m in placed:
+            amounts = held.setdefault(m, {})
+            for r, a in pairs:
+                amounts[r] = amounts.get(r, 0) + a
+    used = [(names[m], tuple(amounts.items())) for m, amounts in held.items()]
+    return Placement(pool, nodes), used

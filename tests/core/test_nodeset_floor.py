@@ -12,7 +12,7 @@ CPU, MEM = 0, 1
 
 def node_set(cpu: list[int], mem: list[int]) -> NodeSet:
     members = list(range(len(cpu)))
-    return NodeSet("default", members, [f"n{m:03d}" for m in members], [cpu, mem])
+    return NodeSet("default", members, tuple(f"n{m:03d}" for m in members), [cpu, mem])
 
 
 def first_fit(ns: NodeSet, pairs: tuple[tuple[int, int], ...]) -> int:

@@ -100,6 +100,7 @@ from arbiter.core.queuestate import (
     Shape,
     ShapeEntry,
     ShapeKey,
+    made_plan,
     shape_key,
 )
 from arbiter.core.resources import EMPTY, Resources
@@ -380,7 +381,7 @@ class AdmissionEngine(NodeFit):
         # Units of one demand share a shape (and its resource-index pairs).
         # Keyed by the demand's items as given: an equal demand spelt in
         # another order just makes a second shape, which is still correct.
-        skey = shape_key(unit) if unit.pods else tuple(unit.demand.items())
+        skey = shape_key(unit) if unit.pods else unit.demand.names_amounts()
         shape = q.shapes.get(skey)
         if shape is None:
             shape = q.shapes[skey] = Shape(skey, self._pairs(unit.demand), unit.pods)
@@ -488,7 +489,7 @@ class AdmissionEngine(NodeFit):
             free[i] += amount
         held = self._plans.pop(key, None)
         if held is not None:
-            self._apply(held[1], 1)
+            self._apply(made_plan(held)[1], 1)
         self._cursor = 0  # free capacity grew: rejected units may fit again
         if q.spec is not None:
             self._mark_dirty(q)
@@ -503,12 +504,19 @@ class AdmissionEngine(NodeFit):
             self._process_dirty()
         if self._nodes is not None:
             return self._next_placed()
+        pop = heapq.heappop
         while True:
-            top = self._valid_top()
-            hit = self._scan_waiting(top)
-            if hit is not None:
-                self._examine(hit)
-                continue
+            heap = self._heap  # _valid_top, inlined (compaction may replace the heap)
+            while heap and heap[0][4] != heap[0][5].version:
+                pop(heap)
+            top = heap[0] if heap else None
+            wait = self._wait
+            c = self._cursor
+            if c < len(wait) and (top is None or not wait[c] > top):  # else it stays put
+                hit = self._scan_waiting(top)
+                if hit is not None:
+                    self._examine(hit)
+                    continue
             if top is None:
                 return None
             best = top[5]
@@ -568,7 +576,7 @@ class AdmissionEngine(NodeFit):
                 else:
                     self._find(q)
                 continue
-            exact = self._flag(q, shape.pairs)
+            exact = self._flag(q, shape.pairs) if q.hasguar else top[0]
             if exact <= top[0]:
                 for entry in held:
                     heapq.heappush(self._heap, entry[1])
@@ -1083,7 +1091,8 @@ class AdmissionEngine(NodeFit):
                 shape.tidy(q.order)
             self._seq += 1
             shape.ver = self._seq
-            head = shape.first()
+            at = shape.head
+            head = shape.units[at] if at < len(shape.units) else None
             if head is None:
                 heapq.heappop(sheap)
                 if q.shapes.get(shape.key) is shape:

@@ -28,7 +28,17 @@ from typing import TYPE_CHECKING
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
 from arbiter.core.placement import NodeIndex, NodeSet, Runs, packed_pod
 from arbiter.core.quantities import format_quantity
-from arbiter.core.queuestate import DIRTY, Entry, Fit, Pairs, Plan, QueueState, Shape
+from arbiter.core.queuestate import (
+    DIRTY,
+    Entry,
+    Fit,
+    MadePlan,
+    Pairs,
+    Plan,
+    QueueState,
+    Shape,
+    made_plan,
+)
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["NodeFit"]
@@ -95,8 +105,8 @@ class NodeFit:
                 for name, amount in (node.allocatable - node.used).items():
                     index.free[self._index[name]][g] = amount
             self._nodes = index
-            for held in self._plans.values():
-                self._apply(held[1], -1)
+            for key in list(self._plans):
+                self._apply(self._made(key)[1], -1)
         self._nodewait = {}
         self._woken = []
         for q in self._queues.values():
@@ -119,8 +129,7 @@ class NodeFit:
 
     def plan(self, key: str) -> Placement | None:
         """Where the admitted unit `key` goes (None: not admitted, or no nodes)."""
-        held = self._plans.get(key)
-        return None if held is None else held[0]
+        return self._made(key)[0] if key in self._plans else None
 
     def replan(self, key: str, placement: Placement) -> None:
         """The admitted unit's pods go elsewhere (they bound to other nodes)."""
@@ -129,12 +138,12 @@ class NodeFit:
             raise ValueError(f"unit {key} is not admitted")
         held = self._plans.pop(key, None)
         if held is not None:
-            self._apply(held[1], 1)
+            self._apply(made_plan(held)[1], 1)
         self._hold(unit, placement)
 
     def plans(self) -> dict[str, Placement]:
         """The plan of every admitted unit that has one, by unit key."""
-        return {key: held[0] for key, held in self._plans.items()}
+        return {key: self._made(key)[0] for key in list(self._plans)}
 
     def pool_usage(self) -> dict[str, tuple[Resources, Resources]]:
         """Per pool: (capacity = its nodes' allocatable, allocated = planned pods).
@@ -149,8 +158,8 @@ class NodeFit:
             capacity[pool] = capacity.get(pool, EMPTY) + node.allocatable
         allocated: dict[str, dict[str, int]] = {name: {} for name in capacity}
         names = self._names
-        for _, used in self._plans.values():
-            for node_name, pairs in used:
+        for key in list(self._plans):
+            for node_name, pairs in self._made(key)[1]:
                 at = index.position.get(node_name)
                 if at is None:
                     continue
@@ -335,9 +344,11 @@ class NodeFit:
                 return max((Fraction(a, cap[r]) for r, a in item[1] if cap[r] > 0),
                            default=Fraction(0))
 
-            items.sort(key=dominant, reverse=True)  # stable for equal shares
+            if len(items) > 1:
+                items.sort(key=dominant, reverse=True)  # stable for equal shares
             shape.runs = tuple((count, pairs) for count, pairs, _ in items)
             shape.runnames = tuple(name for _, _, name in items)
+            shape.plannames = (shape.runnames, tuple(ps.name for ps in shape.pods))
             shape.podneed = packed_pod(shape.runs[0][1]) if len(items) == 1 else None
             shape.rungen = self._capgen
         return shape.runs
@@ -354,8 +365,8 @@ class NodeFit:
 
     def _place(self, q: QueueState, shape: Shape) -> Fit | None:
         """First pool of q's order where a unit of `shape` fits on nodes."""
-        runs = self._runs(shape)
-        for node_set in self._queue_sets(q):
+        runs = shape.runs if shape.rungen == self._capgen else self._runs(shape)
+        for node_set in q.nsets if q.nsgen == self._nodegen else self._queue_sets(q):
             if node_set.members:
                 got = node_set.place(runs)
                 if got is not None:
@@ -363,28 +374,32 @@ class NodeFit:
         return None
 
     def _commit(self, unit: Unit, shape: Shape, fit: Fit) -> None:
+        """Take what `fit` places on its nodes; the plan is built when asked."""
         node_set, got = fit
-        names = node_set.names
         members = node_set.members
         index = self._nodes
         assert index is not None
-        nodes: dict[str, list[str]] = {ps.name: [] for ps in shape.pods}
-        held: dict[int, dict[int, int]] = {}
-        for (_, pairs), pod_set, placed in zip(shape.runs, shape.runnames, got, strict=True):
-            nodes.setdefault(pod_set, []).extend(names[m] for m in placed)
-            count = 0
-            for at, m in enumerate(placed):  # runs of equal members: one take per node
-                count += 1
-                if at + 1 == len(placed) or placed[at + 1] != m:
-                    g = members[m]
-                    index.take(g, pairs, count)
-                    amounts = held.setdefault(g, {})
-                    for r, a in pairs:
-                        amounts[r] = amounts.get(r, 0) + a * count
-                    count = 0
-        used = [(index.names[g], tuple(amounts.items())) for g, amounts in held.items()]
-        placement = Placement(node_set.pool, {k: tuple(v) for k, v in nodes.items()})
-        self._plans[unit.key] = (placement, used)
+        take = index.take
+        for (_, pairs), placed in zip(shape.runs, got, strict=True):
+            # `placed` holds each member once per pod, in runs: one take per run.
+            end = len(placed)
+            at = 0
+            while at < end:
+                m = placed[at]
+                stop = at + 1
+                while stop < end and placed[stop] == m:
+                    stop += 1
+                take(members[m], pairs, stop - at)
+                at = stop
+        self._plans[unit.key] = (node_set.pool, node_set.names, tuple(map(tuple, got)),
+                                 shape.runs, shape.plannames)
+
+    def _made(self, key: str) -> MadePlan:
+        """The plan of admitted `key` as (placement, per-node holdings), kept so."""
+        held = self._plans[key]
+        if len(held) != 2:
+            held = self._plans[key] = made_plan(held)
+        return held
 
     def _node_reject(self, q: QueueState, shape: Shape) -> None:
         """No node has room for `shape` now: skip it until a node it could use grows."""
@@ -419,13 +434,22 @@ class NodeFit:
         if self._nodes is None or q.nsgen != self._nodegen or len(shape.runs) != 1:
             return False
         run = shape.runs[0]
-        return all(ns.still_full(run) for ns in q.nsets if ns.members)
+        for ns in q.nsets:  # noqa: SIM110 - a plain loop is faster than all() here
+            if ns.members and not ns.still_full(run):
+                return False
+        return True
 
     def _optimistic_flag(self, q: QueueState) -> int:
         """0 when some shape it may still offer keeps q within its guarantee."""
-        for shape in q.shapes.values():
-            if (not shape.rejected and shape.head < len(shape.units)
-                    and not self._flag(q, shape.pairs)):
+        alloc = q.alloc
+        guar = q.guar
+        for shape in q.shapes.values():  # `_flag` inlined: called per admission
+            if shape.rejected or shape.head >= len(shape.units):
+                continue
+            for i, a in shape.pairs:
+                if alloc[i] + a > guar[i]:
+                    break
+            else:
                 return 0
         return 1
 

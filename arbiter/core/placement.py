@@ -10,10 +10,11 @@ A *node set* is one pool's nodes narrowed by a queue's nodeSelector; sets are
 built when first asked for and kept up to date after that. Per set:
 
 * free amounts per resource as flat lists (one int per node, in name order);
-* a tree of maxima over them (fan-out 8): per resource, the largest free
-  amount below each tree node. `find` descends it to the first node with room
-  for a pod in O(8 log8 nodes), skipping every subtree where some resource is
-  short; a change updates only the ancestors whose maximum it changes;
+* a *floor*: per resource, at most the smallest amount any pod asked of the
+  set requests, and a bit per member at or above it in every resource. A
+  member below it has room for no pod at all (most filled nodes: their last
+  pod slot or millicores are gone), so `find` visits only the live bits,
+  testing each member resource by resource, scarcest first;
 * a *cursor* per pod shape: no node before it has room for one such pod.
   Free space only shrinks while admitting, so first-fit searches resume
   there (amortised O(nodes) per shape between releases); a node that grows
@@ -22,8 +23,7 @@ built when first asked for and kept up to date after that. Per set:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from itertools import compress, count
+from collections.abc import Iterable, Iterator, Mapping
 
 from arbiter.core.model import DEFAULT_POOL, Node, Pool
 
@@ -31,12 +31,11 @@ __all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs", "packed_pod", "room_for"]
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
+Checks = tuple[tuple[int, int], ...]  # a pod's pairs in the order `NodeSet._find` tests them
 
-_BITS = 3  # log2 of the fan-out of the tree of maxima
-_FAN = 1 << _BITS
-_MASK = _FAN - 1
-_SCAN_LEVEL = 2  # `find` scans blocks of 8**2 members ...
-_SCAN_BITS = _SCAN_LEVEL * _BITS  # ... and skips blocks by the tree above them
+_WORD = 64  # members per word of live bits
+_WORD_BITS = 6
+_WORD_MASK = _WORD - 1
 _GROWN_KEPT = 1024  # growths NodeIndex remembers
 _LOG_LIMIT = 1024  # cursors are dropped rather than pulled back past this many growths
 # Packed free amounts: each resource in a field of _WIDTH bits whose top bit
@@ -55,7 +54,7 @@ _PACKED: dict[Pairs, tuple[int, int]] = {}
 
 
 def packed_pod(pairs: Pairs) -> tuple[int, int]:
-    """(a pod's amounts packed like `NodeSet.packed`, the top bits of its
+    """(a pod's amounts packed like `NodeIndex.packed`, the top bits of its
     fields); need -1 when some amount is too large to pack (checked per field).
     `room_for(word, *packed_pod(pairs))` tests one node."""
     got = _PACKED.get(pairs)
@@ -82,61 +81,54 @@ class NodeSet:
     """The nodes of one pool that a nodeSelector allows, in name order."""
 
     __slots__ = (
-        "cursors", "fails", "fr", "log", "members", "names", "packed", "pool", "sizes", "total",
-        "tree",
+        "cursors", "fails", "floor", "fr", "live", "log", "members", "names", "order", "pool",
+        "scale", "total",
     )
 
     pool: str
     members: list[int]  # global node positions
-    names: list[str]
+    names: tuple[str, ...]
     fr: list[list[int]]  # per resource index: free amount per member
-    # tree[level][r][i]: largest free amount of resource r among the members
-    # i * 8**level ... (i + 1) * 8**level - 1; tree[0] is `fr`.
-    tree: list[list[list[int]]]
-    sizes: list[int]  # entries per level of `tree`
-    # per member: its free amounts in one int, _WIDTH bits per resource with
-    # the top bit set (see `packed_pod`), so one subtraction tests a whole pod
-    packed: list[int]
+    # The *floor*: per resource index, at most the smallest amount of it any
+    # pod asked of this set requests (0: some pod does not request it; None:
+    # no pod asked yet). A member below the floor in some resource has room
+    # for none of those pods; `live` has a bit set, per word of 64 members,
+    # for each member at or above it. First fit visits only those.
+    floor: list[int] | None
+    live: list[int]
+    scale: list[int]  # per resource index: the largest allocatable share of a member (>= 1)
+    order: dict[Pairs, Checks]  # pairs, scarcest first (see `_checks`)
     total: list[int]  # per resource index: free amount summed over the members (>= 0)
-    cursors: dict[Pairs, tuple[int, int]]  # shape -> (first member that may fit, log length)
+    # pod -> (first member that may fit, log length then, its `_checks`)
+    cursors: dict[Pairs, tuple[int, int, Checks]]
     log: list[int]  # members that grew, in order
     # (count, pairs) of one pod set that found no room -> (log length then,
     # the members that could hold some (None: not known), how many in all)
     fails: dict[tuple[int, Pairs], tuple[int, list[int] | None, int]]
 
-    def __init__(self, pool: str, members: list[int], names: list[str],
+    def __init__(self, pool: str, members: list[int], names: tuple[str, ...],
                  free: list[list[int]]) -> None:
         self.pool = pool
         self.members = members
         self.names = names
         self.fr = [[column[g] for g in members] for column in free]
-        sizes = [len(members)]
-        while sizes[-1] > 1:
-            sizes.append((sizes[-1] + _FAN - 1) >> _BITS)
-        self.sizes = sizes
-        self.tree = [self.fr]
-        for _ in sizes[1:]:
-            self.tree.append([self._maxima(column) for column in self.tree[-1]])
+        self.floor = None
+        n = len(members)
+        self.live = [(1 << min(_WORD, n - b)) - 1 for b in range(0, n, _WORD)]
         self.total = [sum(a for a in column if a > 0) for column in self.fr]
-        self.packed = [
-            sum((_GUARD | _clamp(column[m])) << (r * _WIDTH) for r, column in enumerate(self.fr))
-            for m in range(len(members))
-        ]
+        self.scale = [max(max(column, default=1), 1) for column in self.fr]
+        self.order = {}
         self.cursors = {}
         self.log = []
         self.fails = {}
 
-    @staticmethod
-    def _maxima(column: list[int]) -> list[int]:
-        return [max(column[b : b + _FAN]) for b in range(0, len(column), _FAN)]
-
     def add_resource(self) -> None:
         self.fr.append([0] * len(self.members))
-        guard = _GUARD << ((len(self.fr) - 1) * _WIDTH)
-        self.packed = [word | guard for word in self.packed]
-        for lower, level in zip(self.tree, self.tree[1:], strict=False):
-            level.append(self._maxima(lower[-1]))
+        if self.floor is not None:
+            self.floor.append(0)
         self.total.append(0)
+        self.scale.append(1)
+        self.order = {}
 
     def set_free(self, local: int, r: int, amount: int) -> None:
         column = self.fr[r]
@@ -144,100 +136,127 @@ class NodeSet:
         if amount == old:
             return
         column[local] = amount
-        self.total[r] += max(amount, 0) - max(old, 0)  # over-committed nodes add nothing
-        self.packed[local] += (_clamp(amount) - _clamp(old)) << (r * _WIDTH)
-        tree = self.tree
+        # over-committed nodes add nothing
+        self.total[r] += (amount if amount > 0 else 0) - (old if old > 0 else 0)
         if amount > old:
             self.log.append(local)
-            for level in range(1, len(tree)):
-                local >>= _BITS
-                up = tree[level][r]
-                if up[local] >= amount:
-                    return
-                up[local] = amount
-            return
-        for level in range(1, len(tree)):
-            local >>= _BITS
-            up = tree[level][r]
-            top = up[local]
-            if top != old:
-                return  # the shrunk entry was not the largest below this one
-            start = local << _BITS
-            new = max(tree[level - 1][r][start : start + _FAN])
-            if new == top:
+        floor = self.floor
+        if floor is not None and floor[r]:
+            self._relive(local)
+
+    def _relive(self, local: int) -> None:
+        """Set or clear the live bit of member `local` (see `floor`)."""
+        floor = self.floor
+        assert floor is not None
+        fr = self.fr
+        bit = 1 << (local & _WORD_MASK)
+        word = local >> _WORD_BITS
+        for r, f in enumerate(floor):
+            if f and fr[r][local] < f:
+                self.live[word] &= ~bit
                 return
-            up[local] = new
-            old = top
+        self.live[word] |= bit
+
+    def _lower_floor(self, pairs: Pairs) -> None:
+        """Make the floor at most `pairs` (a pod asked of this set) and
+        recompute which members are live. Rounded down to a power of two
+        so that it is lowered only a few times."""
+        asked = dict(pairs)
+        floor = self.floor
+        if floor is None:
+            floor = [1 << (a.bit_length() - 1) if a > 0 else 0
+                     for a in (asked.get(r, 0) for r in range(len(self.fr)))]
+        else:
+            floor = [f if asked.get(r, 0) >= f else
+                     (1 << (asked[r].bit_length() - 1) if asked.get(r, 0) > 0 else 0)
+                     for r, f in enumerate(floor)]
+        self.floor = floor
+        n = len(self.members)
+        self.live = [(1 << min(_WORD, n - b)) - 1 for b in range(0, n, _WORD)]
+        fr = self.fr
+        for r, f in enumerate(floor):
+            if f:
+                column = fr[r]
+                for m in range(n):
+                    if column[m] < f:
+                        self.live[m >> _WORD_BITS] &= ~(1 << (m & _WORD_MASK))
+
+    def _checks(self, pairs: Pairs) -> Checks:
+        """`pairs` with the resource a member most likely lacks first (the
+        largest share of a member's size): a test stops at the first short
+        one. Lowers the floor to `pairs` first if need be."""
+        got = self.order.get(pairs)
+        if got is None:
+            floor = self.floor
+            asked = dict(pairs)
+            if floor is None or any(f and asked.get(r, 0) < f for r, f in enumerate(floor)):
+                self._lower_floor(pairs)
+            if len(self.order) > 4096:
+                self.order = {}
+            scale = self.scale
+            got = self.order[pairs] = tuple(
+                sorted(pairs, key=lambda pair: pair[1] / scale[pair[0]], reverse=True))
+        return got
 
     def find(self, pairs: Pairs, at: int) -> int:
         """The first member from `at` on with room for one pod of `pairs`
-        (len(members) if none). Scans 64 members at a time at C speed on the
-        packed amounts, and skips by the tree of maxima every block of 64
-        where some resource is short everywhere."""
-        n = self.sizes[0]
-        need, guards = packed_pod(pairs)
-        if need < 0:  # too large to pack: no member has that much free
-            return n
-        packed = self.packed
-        top = len(self.tree) - 1
-        start = at
-        block = at >> _SCAN_BITS
-        while start < n:
-            end = (block + 1) << _SCAN_BITS
-            hit = next(compress(count(start), map(guards.__eq__, map(
-                guards.__and__, map(need.__rsub__, packed[start:end])))), -1)
-            if hit >= 0:
-                return hit
-            if top < _SCAN_LEVEL:
-                return n
-            block = self._next_block(pairs, block + 1)
-            start = block << _SCAN_BITS
-        return n
+        (len(members) if none). Visits only live members (see `floor`)."""
+        return self._find(self._checks(pairs), at)
 
-    def _next_block(self, pairs: Pairs, i: int) -> int:
-        """The first block of 64 members from block `i` on whose maxima hold
-        one pod of `pairs` (a necessary condition; past the end if none)."""
-        tree = self.tree
-        sizes = self.sizes
-        top = len(tree) - 1
-        level = _SCAN_LEVEL
-        entries = tree[level]
-        while True:
-            if i >= sizes[level]:
-                return sizes[_SCAN_LEVEL]
-            for r, a in pairs:
-                if entries[r][i] < a:
+    def _find(self, checks: Checks, at: int) -> int:
+        n = len(self.members)
+        if at >= n:
+            return n
+        fr = self.fr
+        if len(checks) == 3:  # cpu, memory, pods: the usual pod
+            (r0, a0), (r1, a1), (r2, a2) = checks
+            c0, c1, c2 = fr[r0], fr[r1], fr[r2]
+            for m in self._live_from(at):
+                if c0[m] >= a0 and c1[m] >= a1 and c2[m] >= a2:
+                    return m
+            return n
+        columns = [(fr[r], a) for r, a in checks]
+        for m in self._live_from(at):
+            for column, a in columns:
+                if column[m] < a:
                     break
             else:
-                if level == _SCAN_LEVEL:
-                    return i
-                level -= 1
-                entries = tree[level]
-                i <<= _BITS
-                continue
-            i += 1
-            if not i & _MASK:
-                while not i & _MASK and level < top:
-                    level += 1
-                    i >>= _BITS
-                entries = tree[level]
+                return m
+        return n
 
-    def cursor(self, pairs: Pairs) -> int:
+    def _live_from(self, at: int) -> Iterator[int]:
+        """The live members from `at` on, in order (see `floor`)."""
+        live = self.live
+        words = len(live)
+        b = at >> _WORD_BITS
+        word = live[b] >> (at & _WORD_MASK) << (at & _WORD_MASK)
+        while True:
+            while not word:
+                b += 1
+                if b >= words:
+                    return
+                word = live[b]
+            low = word & -word
+            yield (b << _WORD_BITS) | (low.bit_length() - 1)
+            word ^= low
+
+    def _cursor(self, pairs: Pairs) -> tuple[int, Checks]:
+        """Where first fit of `pairs` starts, and its checks."""
         got = self.cursors.get(pairs)
         if got is None:
-            return 0
-        at, seen = got
+            return 0, self._checks(pairs)
+        at, seen, checks = got
         log = self.log
         if seen < len(log):
             at = min(at, min(log[seen:]))
-        return at
+        return at, checks
 
-    def _set_cursor(self, pairs: Pairs, at: int) -> None:
+    def _set_cursor(self, pairs: Pairs, at: int, checks: Checks) -> None:
         if len(self.log) > _LOG_LIMIT:
             self.log = []
             self.cursors = {}
             self.fails = {}
-        self.cursors[pairs] = (at, len(self.log))
+        self.cursors[pairs] = (at, len(self.log), checks)
 
     def still_full(self, run: tuple[int, Pairs]) -> bool:
         """A pod set that found no room still finds none.
@@ -282,18 +301,22 @@ class NodeSet:
         """`start` plus how many pods of `pairs` (at most `count` each) the
         members `nodes` hold, and those that hold some."""
         fr = self.fr
-        packed = self.packed
-        need, guards = packed_pod(pairs)
         bound = start
         kept: list[int] = []
+        # Most of them (nodes that grew a little since) lack the scarcest
+        # resource: drop those in one pass before testing the rest fully.
+        if pairs:
+            scarce, need = self._checks(pairs)[0]
+            column = fr[scarce]
+            nodes = [m for m in nodes if column[m] >= need]
         for m in nodes:
-            if need >= 0 and (packed[m] - need) & guards != guards:
-                continue  # not even one pod: the usual case, one big-int test
             k = count
             for r, a in pairs:
                 q = fr[r][m] // a
                 if q < k:
                     k = q
+                    if k <= 0:
+                        break  # not even one pod: the usual case
             if k > 0:
                 bound += k
                 kept.append(m)
@@ -315,7 +338,7 @@ class NodeSet:
             if self.fails and self.still_full(runs[0]):
                 return None
         taken: dict[int, dict[int, int]] | None = None if single else {}
-        find = self.find
+        find = self._find
         out: list[list[int]] = []
         for ri, (count, pairs) in enumerate(runs):
             got: list[int] = []
@@ -327,9 +350,10 @@ class NodeSet:
                     return None
                 got.extend([0] * count)
                 continue
-            at = find(pairs, self.cursor(pairs))
+            at, checks = self._cursor(pairs)
+            at = find(checks, at)
             if ri == 0:  # committed state only: later runs see tentative use
-                self._set_cursor(pairs, at)
+                self._set_cursor(pairs, at, checks)
             while count and at < n:
                 if taken:
                     k = self._room(at, pairs, count, taken.get(at))
@@ -348,7 +372,7 @@ class NodeSet:
                             use[r] = use.get(r, 0) + a * k
                     if not count:
                         break
-                at = find(pairs, at + 1)
+                at = find(checks, at + 1)
             if count:
                 if single:
                     self.fails[runs[0]] = (len(self.log), sorted(set(got)), len(got))
@@ -423,7 +447,7 @@ class NodeIndex:
             g for g, name in enumerate(self.pool_of)
             if name == pool and all(self.labels[g].get(k) == v for k, v in selector)
         ]
-        found = NodeSet(pool, members, [self.names[g] for g in members], self.free)
+        found = NodeSet(pool, members, tuple([self.names[g] for g in members]), self.free)
         self.sets[key] = found
         for local, g in enumerate(members):
             self.member_of[g].append((found, local))
@@ -459,7 +483,8 @@ class NodeIndex:
         return self.grown[len(self.grown) - back :] if back else []
 
     def packed(self, g: int) -> int:
-        """Node g's free amounts in one int, as `NodeSet.packed` holds them
+        """Node g's free amounts in one int, _WIDTH bits per resource with the
+        top bit set (see `packed_pod`), so one subtraction tests a whole pod
         (kept until the node changes: waking queues asks for it repeatedly)."""
         word = self._packed.get(g)
         if word is None:
@@ -468,12 +493,20 @@ class NodeIndex:
         return word
 
     def take(self, g: int, pairs: Pairs, count: int) -> None:
-        """`count` pods of `pairs` are planned on node g (shrinks only)."""
+        """`count` pods of `pairs` are planned on node g (shrinks only: no
+        growth to log; the node may drop below a set's floor)."""
         free = self.free
         memberships = self.member_of[g]
         self._packed.pop(g, None)
         for r, a in pairs:
-            amount = free[r][g] - a * count
-            free[r][g] = amount
+            column = free[r]
+            old = column[g]
+            amount = old - a * count
+            column[g] = amount
+            drop = old - (amount if amount > 0 else 0) if old > 0 else 0  # totals count >= 0
             for node_set, local in memberships:
-                node_set.set_free(local, r, amount)
+                node_set.fr[r][local] = amount
+                node_set.total[r] -= drop
+                floor = node_set.floor
+                if floor is not None and 0 < floor[r] > amount:
+                    node_set.live[local >> _WORD_BITS] &= ~(1 << (local & _WORD_MASK))

@@ -17,8 +17,8 @@ from arbiter.core.placement import NodeSet, Pairs, Runs
 
 __all__ = [
     "CAND", "DIRTY", "IDLE", "KEY_FUNCS", "PARKED", "UNLIMITED", "CandEntry", "Entry", "Fit",
-    "KeyFunc", "OrderKey", "Pairs", "Plan", "QueueState", "Shape", "ShapeEntry", "ShapeKey",
-    "fifo_key", "priority_key", "shape_key", "sort_units",
+    "FitPlan", "KeyFunc", "MadePlan", "OrderKey", "Pairs", "Plan", "QueueState", "Runs", "Shape",
+    "ShapeEntry", "ShapeKey", "fifo_key", "made_plan", "priority_key", "shape_key", "sort_units",
 ]
 
 UNLIMITED = 1 << 200  # capability of an uncapped resource
@@ -31,7 +31,7 @@ IDLE = 2  # unknown queue (no spec)
 DIRTY = 3  # must be re-examined from scratch before the next decision
 
 OrderKey = tuple[int, float, str] | tuple[float, str]
-ShapeKey = tuple[Hashable, ...]  # a demand's items, as given (plus its pod sets)
+ShapeKey = tuple[Hashable, ...]  # a demand's names and amounts, as given (plus its pod sets)
 KeyFunc = Callable[[Unit], OrderKey]
 
 
@@ -49,11 +49,14 @@ _BY_PRIORITY = attrgetter("priority")
 
 
 def shape_key(unit: Unit) -> ShapeKey:
-    """Units with equal keys fit or fail together (in aggregate and on nodes)."""
-    key: ShapeKey = tuple(unit.demand.items())
-    if unit.pods:
-        pods = tuple((ps.name, ps.count, tuple(ps.requests.items())) for ps in unit.pods)
-        key = (*key, pods)
+    """Units with equal keys fit or fail together (in aggregate and on nodes).
+
+    One flat tuple, hashed per unit: the demand's names and amounts, then
+    per pod set its name, count, request names and amounts (fixed arity, so
+    the parts cannot run into each other)."""
+    key: ShapeKey = unit.demand.names_amounts()
+    for ps in unit.pods:
+        key = (*key, ps.name, ps.count, *ps.requests.names_amounts())
     return key
 
 
@@ -76,7 +79,8 @@ class Shape:
     """
 
     __slots__ = (
-        "head", "key", "noroom", "pairs", "podneed", "pods", "rejected", "rungen", "runnames",
+        "head", "key", "noroom", "pairs", "plannames", "podneed", "pods", "rejected", "rungen",
+        "runnames",
         "runs", "tail", "units", "unsorted", "ver",
     )
 
@@ -91,6 +95,7 @@ class Shape:
     pods: tuple[PodSet, ...]  # of every unit in the shape
     runs: Runs  # node fit: (pod count, pairs of one pod), largest dominant share first
     runnames: tuple[str, ...]  # the pod set of each run
+    plannames: tuple[tuple[str, ...], tuple[str, ...]]  # (runnames, every pod set): for Plan
     rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
     podneed: tuple[int, int] | None  # one run: its pod packed (placement.packed_pod); else None
     noroom: bool  # rejected because no node had room
@@ -101,6 +106,7 @@ class Shape:
         self.pods = pods
         self.runs = ()
         self.runnames = ()
+        self.plannames = ((), ())
         self.rungen = -1
         self.podneed = None
         self.noroom = False
@@ -263,7 +269,35 @@ class QueueState:
 # queue): a waiting entry sorts before a heap entry of the same queue and key.
 Entry = tuple[int, int, str, int, int, QueueState]
 CandEntry = tuple[int, int, QueueState]  # (-demand, version, queue)
-# An admitted unit's placement, and what it holds on each node (by name).
-Plan = tuple[Placement, list[tuple[str, Pairs]]]
 # A node-fit answer: the node set, and per run the member index of each pod.
 Fit = tuple[NodeSet, list[list[int]]]
+
+
+# An admitted unit's plan: (placement, what it holds on each node by name);
+# or, as the engine makes it, its first-fit answer in plain tuples: (pool, the
+# node set's member names, per run the member index of each pod, the runs,
+# (pod set of each run, every pod set)). That form is built into the first
+# only when asked (most plans are read once, or only at release), and being
+# tuples of strings and ints it is soon untracked by the garbage collector, so
+# full collections stay rare while thousands of units are admitted.
+MadePlan = tuple[Placement, list[tuple[str, Pairs]]]
+FitPlan = tuple[str, tuple[str, ...], tuple[tuple[int, ...], ...], Runs,
+                tuple[tuple[str, ...], tuple[str, ...]]]
+Plan = MadePlan | FitPlan
+
+
+def made_plan(plan: Plan) -> MadePlan:
+    """`plan` as (placement, per-node holdings)."""
+    if len(plan) == 2:
+        return plan
+    pool, names, got, runs, (runnames, podsets) = plan
+    nodes: dict[str, tuple[str, ...]] = dict.fromkeys(podsets, ())
+    held: dict[int, dict[int, int]] = {}
+    for (_, pairs), pod_set, placed in zip(runs, runnames, got, strict=True):
+        nodes[pod_set] = nodes.get(pod_set, ()) + tuple([names[m] for m in placed])
+        for m in placed:
+            amounts = held.setdefault(m, {})
+            for r, a in pairs:
+                amounts[r] = amounts.get(r, 0) + a
+    used = [(names[m], tuple(amounts.items())) for m, amounts in held.items()]
+    return Placement(pool, nodes), used

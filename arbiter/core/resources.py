@@ -130,6 +130,12 @@ class Resources(Mapping[str, int]):
     def items(self) -> ItemsView[str, int]:
         return self._amounts.items()
 
+    def names_amounts(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """(names, amounts) as given: equal exactly for equal items in the same
+        order; cheaper to build and hash than a tuple of (name, amount) pairs."""
+        amounts = self._amounts
+        return tuple(amounts), tuple(amounts.values())
+
     def __hash__(self) -> int:
         if self._hash is None:
             self._hash = hash(frozenset(self._amounts.items()))

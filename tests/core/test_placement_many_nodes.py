@@ -1,6 +1,7 @@
-"""Node fit on clusters larger than one scan block (64 nodes), held to the
-independent oracle of `test_placement`: the tree of maxima, the packed scan
-and the lazy re-check of queues woken by released room all take part."""
+"""Node fit on clusters larger than one word of live bits (64 nodes), held
+to the independent oracle of `test_placement`: the floor and its live bits,
+the per-pod cursors and the lazy re-check of queues woken by released room
+all take part."""
 
 from __future__ import annotations
 

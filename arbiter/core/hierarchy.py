@@ -55,15 +55,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from fractions import Fraction
 from itertools import count
 
+from arbiter.core.fairshare import AdmissionEngine
 from arbiter.core.model import QueueSpec, Unit
 from arbiter.core.queuestate import KEY_FUNCS, sort_units
 from arbiter.core.resources import Resources
 from arbiter.core.treestate import TreeState
 
-__all__ = ["HierarchicalEngine", "has_hierarchy"]
+__all__ = ["AnyEngine", "HierarchicalEngine", "has_hierarchy"]
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 
@@ -457,3 +457,7 @@ class HierarchicalEngine(TreeState):
                 return child.offer
             heapq.heappop(heap)
         return None
+
+
+# The engine a caller keeps: the flat one, or this one for a tree.
+AnyEngine = AdmissionEngine | HierarchicalEngine

@@ -102,11 +102,11 @@ class TreeFit:
             out[index.pool_of[g]] = (total + node.allocatable, held)
         for _, used in self._plans.values():
             for name, pairs in used:
-                g = index.position.get(name)
-                if g is not None:
-                    total, held = out[index.pool_of[g]]
-                    out[index.pool_of[g]] = (
-                        total, held + Resources({self._names[i]: a for i, a in pairs}))
+                at = index.position.get(name)
+                if at is not None:
+                    pool = index.pool_of[at]
+                    total, held = out[pool]
+                    out[pool] = (total, held + Resources({self._names[i]: a for i, a in pairs}))
         return out
 
     # -- plans ---------------------------------------------------------------------

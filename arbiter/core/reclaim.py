@@ -506,6 +506,10 @@ def plan(
     served: list[str] = []
     starving: set[str] = set()
     waiting_for_grace: set[str] = set()
+    # In a tree, units this pass could not serve: room freed for a later
+    # unit must not fit one of them, or admission (H-DRF, where they may
+    # come first) could give it to them and undo the move.
+    unserved: list[Resources] = []
     steps = 0
     while heap and len(victims) < max_victims and steps < max_steps:
         steps += 1
@@ -542,6 +546,7 @@ def plan(
                 if found is not None:
                     if name not in due and name not in lost:
                         waiting_for_grace.add(name)
+                        unserved.append(unit.demand)
                         continue  # wait for the grace period: the queue offers nothing more
                     guaranteed = under_guarantee(held, unit.demand, spec.guarantee)
                 chosen = found
@@ -549,7 +554,14 @@ def plan(
                 chosen = select_within_queue(unit, free, spec, held, candidates(unit),
                                              ordered=True)
                 reason = "withinQueue"
+            if chosen is not None and tree is not None and chosen:
+                room = Resources(free)
+                for victim in chosen:
+                    room = room + victim.demand
+                if any(other.fits_in(room) for other in unserved):
+                    chosen = None  # admission would hand that room to a unit ahead of it
             if chosen is None:
+                unserved.append(unit.demand)
                 continue  # cannot be served now: the queue offers nothing more
             if victims and len(victims) + len(chosen) > max_victims:
                 break  # the next pass serves it

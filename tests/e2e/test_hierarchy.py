@@ -20,31 +20,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from arbiter.sandbox import Sandbox
-from tests.e2e.helpers import (
-    CPUS,
-    create,
-    get,
-    job,
-    metrics,
-    queue,
-    scenario,
-    suffix,
-    wait_for,
-)
+from tests.e2e.helpers import CPUS, create, get, job, queue, scenario, suffix, wait_for
+from tests.e2e.test_reclaim_fair import reclaimed, unsuspended
 
 JOBS = 10  # per leaf queue
 CONVERGE_WITHIN = 60.0
 OBSERVE = float(os.environ.get("ARBITER_E2E_HIERARCHY_OBSERVE", "75"))
-
-
-def unsuspended(sandbox: Sandbox, ns: str) -> int:
-    return sum(1 for j in get(sandbox, "jobs", "-n", ns)["items"] if not j["spec"].get("suspend"))
-
-
-def reclaimed(sandbox: Sandbox, queues: list[str]) -> float:
-    samples = metrics(sandbox)
-    return sum(samples.get(("arbiter_preempted_units_total",
-                            (("queue", name), ("reason", "reclaim"))), 0.0) for name in queues)
 
 
 def reclaim_events(sandbox: Sandbox, ns: str) -> list[dict[str, Any]]:
@@ -83,18 +64,18 @@ def test_the_subtree_reclaims_its_share_from_a_queue_that_came_first(sandbox: Sa
                *(job(f"j{i:02d}", p2, runs_for="900s") for i in range(JOBS)))
         last = time.monotonic()
 
-        def split() -> dict[str, int]:
-            return {name: unsuspended(sandbox, name) for name in leaves}
-
         seen: list[dict[str, int]] = []
 
-        def converged() -> bool:
-            seen.append(split())
-            got = seen[-1]
+        def split() -> dict[str, int]:
+            seen.append({name: unsuspended(sandbox, name) for name in leaves})
+            return seen[-1]
+
+        def fair(got: dict[str, int]) -> bool:
             return got[q] == 5 and got[p1] + got[p2] == 5 and got[p1] in (1, 2)
 
         try:
-            wait_for("Q 5, P's subtree 5", converged, timeout=CONVERGE_WITHIN, poll=1.0)
+            wait_for("Q 5, P's subtree 5", lambda: fair(split()), timeout=CONVERGE_WITHIN,
+                     poll=1.0)
         finally:
             print(f"splits seen: {seen[-5:]}")
         took = time.monotonic() - last

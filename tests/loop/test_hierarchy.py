@@ -14,16 +14,23 @@ def released_by_namespace(c: Cluster, *namespaces: str) -> dict[str, int]:
     return {ns: len(c.released_pods(ns)) for ns in namespaces}
 
 
-async def test_a_parents_capability_caps_its_subtree() -> None:
+async def flooded_tree(**parent: object) -> Cluster:
+    """Parent p (with `parent` in its spec) over p1, p2 (weights 1 and 3),
+    and q at the top; ten 1-CPU pods each on 10 × 1 CPU; settled."""
     c = Cluster()
     await c.nodes(10)
-    await c.queue("p", capability={"cpu": "4"})
+    await c.queue("p", **parent)
     await c.queue("p1", parent="p")
     await c.queue("p2", parent="p", weight=3)
     await c.queue("q")
     for ns, queue in (("n1", "p1"), ("n2", "p2"), ("nq", "q")):
         await c.pods(ns, queue, 10)
     await c.settle()
+    return c
+
+
+async def test_a_parents_capability_caps_its_subtree() -> None:
+    c = await flooded_tree(capability={"cpu": "4"})
     assert isinstance(c.controller.mirror.engine, HierarchicalEngine)
     got = released_by_namespace(c, "n1", "n2", "nq")
     assert got["n1"] + got["n2"] == 4  # the parent's capability, not the children's share
@@ -32,15 +39,7 @@ async def test_a_parents_capability_caps_its_subtree() -> None:
 
 
 async def test_subtrees_share_by_weight_level_by_level() -> None:
-    c = Cluster()
-    await c.nodes(10)
-    await c.queue("p")
-    await c.queue("p1", parent="p")
-    await c.queue("p2", parent="p", weight=3)
-    await c.queue("q")
-    for ns, queue in (("n1", "p1"), ("n2", "p2"), ("nq", "q")):
-        await c.pods(ns, queue, 10)
-    await c.settle()
+    c = await flooded_tree()
     # Q and P's subtree share the cluster equally; P1:P2 by 1:3 inside it.
     assert released_by_namespace(c, "n1", "n2", "nq") == {"n1": 2, "n2": 3, "nq": 5}
 

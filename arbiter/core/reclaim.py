@@ -460,7 +460,8 @@ def plan(
     # the same pass. A victim is requeued in its queue's order, possibly ahead
     # of the unit served to that queue; admission would then hand the room to
     # the victim, not to the unit it was planned for, and undo the pass.
-    takers: set[str] = set()
+    takers: set[str] = set()  # (in a tree: their groups, `ReclaimTree.group`)
+    group: Callable[[str], str] = tree.group if tree is not None else str
 
     nearest: dict[str, list[Admitted]] = {}  # per taker, in a tree: nearest victims first
 
@@ -479,7 +480,7 @@ def plan(
         return (u for u in ordered if u.key not in gone and usable(unit, u))
 
     def reclaimable(unit: Waiting, inside: str | None = None) -> Iterable[Admitted]:
-        return (u for u in candidates(unit, inside) if u.queue not in takers)
+        return (u for u in candidates(unit, inside) if group(u.queue) not in takers)
 
     cursor = {name: 0 for name in waiting if name in queues and waiting[name]}
     version = dict.fromkeys(cursor, 0)
@@ -503,6 +504,7 @@ def plan(
         push(name)
     victims: list[Victim] = []
     lost: set[str] = set()  # queues that lost units to reclaim in this pass
+    lost_from: set[str] = set()  # ... and their groups (in a tree), for any reason
     served: list[str] = []
     starving: set[str] = set()
     waiting_for_grace: set[str] = set()
@@ -526,6 +528,11 @@ def plan(
         chosen: list[Admitted] | None
         reason: Reason = "reclaim"
         guaranteed = False
+        if tree is not None and group(name) in lost_from:
+            # A unit taken from its group in this pass is requeued ahead of
+            # this one there: admission would give it the room instead.
+            unserved.append(unit.demand)
+            continue
         capped, over = tree.over_capability(name, unit.demand) if tree else (None, {})
         if unit.demand.fits_in(free) and within_capability(held, unit.demand, spec.capability) \
                 and not over:
@@ -571,6 +578,7 @@ def plan(
             victims.append(Victim(victim, reason, unit.key, name, guaranteed))
             if reason == "reclaim":
                 lost.add(victim.queue)
+            lost_from.add(group(victim.queue))
             source = held_by.setdefault(victim.queue, {})
             ahead = projected.setdefault(victim.queue, {})
             for r, v in victim.demand.items():
@@ -587,7 +595,7 @@ def plan(
             tree.change(name, unit.demand, 1, held=False)
             touched = set(cursor)  # shares on the paths above changed too
         served.append(unit.key)
-        takers.add(name)
+        takers.add(group(name))
         cursor[name] = index + 1
         for other in touched:
             if other in cursor:

@@ -221,6 +221,15 @@ class ReclaimTree:
                         deepest = deepest or name
         return deepest, over
 
+    def group(self, leaf: str) -> str:
+        """What admission orders `leaf`'s units with: its topmost parent
+        with `childOrder: Queue` (one queue for the whole subtree), else itself."""
+        found = leaf
+        for name in self.paths.get(leaf, (leaf,))[1:]:
+            if self.queues[name].child_order == "Queue":
+                found = name
+        return found
+
     def within(self, queue: str, ancestor: str) -> bool:
         return ancestor in self.paths.get(queue, (queue,))
 

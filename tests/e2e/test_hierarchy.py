@@ -112,8 +112,12 @@ def test_a_parents_capability_caps_its_subtree(sandbox: Sandbox) -> None:
         # Weight 3 would give P's subtree 7 or 8 CPUs; its capability says 4.
         wait_for("P's subtree at its capability, Q the rest", lambda: split() == (4, 6),
                  timeout=60, poll=1.0)
-        time.sleep(10.0)
+        # The children arrived one after the other: the first may hold all 4.
+        # The parent at its capability makes room inside its subtree (reclaim,
+        # after the grace), never by taking from Q.
+        wait_for("P's children at 2 and 2", lambda: (
+            unsuspended(sandbox, c1), unsuspended(sandbox, c2)) == (2, 2), timeout=60, poll=1.0)
         assert split() == (4, 6)
-        assert abs(unsuspended(sandbox, c1) - unsuspended(sandbox, c2)) == 0  # 2 and 2
+        assert reclaim_events(sandbox, q) == []
         wait_for("P's status shows its subtree", lambda: (get(sandbox, "queue", p).get(
             "status") or {}).get("subtree", {}).get("allocated") == {"cpu": "4"}, timeout=30)

@@ -184,6 +184,8 @@ class Plan:
     starving: frozenset[str] = frozenset()
     # Queues that could reclaim now but whose grace has not passed.
     waiting_for_grace: frozenset[str] = frozenset()
+    # The pass stopped before every queue was looked at (`starving` is partial).
+    cut: bool = False
 
 
 # -- the rules ---------------------------------------------------------------------
@@ -597,6 +599,11 @@ def plan(
         served.append(unit.key)
         takers.add(group(name))
         cursor[name] = index + 1
+        if tree is not None and chosen:
+            # In a tree, one unit's victims per pass: admission (H-DRF) then
+            # settles before the next move is judged on what it did.
+            return Plan(tuple(victims), tuple(served), frozenset(starving),
+                        frozenset(waiting_for_grace), cut=True)
         for other in touched:
             if other in cursor:
                 push(other)

@@ -27,6 +27,12 @@ rise (as the flat rule's do, once admission admits w): the vectors of the
 levels, top down, rise with every move, so repeated reclaim reaches a
 fixpoint (no loops; tests/reclaim/test_tree.py plays random trees).
 
+**One move per pass** (`arbiter.core.reclaim.plan` stops after the first
+unit it takes victims for, `Plan.cut`): H-DRF admission settles before the
+next move is judged on what it did. In the same spirit a pass serves no
+unit whose freed room an unserved unit of the pass would fit, nor a unit of
+a group (`group`) that lost a unit in the pass.
+
 **Nearest victims first.** For a taker, candidates are tried by the depth
 of the meeting point, deepest first (siblings, then cousins, then the
 rest of the cluster), and in victim order inside each.

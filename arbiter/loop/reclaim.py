@@ -306,7 +306,7 @@ class Reclaimer:
         decided = plan(engine.capacity(), queues, admitted, heads, due=due,
                        allocated=holding, ordered=True, max_victims=self.settings.max_victims,
                        usable=usable_for(mirror))
-        cut = len(decided.victims) >= self.settings.max_victims
+        cut = decided.cut or len(decided.victims) >= self.settings.max_victims
         for name in decided.starving:
             self.since.setdefault(name, now)
         if not cut:

@@ -465,18 +465,8 @@ def plan(
     takers: set[str] = set()  # (in a tree: their groups, `ReclaimTree.group`)
     group: Callable[[str], str] = tree.group if tree is not None else str
 
-    nearest: dict[str, list[Admitted]] = {}  # per taker, in a tree: nearest victims first
-
     def candidates(unit: Waiting, inside: str | None = None) -> Iterable[Admitted]:
-        ordered = pool
-        if tree is not None:
-            ordered = nearest.get(unit.queue, [])
-            if unit.queue not in nearest:
-                rank = {q: i for i, q in enumerate(tree.nearest_first(
-                    unit.queue, dict.fromkeys(u.queue for u in pool)))}
-                ordered = nearest[unit.queue] = sorted(pool, key=lambda u: rank[u.queue])
-            if inside is not None:
-                ordered = [u for u in ordered if tree.within(u.queue, inside)]
+        ordered = pool if tree is None else tree.nearest_first(unit.queue, pool, inside)
         if usable is None:
             return (u for u in ordered if u.key not in gone)
         return (u for u in ordered if u.key not in gone and usable(unit, u))
@@ -506,7 +496,6 @@ def plan(
         push(name)
     victims: list[Victim] = []
     lost: set[str] = set()  # queues that lost units to reclaim in this pass
-    lost_from: set[str] = set()  # ... and their groups (in a tree), for any reason
     served: list[str] = []
     starving: set[str] = set()
     waiting_for_grace: set[str] = set()
@@ -530,11 +519,6 @@ def plan(
         chosen: list[Admitted] | None
         reason: Reason = "reclaim"
         guaranteed = False
-        if tree is not None and group(name) in lost_from:
-            # A unit taken from its group in this pass is requeued ahead of
-            # this one there: admission would give it the room instead.
-            unserved.append(unit.demand)
-            continue
         capped, over = tree.over_capability(name, unit.demand) if tree else (None, {})
         if unit.demand.fits_in(free) and within_capability(held, unit.demand, spec.capability) \
                 and not over:
@@ -563,12 +547,9 @@ def plan(
                 chosen = select_within_queue(unit, free, spec, held, candidates(unit),
                                              ordered=True)
                 reason = "withinQueue"
-            if chosen is not None and tree is not None and chosen:
-                room = Resources(free)
-                for victim in chosen:
-                    room = room + victim.demand
-                if any(other.fits_in(room) for other in unserved):
-                    chosen = None  # admission would hand that room to a unit ahead of it
+            if tree is not None and chosen and any(other.fits_in(sum(
+                    (v.demand for v in chosen), Resources(free))) for other in unserved):
+                chosen = None  # admission would hand that room to a unit ahead of it
             if chosen is None:
                 unserved.append(unit.demand)
                 continue  # cannot be served now: the queue offers nothing more
@@ -580,7 +561,6 @@ def plan(
             victims.append(Victim(victim, reason, unit.key, name, guaranteed))
             if reason == "reclaim":
                 lost.add(victim.queue)
-            lost_from.add(group(victim.queue))
             source = held_by.setdefault(victim.queue, {})
             ahead = projected.setdefault(victim.queue, {})
             for r, v in victim.demand.items():

@@ -30,8 +30,8 @@ fixpoint (no loops; tests/reclaim/test_tree.py plays random trees).
 **One move per pass** (`arbiter.core.reclaim.plan` stops after the first
 unit it takes victims for, `Plan.cut`): H-DRF admission settles before the
 next move is judged on what it did. In the same spirit a pass serves no
-unit whose freed room an unserved unit of the pass would fit, nor a unit of
-a group (`group`) that lost a unit in the pass.
+unit whose freed room an unserved unit of the pass would fit, and a unit
+served makes its `group` no victim for the rest of the pass.
 
 **Nearest victims first.** For a taker, candidates are tried by the depth
 of the meeting point, deepest first (siblings, then cousins, then the
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from arbiter.core.fairshare import dominant_share_of
 from arbiter.core.reclaim_rules import stays_richer, under_guarantee
@@ -66,6 +66,14 @@ class TreeQueue(Protocol):
     def parent(self) -> str | None: ...
     @property
     def child_order(self) -> str: ...
+
+
+class _Queued(Protocol):
+    @property
+    def queue(self) -> str: ...
+
+
+V = TypeVar("V", bound=_Queued)
 
 
 def _add(into: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
@@ -96,6 +104,7 @@ class ReclaimTree:
                 if len(path) > 1 and path[1] == name:
                     below = below + self.guarantee[child]
             self.guarantee[name] = below.maximum(own)
+        self._nearest: dict[str, list[Any]] = {}  # per taker, see `nearest_first`
         self.held: dict[str, dict[str, int]] = {name: {} for name in queues}
         self.projected: dict[str, dict[str, int]] = {name: {} for name in queues}
         for name, amounts in held.items():
@@ -177,13 +186,21 @@ class ReclaimTree:
         return stays_richer(after, self.capacity, self.queues[above_victim].weight,
                             self.share(above_taker, gainer))
 
-    def nearest_first(self, taker: str, ordered: Iterable[str]) -> list[str]:
-        """Victim queues by meeting depth, deepest first (stable)."""
-        def depth(victim: str) -> int:
-            met = self.meet(taker, victim)
-            return -1 if met is None else met[0]
+    def nearest_first(self, taker: str, pool: list[V], inside: str | None = None) -> list[V]:
+        """`pool` (units with a `queue`, in victim order) nearest to `taker`
+        first: by the depth where their queues meet it, deepest first (a
+        stable sort, kept per taker); only those under `inside` if given."""
+        ordered = self._nearest.get(taker)
+        if ordered is None or len(ordered) != len(pool):
+            def depth(queue: str) -> int:
+                met = self.meet(taker, queue)
+                return -1 if met is None else met[0]
 
-        return sorted(ordered, key=lambda victim: -depth(victim))
+            rank = {queue: -depth(queue) for queue in {u.queue for u in pool}}
+            ordered = self._nearest[taker] = sorted(pool, key=lambda u: rank[u.queue])
+        if inside is not None:
+            return [u for u in ordered if inside in self.paths.get(u.queue, (u.queue,))]
+        return ordered
 
     def could_gain(self, taker: str, demand: Mapping[str, int], losers: Iterable[str]) -> bool:
         """A cheap necessary condition for the move rule to find a victim for
@@ -235,9 +252,6 @@ class ReclaimTree:
             if self.queues[name].child_order == "Queue":
                 found = name
         return found
-
-    def within(self, queue: str, ancestor: str) -> bool:
-        return ancestor in self.paths.get(queue, (queue,))
 
     def share(self, name: str, amounts: Mapping[str, int]) -> Fraction:
         return dominant_share_of(amounts, self.capacity) / self.queues[name].weight

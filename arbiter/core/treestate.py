@@ -29,8 +29,11 @@ class TreeState:
         self._pending: dict[str, Unit] = {}
         self._admitted: dict[str, Unit] = {}
         self._pending_of: dict[str, dict[str, Unit]] = {}
-        self._held: dict[str, Resources] = {}  # per queue: what its own admitted units hold
-        self._used = EMPTY  # everything admitted
+        self._admitted_of: dict[str, dict[str, Unit]] = {}
+        # What each queue's own admitted units hold, and all of them: sums kept
+        # until a unit comes or goes (an admission only marks them: it is hot).
+        self._held: dict[str, Resources] = {}
+        self._used: Resources | None = EMPTY
         self._fit = TreeFit()
         self._stale = True
 
@@ -77,19 +80,20 @@ class TreeState:
 
     def _hold(self, unit: Unit) -> None:
         self._admitted[unit.key] = unit
-        self._held[unit.queue] = self._held.get(unit.queue, EMPTY) + unit.demand
-        self._used = self._used + unit.demand
+        self._admitted_of.setdefault(unit.queue, {})[unit.key] = unit
+        self._held.pop(unit.queue, None)
+        self._used = None
 
     def release(self, key: str) -> None:
         unit = self._admitted.pop(key, None)
         if unit is None:
             return
-        left = self._held.get(unit.queue, EMPTY) - unit.demand
-        if left:
-            self._held[unit.queue] = left
-        else:
-            self._held.pop(unit.queue, None)
-        self._used = self._used - unit.demand
+        mine = self._admitted_of[unit.queue]
+        del mine[key]
+        if not mine:
+            del self._admitted_of[unit.queue]
+        self._held.pop(unit.queue, None)
+        self._used = None
         self._fit.drop(key)
         self._stale = True
 
@@ -126,6 +130,11 @@ class TreeState:
         return self._capacity
 
     def free(self) -> Resources:
+        if self._used is None:
+            used = EMPTY
+            for unit in self._admitted.values():
+                used = used + unit.demand
+            self._used = used
         return self._capacity - self._used
 
     def spec(self, queue: str) -> QueueSpec | None:
@@ -137,7 +146,13 @@ class TreeState:
 
     def allocated(self, queue: str) -> Resources:
         """What the queue's own units hold (a parent's own: usually nothing)."""
-        return self._held.get(queue, EMPTY)
+        held = self._held.get(queue)
+        if held is None:
+            held = EMPTY
+            for unit in self._admitted_of.get(queue, {}).values():
+                held = held + unit.demand
+            self._held[queue] = held
+        return held
 
     def subtree_allocated(self, queue: str) -> Resources:
         """What the queue's whole subtree holds."""
@@ -164,10 +179,10 @@ class TreeState:
                       key=lambda u: order_key(u, policy))
 
     def admitted(self, queue: str) -> list[Unit]:
-        return [u for u in self._admitted.values() if u.queue == queue]
+        return list(self._admitted_of.get(queue, {}).values())
 
     def admitted_count(self, queue: str) -> int:
-        return sum(1 for u in self._admitted.values() if u.queue == queue)
+        return len(self._admitted_of.get(queue, {}))
 
     def is_pending(self, key: str) -> bool:
         return key in self._pending

@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from arbiter.core.fairshare import Unit
+from arbiter.core.fairshare import AdmissionEngine, Unit
 from arbiter.core.hierarchy import has_hierarchy
 from arbiter.core.reclaim_sim import Simulation
 from arbiter.fairshare_scenario import (
@@ -106,6 +106,7 @@ def settle(scenario: Scenario, running: Entries) -> dict[str, Any]:
         simulation.submit(unit)
     simulation.settle()
     whole = dataclasses.replace(scenario, units=(*started, *scenario.units))
+    assert isinstance(simulation.engine, AdmissionEngine)  # a tree is refused above
     result = evaluate(whole, engine=simulation.engine)
     result["reclaim"] = {
         "moves": [{"round": m.round, "taker": m.taker, "for": m.for_unit, "victim": m.victim,

@@ -7,8 +7,9 @@ Why a separate engine: the flat `AdmissionEngine` is tuned for one level
 keep exactly its results. So callers use it whenever no queue has a parent
 (`has_hierarchy`), and this engine, with the same public methods for queues,
 units and decisions, only for a tree. It shares the engine's exact share
-comparison and queue order (`order_key`); node fit (§10) is not modelled
-here yet: a tree is admitted on aggregate capacity.
+comparison and queue order (`order_key`). Node fit (§10), once nodes are
+given (`set_nodes`, `arbiter.core.treefit`): a unit fits only when its pods
+also fit on the nodes of its queue's pools, first-fit decreasing.
 
 Semantics (§11, held to the plain rescan in `tests/fairshare`):
 
@@ -42,6 +43,9 @@ admitted unit, plus one rescan of each group whose offer stops fitting):
   offers' demands: one for free capacity, one per capped queue (over the
   offers below it). After an admission only the heaps of the resources it
   took, at the root and at the capped queues on its path, are looked at.
+* Node fit is tested when a group scans (as part of "fits") and again for
+  the offer about to win: admissions since the scan may have taken its
+  room; then its group scans on, as a fresh scan would.
 * Anything else (units added or removed, a release, a spec or capacity
   change) marks the engine stale: the next decision rebuilds the tree, the
   groups and the heaps from scratch (O(units log units)).
@@ -51,15 +55,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from fractions import Fraction
 from itertools import count
 
-from arbiter.core.fairshare import dominant_share_of, order_key
+from arbiter.core.fairshare import AdmissionEngine
 from arbiter.core.model import QueueSpec, Unit
 from arbiter.core.queuestate import KEY_FUNCS, sort_units
-from arbiter.core.resources import EMPTY, Resources
+from arbiter.core.resources import Resources
+from arbiter.core.treestate import TreeState
 
-__all__ = ["HierarchicalEngine", "has_hierarchy"]
+__all__ = ["AnyEngine", "HierarchicalEngine", "has_hierarchy"]
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 
@@ -112,15 +116,12 @@ _Entry = tuple[int, int, str, int, _Node]  # (not under, share, name, version, c
 _Limit = tuple[int, int, int, _Node]  # (-demand, sequence number, offer version, group)
 
 
-class HierarchicalEngine:
-    """H-DRF admission over a tree of queues (DESIGN §11); see the module doc."""
+class HierarchicalEngine(TreeState):
+    """H-DRF admission over a tree of queues (DESIGN §11); see the module doc.
+    Specs, units, plans and the queries are `TreeState`'s."""
 
     def __init__(self, capacity: Resources, queues: Iterable[QueueSpec] = ()) -> None:
-        self._capacity = capacity
-        self._specs: dict[str, QueueSpec] = {spec.name: spec for spec in queues}
-        self._pending: dict[str, Unit] = {}
-        self._admitted: dict[str, Unit] = {}
-        self._stale = True
+        super().__init__(capacity, queues)
         self._index: dict[str, int] = {}
         self._nodes: dict[str, _Node] = {}
         self._root = _Node("", None, 0)
@@ -134,118 +135,31 @@ class HierarchicalEngine:
         self._need: list[int] = []
         self._watched: list[bool] = []
 
-    # -- configuration and units (each marks the engine stale) ---------------
-    def set_capacity(self, capacity: Resources) -> None:
-        self._capacity = capacity
-        self._stale = True
-
-    def add_queue(self, spec: QueueSpec) -> None:
-        self._specs[spec.name] = spec
-        self._stale = True
-
-    def remove_queue(self, name: str) -> None:
-        self._specs.pop(name, None)
-        self._stale = True
-
-    def add_pending(self, unit: Unit) -> None:
-        if unit.key in self._admitted:
-            raise ValueError(f"unit {unit.key} is already admitted")
-        self._pending[unit.key] = unit
-        self._stale = True
-
-    def remove_pending(self, key: str) -> None:
-        if self._pending.pop(key, None) is not None:
-            self._stale = True
-
-    def add_admitted(self, unit: Unit) -> None:
-        self._pending.pop(unit.key, None)
-        self._admitted[unit.key] = unit
-        self._stale = True
-
-    def release(self, key: str) -> None:
-        if self._admitted.pop(key, None) is not None:
-            self._stale = True
-
-    # -- queries -------------------------------------------------------------
-    def capacity(self) -> Resources:
-        return self._capacity
-
-    def free(self) -> Resources:
-        used = EMPTY
-        for unit in self._admitted.values():
-            used = used + unit.demand
-        return self._capacity - used
-
-    def spec(self, queue: str) -> QueueSpec | None:
-        return self._specs.get(queue)
-
-    def children(self, queue: str) -> list[str]:
-        """The names of `queue`'s children, sorted."""
-        return sorted(s.name for s in self._specs.values() if s.parent == queue)
-
-    def allocated(self, queue: str) -> Resources:
-        """What the queue's own units hold (a parent's own: usually nothing)."""
-        total = EMPTY
-        for unit in self._admitted.values():
-            if unit.queue == queue:
-                total = total + unit.demand
-        return total
-
-    def subtree_allocated(self, queue: str) -> Resources:
-        """What the queue's whole subtree holds."""
-        members = self._subtree(queue)
-        total = EMPTY
-        for unit in self._admitted.values():
-            if unit.queue in members:
-                total = total + unit.demand
-        return total
-
-    def _subtree(self, queue: str) -> set[str]:
-        members = {queue}
-        grew = True
-        while grew:
-            grew = False
-            for spec in self._specs.values():
-                if spec.parent in members and spec.name not in members:
-                    members.add(spec.name)
-                    grew = True
-        return members
-
-    def pending(self, queue: str) -> list[Unit]:
-        spec = self._specs.get(queue)
-        policy = spec.policy if spec is not None else "Priority"
-        return sorted((u for u in self._pending.values() if u.queue == queue),
-                      key=lambda u: order_key(u, policy))
-
-    def admitted(self, queue: str) -> list[Unit]:
-        return [u for u in self._admitted.values() if u.queue == queue]
-
-    def admitted_count(self, queue: str) -> int:
-        return sum(1 for u in self._admitted.values() if u.queue == queue)
-
-    def is_pending(self, key: str) -> bool:
-        return key in self._pending
-
-    def is_admitted(self, key: str) -> bool:
-        return key in self._admitted
-
-    def dominant_share(self, queue: str) -> Fraction:
-        return dominant_share_of(self.allocated(queue), self._capacity)
-
-    def subtree_share(self, queue: str) -> Fraction:
-        return dominant_share_of(self.subtree_allocated(queue), self._capacity)
-
     # -- decisions -----------------------------------------------------------
     def next(self) -> Unit | None:
         """Admit the next unit per §11 and return it; None when nothing fits."""
         if self._stale:
             self._rebuild()
-        offer = self._root.offer
-        if offer is None:
-            return None
-        unit, leaf, pairs = offer
-        del self._pending[unit.key]
-        self._admitted[unit.key] = unit
+        while True:
+            offer = self._root.offer
+            if offer is None:
+                return None
+            unit, leaf, pairs = offer
+            group = leaf.group
+            assert group is not None
+            if not self._fit.enabled:
+                break
+            fit = self._fit.place(unit, self._spec(leaf), self._capacity)
+            if fit is not None:
+                self._fit.commit(unit, fit)
+                break
+            # Its nodes filled since its group's scan: skip it, as that scan
+            # would now (room on nodes only shrinks while admitting).
+            self._scan(group)
+            self._settle(group.path)
+        self.remove_pending(unit.key)
+        self._hold(unit)
+        self._stale = False  # the structures below follow this admission
         free = self._free
         for i, a in pairs:
             free[i] -= a
@@ -253,8 +167,6 @@ class HierarchicalEngine:
             alloc = node.alloc
             for i, a in pairs:
                 alloc[i] += a
-        group = leaf.group
-        assert group is not None
         group.cursor += 1  # the offer was at the cursor
         self._scan(group)
         overrun = self._overrun(leaf, pairs)
@@ -431,7 +343,8 @@ class HierarchicalEngine:
             member = units[at]
             leaf = member[1]
             pairs = member[2]
-            if self._fits(pairs, leaf):
+            if self._fits(pairs, leaf) and (not self._fit.enabled or self._fit.place(
+                    member[0], self._spec(leaf), self._capacity) is not None):
                 group.offer = member
                 self._watch(group, leaf, pairs)
                 break
@@ -544,3 +457,7 @@ class HierarchicalEngine:
                 return child.offer
             heapq.heappop(heap)
         return None
+
+
+# The engine a caller keeps: the flat one, or this one for a tree.
+AnyEngine = AdmissionEngine | HierarchicalEngine

@@ -87,6 +87,14 @@ from fractions import Fraction
 from typing import Literal
 
 from arbiter.core.fairshare import dominant_share_of
+from arbiter.core.reclaim_rules import (
+    stays_richer,
+    under_guarantee,
+    weighted_share,
+    within_capability,
+    within_deserved,
+)
+from arbiter.core.reclaim_tree import ReclaimTree
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
@@ -127,6 +135,9 @@ class ReclaimQueue:
     priority: int = 0
     reclaimable: bool = True
     within_queue: WithinQueue = "Never"
+    # Its place in a tree of queues (DESIGN §11; `arbiter.core.reclaim_tree`).
+    parent: str | None = None
+    child_order: str = "Fair"
 
 
 # Admitted and Waiting share fields on purpose (a unit is one or the other);
@@ -173,47 +184,11 @@ class Plan:
     starving: frozenset[str] = frozenset()
     # Queues that could reclaim now but whose grace has not passed.
     waiting_for_grace: frozenset[str] = frozenset()
+    # The pass stopped before every queue was looked at (`starving` is partial).
+    cut: bool = False
 
 
 # -- the rules ---------------------------------------------------------------------
-
-
-def within_deserved(allocated: Mapping[str, int], demand: Mapping[str, int],
-                    deserved: Mapping[str, int]) -> bool:
-    """allocated + demand <= deserved on every resource `demand` requests
-    (not part of the move rule any more; kept for callers that show it)."""
-    return all(allocated.get(r, 0) + v <= deserved.get(r, 0) for r, v in demand.items() if v > 0)
-
-
-def under_guarantee(allocated: Mapping[str, int], demand: Mapping[str, int],
-                    guarantee: Mapping[str, int]) -> bool:
-    """allocated + demand <= guarantee on every resource `demand` requests
-    (admission's "under guarantee"; a unit requesting nothing is not)."""
-    requested = [(r, v) for r, v in demand.items() if v > 0]
-    return bool(requested) and all(allocated.get(r, 0) + v <= guarantee.get(r, 0)
-                                   for r, v in requested)
-
-
-def weighted_share(allocated: Mapping[str, int], capacity: Mapping[str, int],
-                   weight: int) -> Fraction:
-    """Weighted dominant share: max over r of allocated[r] / (capacity[r] * weight)."""
-    return dominant_share_of(allocated, capacity) / weight
-
-
-def stays_richer(left: Mapping[str, int], capacity: Mapping[str, int], weight: int,
-                 share: Fraction) -> bool:
-    """weighted_share(left) > share, exactly: some resource r with capacity has
-    left[r] * share.den > share.num * capacity[r] * weight."""
-    num, den = share.numerator, share.denominator
-    return any(v * den > num * capacity.get(r, 0) * weight
-               for r, v in left.items() if v > 0 and capacity.get(r, 0) > 0)
-
-
-def within_capability(allocated: Mapping[str, int], demand: Mapping[str, int],
-                      capability: Mapping[str, int]) -> bool:
-    """allocated + demand <= capability on every requested, capped resource."""
-    return all(allocated.get(r, 0) + v <= capability[r]
-               for r, v in demand.items() if v > 0 and r in capability)
 
 
 def floor_of(queue: ReclaimQueue) -> Resources:
@@ -340,9 +315,15 @@ def select_reclaim(
     ordered: bool = False,
     capacity: Mapping[str, int] | None = None,
     held: Mapping[str, int] | None = None,
+    tree: ReclaimTree | None = None,
+    over: Mapping[str, int] | None = None,
 ) -> list[Admitted] | None:
     """Victims in other reclaimable queues that let `unit` fit under the move
-    rule; [] when it fits already, None when no allowed set would do.
+    rule; [] when it fits already, None when no allowed set would do. With
+    `tree`, the rule is judged where taker and victim meet
+    (`arbiter.core.reclaim_tree`), on its subtree totals; `over`: how far
+    the unit would take its parents over their capability (victims must
+    then come from the capped subtree: the caller passes only those).
 
     `allocated`: what each queue holds (victim queues are judged by it);
     `held`: what `unit`'s queue holds (default: its `allocated`); `capacity`
@@ -350,6 +331,8 @@ def select_reclaim(
     `candidates` are sorted here unless `ordered` says they are in
     `victim_order` already. The caller checks `may_reclaim` and capability."""
     need = _shortfall(unit.demand, free)
+    for r, v in (over or {}).items():
+        need[r] = max(need.get(r, 0), v)
     if not need:
         return []
     taker = queues.get(unit.queue)
@@ -365,6 +348,8 @@ def select_reclaim(
         spec = queues.get(victim.queue)
         if spec is None or not spec.reclaimable or victim.queue == unit.queue:
             return False
+        if tree is not None:
+            return tree.allows(unit.queue, unit.demand, victim.queue, victim.demand, remaining)
         left = remaining.get(victim.queue)
         if left is None:
             left = remaining[victim.queue] = dict(allocated.get(victim.queue, EMPTY))
@@ -380,9 +365,10 @@ def select_reclaim(
         return stays_richer(after, shares_of, spec.weight, bar)
 
     def take(victim: Admitted) -> None:
-        left = remaining[victim.queue]
-        for r, v in victim.demand.items():
-            left[r] = left.get(r, 0) - v
+        for name in tree.paths[victim.queue] if tree is not None else (victim.queue,):
+            left = remaining[name]
+            for r, v in victim.demand.items():
+                left[r] = left.get(r, 0) - v
 
     return _greedy(need, pool, allowed, take)
 
@@ -463,6 +449,11 @@ def plan(
             free[r] = free.get(r, 0) - v
     projected = {name: dict(amounts) for name, amounts in held_by.items()}
     richest = richest_share(queues, lambda name: held_by.get(name, EMPTY), capacity)
+    # A tree of queues (DESIGN §11): the move rule where taker and victim meet.
+    tree = (ReclaimTree(queues, capacity, held_by) if any(q.parent for q in queues.values())
+            else None)
+    losers = [name for name, spec in queues.items() if spec.reclaimable and any(
+        v > spec.guarantee.get_amount(r) for r, v in held_by.get(name, {}).items())]
     chosen_from = (u for u in admitted if u.key not in protected and u.queue in queues)
     pool = list(chosen_from) if ordered else sorted(chosen_from, key=victim_order(queues))
     gone: set[str] = set()
@@ -471,25 +462,35 @@ def plan(
     # the same pass. A victim is requeued in its queue's order, possibly ahead
     # of the unit served to that queue; admission would then hand the room to
     # the victim, not to the unit it was planned for, and undo the pass.
-    takers: set[str] = set()
+    takers: set[str] = set()  # (in a tree: their groups, `ReclaimTree.group`)
+    group: Callable[[str], str] = tree.group if tree is not None else str
 
-    def candidates(unit: Waiting) -> Iterable[Admitted]:
+    def candidates(unit: Waiting, inside: str | None = None) -> Iterable[Admitted]:
+        ordered = pool if tree is None else tree.nearest_first(unit.queue, pool, inside)
         if usable is None:
-            return (u for u in pool if u.key not in gone)
-        return (u for u in pool if u.key not in gone and usable(unit, u))
+            return (u for u in ordered if u.key not in gone)
+        return (u for u in ordered if u.key not in gone and usable(unit, u))
 
-    def reclaimable(unit: Waiting) -> Iterable[Admitted]:
-        return (u for u in candidates(unit) if u.queue not in takers)
+    def reclaimable(unit: Waiting, inside: str | None = None) -> Iterable[Admitted]:
+        return (u for u in candidates(unit, inside) if group(u.queue) not in takers)
 
     cursor = {name: 0 for name in waiting if name in queues and waiting[name]}
     version = dict.fromkeys(cursor, 0)
-    heap: list[tuple[Fraction, str, int]] = []
+    # Keyed by the weighted shares on the queue's path, top down (a flat
+    # queue: its own), then name: in a tree, subtrees offer as H-DRF would.
+    PathKey = tuple[tuple[Fraction, str], ...]
+    heap: list[tuple[PathKey, str, int]] = []
 
     def push(name: str) -> None:
-        spec = queues[name]
         version[name] += 1
-        share = dominant_share_of(projected.get(name, {}), capacity) / spec.weight
-        heapq.heappush(heap, (share, name, version[name]))
+        key: PathKey
+        if tree is None:
+            key = ((dominant_share_of(projected.get(name, {}), capacity) / queues[name].weight,
+                    name),)
+        else:
+            key = tuple((tree.share(up, tree.projected[up]), up)
+                        for up in reversed(tree.paths[name]))
+        heapq.heappush(heap, (key, name, version[name]))
 
     for name in cursor:
         push(name)
@@ -498,6 +499,10 @@ def plan(
     served: list[str] = []
     starving: set[str] = set()
     waiting_for_grace: set[str] = set()
+    # In a tree, units this pass could not serve: room freed for a later
+    # unit must not fit one of them, or admission (H-DRF, where they may
+    # come first) could give it to them and undo the move.
+    unserved: list[Resources] = []
     steps = 0
     while heap and len(victims) < max_victims and steps < max_steps:
         steps += 1
@@ -514,20 +519,27 @@ def plan(
         chosen: list[Admitted] | None
         reason: Reason = "reclaim"
         guaranteed = False
-        if unit.demand.fits_in(free) and within_capability(held, unit.demand, spec.capability):
+        capped, over = tree.over_capability(name, unit.demand) if tree else (None, {})
+        if unit.demand.fits_in(free) and within_capability(held, unit.demand, spec.capability) \
+                and not over:
             chosen = []
         else:
             chosen = None
-            if may_reclaim(spec, held, unit, free):
-                found = select_reclaim(unit, free, queues, held_by, reclaimable(unit), ordered=True,
-                                       capacity=capacity, held=held)
-                if found is not None or may_gain(spec, held, unit.demand, capacity, richest):
+            if may_reclaim(spec, held, unit, free) or (
+                    over and within_capability(held, unit.demand, spec.capability)):
+                found = select_reclaim(unit, free, queues, held_by, reclaimable(unit, capped),
+                                       ordered=True, capacity=capacity, held=held, tree=tree,
+                                       over=over)
+                gain = (may_gain(spec, held, unit.demand, capacity, richest) if tree is None
+                        else tree.could_gain(name, unit.demand, losers))
+                if found is not None or gain:
                     # Starving even while the units it could take are
                     # protected (an eviction blocked lately): the grace runs on.
                     starving.add(name)
                 if found is not None:
                     if name not in due and name not in lost:
                         waiting_for_grace.add(name)
+                        unserved.append(unit.demand)
                         continue  # wait for the grace period: the queue offers nothing more
                     guaranteed = under_guarantee(held, unit.demand, spec.guarantee)
                 chosen = found
@@ -535,7 +547,11 @@ def plan(
                 chosen = select_within_queue(unit, free, spec, held, candidates(unit),
                                              ordered=True)
                 reason = "withinQueue"
+            if tree is not None and chosen and any(other.fits_in(sum(
+                    (v.demand for v in chosen), Resources(free))) for other in unserved):
+                chosen = None  # admission would hand that room to a unit ahead of it
             if chosen is None:
+                unserved.append(unit.demand)
                 continue  # cannot be served now: the queue offers nothing more
             if victims and len(victims) + len(chosen) > max_victims:
                 break  # the next pass serves it
@@ -552,12 +568,22 @@ def plan(
                 ahead[r] = ahead.get(r, 0) - v
                 free[r] = free.get(r, 0) + v
             touched.add(victim.queue)
+            if tree is not None:
+                tree.change(victim.queue, victim.demand, -1)
         for r, v in unit.demand.items():
             held[r] = held.get(r, 0) + v
             free[r] = free.get(r, 0) - v
+        if tree is not None:
+            tree.change(name, unit.demand, 1, held=False)
+            touched = set(cursor)  # shares on the paths above changed too
         served.append(unit.key)
-        takers.add(name)
+        takers.add(group(name))
         cursor[name] = index + 1
+        if tree is not None and chosen:
+            # In a tree, one unit's victims per pass: admission (H-DRF) then
+            # settles before the next move is judged on what it did.
+            return Plan(tuple(victims), tuple(served), frozenset(starving),
+                        frozenset(waiting_for_grace), cut=True)
         for other in touched:
             if other in cursor:
                 push(other)

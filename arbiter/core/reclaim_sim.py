@@ -2,7 +2,8 @@
 admission loop would do from a given allocation, without a cluster (for
 `arbiter fairshare` with running units, and for the tests). Pure: no I/O.
 
-A `Simulation` holds an `AdmissionEngine` (progressive filling, DESIGN §4)
+A `Simulation` holds an `AdmissionEngine` (progressive filling, DESIGN §4;
+`HierarchicalEngine` for a tree of queues, §11)
 and plays *rounds* the way the loop does once every queue's grace has
 passed: admit whatever fits; then one reclaim pass (`arbiter.core.reclaim.plan`,
 every queue due) picks victims; the victims go back to their queues'
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
+from arbiter.core.hierarchy import AnyEngine, HierarchicalEngine, has_hierarchy
 from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
 from arbiter.core.resources import Resources
 
@@ -43,14 +45,17 @@ class Move:
 def reclaim_queue(spec: QueueSpec, *, priority: int = 0, reclaimable: bool = True) -> ReclaimQueue:
     return ReclaimQueue(spec.name, weight=spec.weight, guarantee=spec.guarantee,
                         capability=spec.capability, priority=priority,
-                        reclaimable=reclaimable)
+                        reclaimable=reclaimable, parent=spec.parent,
+                        child_order=spec.child_order)
 
 
 class Simulation:
     def __init__(self, capacity: Resources, queues: Iterable[QueueSpec],
                  reclaim: Mapping[str, ReclaimQueue] | None = None) -> None:
         specs = list(queues)
-        self.engine = AdmissionEngine(capacity, specs)
+        # The tree engine once some queue has a parent (DESIGN §11), as in the loop.
+        self.engine: AnyEngine = (HierarchicalEngine(capacity, specs) if has_hierarchy(specs)
+                                  else AdmissionEngine(capacity, specs))
         self.queues: dict[str, ReclaimQueue] = (
             dict(reclaim) if reclaim is not None else {s.name: reclaim_queue(s) for s in specs})
         self.admitted_at: dict[str, float] = {}

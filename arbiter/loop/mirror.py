@@ -17,8 +17,9 @@ from typing import Literal
 
 from arbiter.cache.records import PodRecord, PodSet, QueueRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
-from arbiter.core.deserved import deserved
+from arbiter.core.deserved import deserved, hierarchical_deserved
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
+from arbiter.core.hierarchy import AnyEngine, HierarchicalEngine
 from arbiter.core.model import Placement, demand_of
 from arbiter.core.model import PodSet as EnginePodSet
 from arbiter.core.partial import admit_partial, can_shrink
@@ -52,13 +53,16 @@ def queue_spec(record: QueueRecord) -> QueueSpec:
 
 
 class EngineMirror:
-    """An AdmissionEngine plus the per-unit state it was told about."""
+    """The engine plus the per-unit state it was told about: the flat
+    `AdmissionEngine`, or `HierarchicalEngine` while some queue has a parent
+    (DESIGN §11); it is swapped, units, plans and nodes handed over, when
+    that changes."""
 
     def __init__(self) -> None:
         self.queues: dict[str, QueueRecord] = {}
         self.capacity: Resources = EMPTY
         self.entries: dict[str, tuple[State, Unit]] = {}
-        self.engine = AdmissionEngine(EMPTY, ())
+        self.engine: AnyEngine = AdmissionEngine(EMPTY, ())
         self._orphan_demand: Resources = EMPTY
         # Demand of each queue's pending units, summed in place.
         self._pending_demand: dict[str, dict[str, int]] = {}
@@ -91,12 +95,16 @@ class EngineMirror:
         }
         if not changed:
             return
-        for name in sorted(changed):
-            record = queues.get(name)
-            if record is None:
-                self.engine.remove_queue(name)
-            else:
-                self.engine.add_queue(queue_spec(record))
+        tree = any(record.parent for record in queues.values())
+        if tree != isinstance(self.engine, HierarchicalEngine):
+            self._replace_engine(tree)
+        else:
+            for name in sorted(changed):
+                record = queues.get(name)
+                if record is None:
+                    self.engine.remove_queue(name)
+                else:
+                    self.engine.add_queue(queue_spec(record))
         # Units of those queues may move between pending/parked, admitted/orphan.
         for key, (state, unit) in list(self.entries.items()):
             if unit.queue not in changed:
@@ -107,6 +115,22 @@ class EngineMirror:
                 plan = self.engine.plan(key)
                 self._remove(key, state, unit)
                 self._add(key, wanted, unit, plan)
+
+    def _replace_engine(self, tree: bool) -> None:
+        """A flat engine for a flat set of queues, the tree engine once some
+        queue has a parent: the new one learns every queue, unit and plan."""
+        old = self.engine
+        specs = [queue_spec(record) for record in self.queues.values()]
+        capacity = self.engine_capacity()
+        engine: AnyEngine = (HierarchicalEngine(capacity, specs) if tree
+                             else AdmissionEngine(capacity, specs))
+        for key, (state, unit) in self.entries.items():
+            if state == "pending":
+                engine.add_pending(unit)
+            elif state == "admitted":
+                engine.add_admitted(unit, old.plan(key))
+        self.engine = engine
+        self.nodes.engine_replaced()
 
     # -- units ---------------------------------------------------------------------
     def _state_for(self, disposition: Literal["pending", "admitted"], unit: Unit) -> State:
@@ -247,7 +271,8 @@ class EngineMirror:
         """Each known queue's deserved share of the engine's capacity, given
         its demand (one computation for Queue status and reclaim alike)."""
         specs = [queue_spec(q) for q in self.queues.values()]
-        return deserved(self.engine_capacity(), specs, self.demand())
+        fill = hierarchical_deserved if isinstance(self.engine, HierarchicalEngine) else deserved
+        return fill(self.engine_capacity(), specs, self.demand())
 
 
 # -- units as the engine takes them ------------------------------------------------------

@@ -9,7 +9,7 @@ admitted before node fit), a pod of a queue arbiter does not know. Each pod
 is counted exactly once: by its unit's plan, or in its node's `used`.
 
 When a planned unit's pod binds, the plan follows the real binding
-(`AdmissionEngine.replan`): the bound pods at their nodes, the planned nodes
+(the engine's `replan`): the bound pods at their nodes, the planned nodes
 of the pods not bound yet after them.
 
 Incremental: a pod event changes one node's `used` (pushed to the engine
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from arbiter.cache.ownership import pod_consumer
 from arbiter.cache.records import NodeRecord, PodRecord, PoolRecord
 from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore, add_into
-from arbiter.core.fairshare import AdmissionEngine
+from arbiter.core.hierarchy import AnyEngine
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
 from arbiter.core.resources import Resources
 
@@ -83,9 +83,9 @@ def _planned(plan: Placement) -> list[str]:
 
 
 class NodeModel:
-    """Nodes, Pools and per-node `used` for one AdmissionEngine."""
+    """Nodes, Pools and per-node `used` for one engine (flat or tree)."""
 
-    def __init__(self, engine: Callable[[], AdmissionEngine], overcommit: float = 1.0) -> None:
+    def __init__(self, engine: Callable[[], AnyEngine], overcommit: float = 1.0) -> None:
         self._engine = engine
         self.overcommit = overcommit
         self.enabled = False  # until the first rebuild: the engine fits on aggregates only
@@ -169,6 +169,10 @@ class NodeModel:
         add_into(self._used.setdefault(pod.node, {}), pod.requests, sign)
         self._dirty_nodes.add(pod.node)
 
+    def engine_replaced(self) -> None:
+        """A new engine took over (flat <-> tree): give it the nodes again."""
+        self._rebuild_engine = self.enabled
+
     # -- from the engine ------------------------------------------------------------
     def planned(self, key: str, has_plan: bool) -> None:
         """Unit `key` has (or no longer has) a plan in the engine: its bound
@@ -213,7 +217,7 @@ class NodeModel:
                     engine.set_node_used(name, Resources(self._used.get(name, {})))
             self._dirty_nodes.clear()
 
-    def _follow(self, engine: AdmissionEngine, units: Callable[[str], Unit | None]) -> None:
+    def _follow(self, engine: AnyEngine, units: Callable[[str], Unit | None]) -> None:
         """Plans follow their pods' bindings, except a move that may be half
         of a swap not fully seen yet.
 
@@ -258,7 +262,7 @@ class NodeModel:
             engine.replan(key, moved)
         self._replan.clear()
 
-    def _unbound_slots(self, engine: AdmissionEngine,
+    def _unbound_slots(self, engine: AnyEngine,
                        units: Callable[[str], Unit | None]) -> dict[str, set[str]]:
         """Node -> the units with a pod not seen bound yet planned there, by
         their plans as followed to their bindings (so both halves of a swap,

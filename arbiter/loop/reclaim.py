@@ -128,7 +128,8 @@ def reclaim_queues(mirror: EngineMirror) -> dict[str, ReclaimQueue]:
             name=name, weight=record.weight, guarantee=record.guarantee,
             capability=record.capability, deserved=shares.get(name, EMPTY),
             priority=record.priority, reclaimable=record.reclaimable,
-            within_queue=record.within_queue,
+            within_queue=record.within_queue, parent=record.parent,
+            child_order=record.child_order,
         )
         for name, record in mirror.queues.items()
     }
@@ -246,6 +247,9 @@ class Reclaimer:
         interesting = False
         heads: dict[str, list[Waiting]] = {}
         richest = richest_share(queues, engine.allocated, engine.capacity())
+        # In a tree a parent's capability may hold a head back, and shares
+        # are compared per level: the pass itself tells (heads only: cheap).
+        tree = any(spec.parent for spec in queues.values())
         for name in waiting_queues:
             pending = engine.pending(name)[: self.settings.depth]
             if not pending:
@@ -256,7 +260,7 @@ class Reclaimer:
             held = engine.allocated(name)
             fits = head.demand.fits_in(free) and within_capability(held, head.demand,
                                                                    spec.capability)
-            if self.inflight or (not fits and (
+            if self.inflight or tree or (not fits and (
                     spec.within_queue == "LowerPriority"
                     or may_gain(spec, held, head.demand, engine.capacity(), richest))):
                 interesting = True
@@ -302,7 +306,7 @@ class Reclaimer:
         decided = plan(engine.capacity(), queues, admitted, heads, due=due,
                        allocated=holding, ordered=True, max_victims=self.settings.max_victims,
                        usable=usable_for(mirror))
-        cut = len(decided.victims) >= self.settings.max_victims
+        cut = decided.cut or len(decided.victims) >= self.settings.max_victims
         for name in decided.starving:
             self.since.setdefault(name, now)
         if not cut:

@@ -253,8 +253,7 @@ def test_queue_printer_columns_name_scalar_status_fields() -> None:
 
 
 async def test_a_parent_queue_shows_its_subtree_totals() -> None:
-    """DESIGN §11: a parent's status carries `subtree` allocated/deserved
-    (the loop still admits the leaves as a flat set, see README)."""
+    """DESIGN §11: a parent's status carries `subtree` allocated/deserved."""
     c = Cluster()
     await c.nodes(10)
     await c.queue("org")

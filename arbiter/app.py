@@ -168,7 +168,7 @@ async def start_listeners(ctx: ServerContext, tls: ReloadingTLS, *,
         await webhook.start()
         runners["webhook"] = webhook
         log.info("serving", extra={"listener": "webhook", "host": config.host,
-                                   "port": webhook.addresses[0][1], "thread": True})
+                                   "port": webhook.addresses[0][1], "own_thread": True})
         for name, (application, port, context) in listeners.items():
             runner = web.AppRunner(application, access_log=None, shutdown_timeout=20.0)
             await runner.setup()

@@ -295,6 +295,9 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
             print(f"{len(failures)} creations failed, e.g. {failures[0]}")
         try:
             await asyncio.wait_for(stages.done.wait(), 600)
+        except TimeoutError:
+            print(f"only {len(stages.at['released'])} of {stages.expected} Jobs seen "
+                  "unsuspended within 600 s; the figures below cover those")
         finally:
             await watches.close()
         sent, seen = stages.at["sent"], stages.at["released"]

@@ -309,6 +309,9 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
               f"creation → admission p50 {pct(latencies, 0.5) * 1000:.0f} ms, "
               f"p99 {pct(latencies, 0.99) * 1000:.0f} ms; "
               f"{len(seen) / (last - started):.0f} admissions/s")
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        print(f"this client (creations and watches) used {usage.ru_utime + usage.ru_stime:.0f} "
+              "CPU-s; its watch timestamps lag when it gets too little CPU")
         print("per stage, as watches saw it:")
         print("\n".join(stages.report()))
         await cleanup(client, names)

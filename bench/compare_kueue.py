@@ -15,10 +15,12 @@ for weighted fair sharing of one pool of nodes):
 | kube-arbiter                        | Kueue v1beta2                                          |
 |-------------------------------------|--------------------------------------------------------|
 | (the cluster's nodes)               | one ResourceFlavor (no labels: every node)             |
-| (cluster capacity, shared)          | one Cohort holding the whole capacity as nominalQuota  |
-| Queue per tenant, `spec.namespaces` | ClusterQueue per tenant (cohortName, nominalQuota 0,   |
-|   = [its namespace]                 |   so all its use is fair-shared) + LocalQueue in the   |
-|                                     |   tenant's namespace; Jobs carry its queue-name label  |
+| (cluster capacity, shared)          | one Cohort of all the ClusterQueues (borrowing and     |
+|                                     |   lending without limits)                              |
+| Queue per tenant, `spec.namespaces` | ClusterQueue per tenant (cohortName, nominalQuota =    |
+|   = [its namespace]                 |   capacity × weight / Σ weights, its weighted-DRF      |
+|                                     |   share) + LocalQueue in the tenant's namespace; Jobs  |
+|                                     |   carry its queue-name label                           |
 | Queue `spec.weight`                 | ClusterQueue `spec.fairSharing.weight`                 |
 | reclaim (default grace 30 s)        | Configuration `fairSharing` (preemption strategies     |
 |                                     |   LessThanOrEqualToFinalShare, LessThanInitialShare),  |
@@ -144,13 +146,14 @@ class Kueue:
 
         await request_json(client, "POST", f"{KUEUE_API}/cohorts", body={
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort",
-            "metadata": {"name": cohort}, "spec": {"resourceGroups": quota(capacity_milli)}})
-        for namespace, weight in tenants:
+            "metadata": {"name": cohort}, "spec": {}})
+        for (namespace, weight), nominal in zip(tenants, nominal_quotas(tenants, capacity_milli),
+                                                strict=True):
             await request_json(client, "POST", f"{KUEUE_API}/clusterqueues", body={
                 "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
                 "metadata": {"name": namespace},
                 "spec": {"cohortName": cohort, "namespaceSelector": {},
-                         "resourceGroups": quota(0), "fairSharing": {"weight": str(weight)},
+                         "resourceGroups": quota(nominal), "fairSharing": {"weight": str(weight)},
                          "preemption": {"reclaimWithinCohort": "Any",
                                         "withinClusterQueue": "LowerPriority"}}})
             await request_json(client, "POST", f"{KUEUE_API}/namespaces/{namespace}/localqueues",
@@ -161,6 +164,24 @@ class Kueue:
 
 
 System = Arbiter | Kueue
+
+
+def nominal_quotas(tenants: list[tuple[str, int]], capacity_milli: int) -> list[int]:
+    """Each ClusterQueue's nominal CPU (milli): the capacity split by weight
+    (the weighted-DRF share of one resource), the rounding remainder to the
+    first, so the quotas add up to the capacity exactly.
+
+    Not all quota in the Cohort and none in the ClusterQueues (the first
+    comparison's setup): then every admission borrows, and Kueue's scheduler
+    admits at most one borrowing workload per cohort in a scheduling cycle.
+    With nominal quota a workload within it does not borrow; borrowing
+    beyond nominal, fair sharing and reclaim work as before. (Measured: it
+    did not raise Kueue's admission rate here, 2.8/s against 3.4/s; the
+    README's "Kueue's throughput" says what is left.)"""
+    total = sum(weight for _, weight in tenants)
+    quotas = [capacity_milli * weight // total for _, weight in tenants]
+    quotas[0] += capacity_milli - sum(quotas)
+    return quotas
 
 
 # ---- what the watches see -------------------------------------------------------------------

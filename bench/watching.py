@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from arbiter.kubeapi import ApiError, open_stream
+from arbiter.kubeapi import ApiError, open_stream, request_json
 
 Handler = Callable[[str, dict[str, Any], float], None]
 
@@ -47,7 +47,9 @@ async def watch(client: Any, path: str, handle: Handler, stop: asyncio.Event, *,
                 obj = event.get("object") or {}
                 version = obj.get("metadata", {}).get("resourceVersion", version)
                 if event.get("type") == "ERROR":
-                    version = ""
+                    # Expired (410): list what exists now, so no object is
+                    # missed (its times are then when the list arrived).
+                    version = await relist(client, path, handle, label_selector)
                     break
                 if event.get("type") != "BOOKMARK":
                     handle(event["type"], obj, time.monotonic())
@@ -55,6 +57,19 @@ async def watch(client: Any, path: str, handle: Handler, stop: asyncio.Event, *,
             await asyncio.sleep(0.2)
         finally:
             response.release()
+
+
+async def relist(client: Any, path: str, handle: Handler, label_selector: str) -> str:
+    """Every object of `path` to `handle` as ADDED; the list's resourceVersion."""
+    query = [("labelSelector", label_selector)] if label_selector else []
+    try:
+        listed = await request_json(client, "GET", path, query=query)
+    except ApiError:
+        return ""
+    now = time.monotonic()
+    for item in listed.get("items") or []:
+        handle("ADDED", item, now)
+    return str((listed.get("metadata") or {}).get("resourceVersion", ""))
 
 
 class Watches:

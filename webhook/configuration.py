@@ -68,6 +68,12 @@ OWN_WRITES_SKIP: dict[str, str] = {
 }
 
 
+def service_account_username(namespace: str, name: str) -> str:
+    """The username a ServiceAccount's requests carry (manifests/webhooks.yaml
+    names arbiter's own: arbiter-system/kube-arbiter)."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
 def _not_from(hook: Hook, usernames: Iterable[str]) -> dict[str, str] | None:
     """A matchCondition that keeps these users' requests away from `hook`."""
     names = sorted(set(usernames))

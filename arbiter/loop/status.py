@@ -274,6 +274,10 @@ class QueueStatusWriter:
         self.throttle = Throttle(interval)
         self.conflict_retries = conflict_retries
         self._conditions: dict[str, tuple[tuple[str, str, str], str]] = {}
+        # Queue -> (resourceVersion our last write was based on, the one it
+        # returned): until the watch brings our write, the cache's version
+        # is the old one and a write based on it conflicts.
+        self._written: dict[str, tuple[str, str]] = {}
 
     def conditions(self, view: QueueView, now: float) -> list[dict[str, Any]]:
         if view.state == "Closed":
@@ -300,6 +304,9 @@ class QueueStatusWriter:
         status = view.status()
         status["conditions"] = self.conditions(view, now)
         version = record.resource_version if record is not None else ""
+        based, returned = self._written.get(view.name, ("", ""))
+        if version and version == based:
+            version = returned
         for _ in range(self.conflict_retries + 1):
             try:
                 if not version:  # never a blind write: learn the current version
@@ -315,7 +322,9 @@ class QueueStatusWriter:
                 ops: list[dict[str, Any]] = [
                     {"op": "replace", "path": "/metadata/resourceVersion", "value": version},
                     {"op": "add", "path": "/status", "value": status}]
-                await self.api.json_patch(queue_path(view.name, status=True), ops)
+                written = await self.api.json_patch(queue_path(view.name, status=True), ops)
+                self._written[view.name] = (
+                    version, str((written.get("metadata") or {}).get("resourceVersion", "")))
                 self.throttle.written(view.name, content, now)
                 return True
             except NotFound:

@@ -498,7 +498,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after the last arrival to wait for the fair share")
     parser.add_argument("--settle", type=float, default=10.0,
                         help="seconds watched after the fair share is first reached")
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds each system gets to finish the throughput run; one "
+                             "that has not is reported with lower bounds (>), so the whole "
+                             "comparison stays under 20 minutes")
     parser.add_argument("--dir", type=Path, help="sandbox directory (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--systems", default="arbiter,kueue",

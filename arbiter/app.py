@@ -30,7 +30,6 @@ import asyncio
 import logging
 import signal
 import ssl
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -48,16 +47,15 @@ from arbiter.server import (
     CONTEXT,
     ServerContext,
     Task,
-    ThreadListener,
     add_health_routes,
     add_metrics_route,
     api_client,
+    client_for,
     excluded_namespaces,
     freeze_after_first_sync,
     install_webhook_configurations,
     learn_usernames,
     maintain_certificates,
-    on_loop,
     run_while_serving,
     serving_names,
     watch_cluster,
@@ -70,16 +68,10 @@ from webhook import http as webhook_http
 
 log = logging.getLogger(__name__)
 
-# What start_listeners returns per listener: a web.AppRunner or a ThreadListener.
-Listener = web.AppRunner | ThreadListener
-LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
-
-def build_app(ctx: ServerContext, *, background: bool = True,
-              on_cache_thread: webhook_http.OnCacheThread | None = None) -> web.Application:
+def build_app(ctx: ServerContext, *, background: bool = True) -> web.Application:
     """Every surface, and (unless `background` is False) every background
-    task tied to the application's life. `on_cache_thread`: the app is
-    served from a thread of its own (`start_listeners`)."""
+    task tied to the application's life."""
     config = ctx.config
     leadership = ctx.leadership
     app = web.Application(client_max_size=max(config.max_body_bytes,
@@ -89,8 +81,7 @@ def build_app(ctx: ServerContext, *, background: bool = True,
     add_health_routes(app, ctx)
     add_metrics_route(app)
     app.add_subapp(webhook_http.PREFIX, webhook_http.webhook_app(
-        env=ctx.admission_env, max_body=config.max_body_bytes,
-        on_cache_thread=on_cache_thread))
+        env=ctx.admission_env, max_body=config.max_body_bytes))
     if background:
         run_while_serving(app, background_tasks(ctx, leadership))
     return app
@@ -147,31 +138,16 @@ def extender_tls(ctx: ServerContext, tls: ReloadingTLS) -> ssl.SSLContext:
 
 
 async def start_listeners(ctx: ServerContext, tls: ReloadingTLS, *,
-                          background: bool = True,
-                          loop_factory: LoopFactory | None = None) -> dict[str, Listener]:
-    """Every listener, started: name -> its runner (cleanup stops it).
-
-    The webhook is served from a thread and event loop of its own (made by
-    `loop_factory`; `ThreadListener` says why); the background tasks run
-    with the metrics listener, on this loop."""
+                          background: bool = True) -> dict[str, web.AppRunner]:
+    """Every listener, started: name -> its runner (cleanup stops it)."""
     config = ctx.config
-    webhook = ThreadListener(
-        build_app(ctx, background=False, on_cache_thread=on_loop(asyncio.get_running_loop())),
-        name="webhook", host=config.host, port=config.port, ssl_context=tls.context,
-        loop_factory=loop_factory)
-    metrics_app = build_metrics_app(ctx)
-    if background:
-        run_while_serving(metrics_app, background_tasks(ctx, ctx.leadership))
     listeners = {
+        "webhook": (build_app(ctx, background=background), config.port, tls.context),
         "extender": (build_extender_app(ctx), config.extender_port, extender_tls(ctx, tls)),
-        "metrics": (metrics_app, config.metrics_port, tls.context),
+        "metrics": (build_metrics_app(ctx), config.metrics_port, tls.context),
     }
-    runners: dict[str, Listener] = {}
+    runners: dict[str, web.AppRunner] = {}
     try:
-        await webhook.start()
-        runners["webhook"] = webhook
-        log.info("serving", extra={"listener": "webhook", "host": config.host,
-                                   "port": webhook.addresses[0][1], "own_thread": True})
         for name, (application, port, context) in listeners.items():
             runner = web.AppRunner(application, access_log=None, shutdown_timeout=20.0)
             await runner.setup()
@@ -181,8 +157,8 @@ async def start_listeners(ctx: ServerContext, tls: ReloadingTLS, *,
             log.info("serving", extra={"listener": name, "host": config.host,
                                        "port": runner.addresses[0][1]})
     except BaseException:
-        for started in runners.values():
-            await started.cleanup()
+        for runner in runners.values():
+            await runner.cleanup()
         raise
     return runners
 
@@ -245,7 +221,7 @@ def extender_state(store: ClusterStore, config: ServeConfig) -> ExtenderState:
 
 
 async def serve(config: ServeConfig, *, api: Any | None = None,
-                install_signals: bool = True, loop_factory: LoopFactory | None = None) -> None:
+                install_signals: bool = True) -> None:
     """Run the server until SIGTERM/SIGINT (or ctx.stopping), then stop gracefully."""
     store = ClusterStore(excluded_namespaces=frozenset(excluded_namespaces(config)))
     owns_api = api is None
@@ -255,7 +231,7 @@ async def serve(config: ServeConfig, *, api: Any | None = None,
         # The Lease is renewed through a client of its own: on the shared one
         # a burst of status writes and watches can fill the connection pool
         # for longer than the renew deadline, and the leader lets go.
-        lease_api = await api_client(config)
+        lease_api = client_for(api.configuration)
     dns, ips = serving_names(config)
     secret = (config.namespace, config.cert_secret) if config.cert_secret else None
     certs = CertManager(config.cert_dir, dns, ips, api=api, secret=secret)
@@ -270,11 +246,11 @@ async def serve(config: ServeConfig, *, api: Any | None = None,
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, ctx.stopping.set)
-        runners = await start_listeners(ctx, tls, loop_factory=loop_factory)
+        runners = await start_listeners(ctx, tls)
         await ctx.stopping.wait()
         log.info("shutting down")
-        for listener in runners.values():
-            await listener.cleanup()
+        for runner in runners.values():
+            await runner.cleanup()
     finally:
         if owns_api:
             await api.close()

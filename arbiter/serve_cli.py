@@ -219,5 +219,5 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         pass
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve(config, loop_factory=loop_factory))
+        runner.run(serve(config))
     return 0

@@ -9,17 +9,13 @@ module registers nothing.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import gc
 import ipaddress
 import logging
 import os
-import ssl
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -35,7 +31,7 @@ from arbiter.loop.runtime import Leadership
 from arbiter.metrics import REGISTRY
 from certs.manager import CertManager
 from certs.publish import publish_ca_bundle
-from webhook.configuration import desired_configurations, install
+from webhook.configuration import desired_configurations, install, service_account_username
 from webhook.review import AdmissionEnv
 
 log = logging.getLogger(__name__)
@@ -263,6 +259,11 @@ async def api_client(config: ServeConfig) -> Any:
                 client_configuration=configuration)
         except kube_config.ConfigException:
             await kube_config.load_kube_config(client_configuration=configuration)
+    return client_for(configuration)
+
+
+def client_for(configuration: Any) -> Any:
+    """An ApiClient (a connection pool of its own) for a loaded configuration."""
     api = client.ApiClient(configuration)
     if not any(os.environ.get(name) for name in PROXY_VARIABLES):
         # kubernetes_asyncio's session trusts the environment, so aiohttp
@@ -290,97 +291,6 @@ async def learn_usernames(ctx: ServerContext) -> None:
                     extra={"error": str(error)})
     if not ctx.own_usernames:
         ctx.own_usernames.add(
-            f"system:serviceaccount:{ctx.config.namespace}:{ctx.config.service_name}")
+            service_account_username(ctx.config.namespace, ctx.config.service_name))
     log.info("own identity", extra={"usernames": sorted(ctx.own_usernames)})
 
-
-# -- a listener on a thread of its own ---------------------------------------------------
-T = TypeVar("T")
-
-
-def on_loop(loop: asyncio.AbstractEventLoop) -> Callable[[Callable[[], T]], Awaitable[T]]:
-    """Run a call on `loop` (from another thread) and await its result."""
-    async def call(work: Callable[[], T]) -> T:
-        done: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                done.set_result(work())
-            except BaseException as error:  # handed to the waiting thread
-                done.set_exception(error)
-
-        loop.call_soon_threadsafe(run)
-        return await asyncio.wrap_future(done)
-
-    return call
-
-
-class ThreadListener:
-    """An aiohttp application served by a thread and event loop of its own.
-
-    For the webhook: on the main event loop a review waited behind watch
-    processing, admission cycles and up to a hundred API writes, and every
-    Job creation waits for two reviews (measured on a busy sandbox: 750 ms
-    a review at the apiserver, most of it queueing here). On its own
-    thread a review waits for the GIL only, a switch interval (5 ms) at a
-    time. The handlers read the cache the main thread writes: only by key
-    here (`webhook.endpoints.Endpoint.by_key`), the rest on the main thread.
-
-    Same surface as the `web.AppRunner` it replaces: `addresses`, `cleanup()`.
-    """
-
-    def __init__(self, app: web.Application, *, name: str, host: str, port: int,
-                 ssl_context: ssl.SSLContext | None,
-                 loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
-        self.app = app
-        self.name = name
-        self.host = host
-        self.port = port
-        self.ssl_context = ssl_context
-        self.loop_factory = loop_factory or asyncio.new_event_loop
-        self.addresses: list[Any] = []
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-
-    async def start(self) -> None:
-        started: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._serve, args=(started,),
-                                        name=f"{self.name}-listener", daemon=True)
-        self._thread.start()
-        self.addresses = await asyncio.wrap_future(started)
-
-    def _serve(self, started: concurrent.futures.Future[list[Any]]) -> None:
-        loop = self.loop_factory()
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._run(started))
-        finally:
-            loop.close()
-
-    async def _run(self, started: concurrent.futures.Future[list[Any]]) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=20.0)
-        try:
-            await runner.setup()
-            site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context,
-                               backlog=1024)
-            await site.start()
-        except BaseException as error:
-            await runner.cleanup()
-            started.set_exception(error)
-            return
-        started.set_result(list(runner.addresses))
-        try:
-            await self._stop.wait()
-        finally:
-            await runner.cleanup()
-
-    async def cleanup(self) -> None:
-        """Stop serving (open requests are finished) and end the thread."""
-        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # its loop ended meanwhile
-                self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)

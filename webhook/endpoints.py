@@ -58,11 +58,6 @@ class Endpoint:
     version: str
     namespaced: bool
     hooks: tuple[Hook, ...]
-    # Its decision reads the cache by key only (dict lookups, atomic under
-    # the GIL), so it may run on the webhook's own thread while the main
-    # thread writes the cache; the others iterate the cache and are decided
-    # on the main thread (`arbiter.server.ThreadListener`).
-    by_key: bool = False
 
     @property
     def route(self) -> str:
@@ -72,28 +67,27 @@ class Endpoint:
 
 def _endpoint(mode: str, plural: str, group: str, kind: str, decide: Decide, *,
               version: str, operations: tuple[str, ...], namespaced: bool = True,
-              condition: tuple[str, str] | None = None, also: tuple[Hook, ...] = (),
-              by_key: bool = False) -> Endpoint:
+              condition: tuple[str, str] | None = None, also: tuple[Hook, ...] = ()) -> Endpoint:
     """An endpoint with its hook `<plural>.<mode>.arbiter.dev`, plus `also`."""
     hooks = (Hook(f"{plural}.{mode}.arbiter.dev", operations, condition), *also)
     return Endpoint(name=f"{mode}-{plural}", path=f"{PREFIX}/{mode}/{plural}", group=group,
                     kind=kind, mutating=mode == "mutate", decide=decide, resource=plural,
-                    version=version, namespaced=namespaced, hooks=hooks, by_key=by_key)
+                    version=version, namespaced=namespaced, hooks=hooks)
 
 
 CREATE, UPDATE, DELETE = "CREATE", "UPDATE", "DELETE"
 ENDPOINTS: tuple[Endpoint, ...] = (
     _endpoint("mutate", "pods", pods.GROUP, pods.KIND, pods.mutate,
-              version="v1", operations=(CREATE,), by_key=True),
+              version="v1", operations=(CREATE,)),
     _endpoint("validate", "pods", pods.GROUP, pods.KIND, pods.validate,
               version="v1", operations=(CREATE,),
               also=(Hook("pod-gates.validate.arbiter.dev", (UPDATE,),
-                         ("held-by-arbiter", HELD_POD_CONDITION)),), by_key=True),
+                         ("held-by-arbiter", HELD_POD_CONDITION)),)),
     _endpoint("mutate", "jobs", jobs.GROUP, jobs.KIND, jobs.mutate,
-              version="v1", operations=(CREATE,), by_key=True),
+              version="v1", operations=(CREATE,)),
     _endpoint("validate", "jobs", jobs.GROUP, jobs.KIND, jobs.validate,
               version="v1", operations=(CREATE, UPDATE),
-              condition=("managed-by-arbiter", MANAGED_JOB_CONDITION), by_key=True),
+              condition=("managed-by-arbiter", MANAGED_JOB_CONDITION)),
     _endpoint("validate", "queues", queues.GROUP, queues.KIND, queues.validate,
               version="v1alpha1", operations=(CREATE, UPDATE, DELETE), namespaced=False),
     _endpoint("mutate", "queueunits", queueunits.GROUP, queueunits.KIND, queueunits.mutate,

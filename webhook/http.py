@@ -7,7 +7,6 @@ applies the webhook's failurePolicy); nothing here talks to the API server.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,15 +17,11 @@ from arbiter import metrics
 from arbiter.httpserve import CachedCounter, one_line, read_limited
 from webhook.endpoints import ENDPOINTS, Endpoint
 from webhook.endpoints import PREFIX as PREFIX  # where the app mounts webhook_app
-from webhook.review import AdmissionEnv, Decision, MalformedReview, parse_review, render
+from webhook.review import AdmissionEnv, MalformedReview, parse_review, render
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-# Runs a decision on the thread that writes the cache and returns its answer
-# (`arbiter.server.on_loop`): for endpoints not `by_key` when the webhook is
-# served from a thread of its own.
-OnCacheThread = Callable[[Callable[[], Decision]], Awaitable[Decision]]
 
 
 _COUNTERS = CachedCounter(metrics.webhook_requests_total)  # webhook, operation, allowed
@@ -36,20 +31,15 @@ def bad_request(reason: str) -> web.Response:
     return web.Response(status=400, text=one_line(reason) + "\n", content_type="text/plain")
 
 
-def make_handler(endpoint: Endpoint, env: AdmissionEnv, max_body: int,
-                 on_cache_thread: OnCacheThread | None = None) -> Handler:
+def make_handler(endpoint: Endpoint, env: AdmissionEnv, max_body: int) -> Handler:
     duration = metrics.webhook_duration_seconds.labels(endpoint.name)
-    hop = None if endpoint.by_key else on_cache_thread
 
     async def handle(request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
             body = await read_limited(request, max_body, MalformedReview)
             review = parse_review(body, endpoint.group, endpoint.kind)
-            if hop is None:
-                decision = endpoint.decide(review, env)
-            else:
-                decision = await hop(functools.partial(endpoint.decide, review, env))
+            decision = endpoint.decide(review, env)
         except MalformedReview as error:
             _COUNTERS.inc(endpoint.name, "unknown", "invalid")
             duration.observe(time.perf_counter() - started)
@@ -67,14 +57,10 @@ def make_handler(endpoint: Endpoint, env: AdmissionEnv, max_body: int,
     return handle
 
 
-def webhook_app(*, env: AdmissionEnv, max_body: int,
-                on_cache_thread: OnCacheThread | None = None) -> web.Application:
-    """The sub-application mounted at `PREFIX`: one POST route per endpoint.
-    `on_cache_thread`: the app runs on a thread that does not write the
-    cache; decisions that iterate the cache are sent to the one that does."""
+def webhook_app(*, env: AdmissionEnv, max_body: int) -> web.Application:
+    """The sub-application mounted at `PREFIX`: one POST route per endpoint."""
     app = web.Application(client_max_size=max_body)
     for endpoint in ENDPOINTS:
-        app.router.add_post(endpoint.route,
-                            make_handler(endpoint, env, max_body, on_cache_thread))
+        app.router.add_post(endpoint.route, make_handler(endpoint, env, max_body))
     return app
 

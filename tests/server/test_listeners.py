@@ -3,21 +3,18 @@ a port of its own that requires a client certificate (DESIGN §13)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from arbiter.app import start_listeners
 from arbiter.cache.store import ClusterStore
 from arbiter.config import ServeConfig
-from arbiter.server import ServerContext, ThreadListener, on_loop
+from arbiter.server import ServerContext
 from certs.authority import cert_pem, issue, key_pem, new_ca, write_private, write_public
 from certs.manager import CertManager
 
@@ -107,38 +104,3 @@ async def test_without_a_client_ca_the_extender_warns_and_still_serves(
             assert await _filter(ports["extender"], _context(tmp_path, None)) == 503
     assert any("--extender-client-ca" in record.getMessage() for record in caplog.records)
 
-
-async def test_a_thread_listener_serves_on_its_own_thread_and_hops_back_to_the_cache() -> None:
-    """The webhook's listener: requests answered on its own thread; work
-    handed to `on_loop` runs on the main loop's thread (where the cache is
-    written), and its exception comes back to the caller."""
-    main = threading.get_ident()
-    seen: dict[str, int] = {}
-    hop = on_loop(asyncio.get_running_loop())
-
-    def refuse() -> int:
-        raise ValueError("no")
-
-    async def handler(_: web.Request) -> web.Response:
-        seen["handler"] = threading.get_ident()
-        seen["hop"] = await hop(threading.get_ident)
-        with pytest.raises(ValueError, match="no"):
-            await hop(refuse)
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_get("/", handler)
-    listener = ThreadListener(app, name="test", host="127.0.0.1", port=0, ssl_context=None)
-    await listener.start()
-    try:
-        async with aiohttp.ClientSession() as session, session.get(
-                f"http://127.0.0.1:{listener.addresses[0][1]}/") as answer:
-            assert answer.status == 200
-    finally:
-        await listener.cleanup()
-    assert seen["handler"] != main
-    assert seen["hop"] == main
-    with pytest.raises(aiohttp.ClientError):  # stopped: nothing listens any more
-        async with aiohttp.ClientSession() as session, session.get(
-                f"http://127.0.0.1:{listener.addresses[0][1]}/") as answer:
-            pass

@@ -158,7 +158,7 @@ def client_name_guard(allowed: frozenset[str]) -> Middleware:
     async def guard(request: web.Request, handler: AiohttpHandler) -> web.StreamResponse:
         name = peer_common_name(request)
         if name not in allowed:
-            shown = "no client certificate" if name is None else f"client {name!r}"
+            shown = "no client certificate" if name is None else f"client {name[:64]!r}"
             return web.Response(status=403, text=(
                 f"{shown} may not call the scheduler extender "
                 f"(allowed: {', '.join(sorted(allowed))}; see --extender-client-names)"))

@@ -142,9 +142,9 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     unit, meta, labels, namespace = namespaced_object(request, KIND)
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
-    if request.sub_resource:
-        return _validate_status(request, env, unit, namespace)
     name = request.name or text_field(meta, "name")
+    if request.sub_resource:
+        return _validate_status(request, env, unit, f"{namespace}/{name}")
     spec = unit.get("spec")
     if not isinstance(spec, dict):
         return deny(f'QueueUnit "{namespace}/{name}" is invalid: spec: must be an object',
@@ -214,16 +214,14 @@ CHECK_ENTRY_FIELDS = frozenset({"state", "message", "lastTransitionTime"})
 
 
 def _validate_status(request: AdmissionRequest, env: AdmissionEnv, unit: Obj,
-                     namespace: str) -> Decision:
+                     key: str) -> Decision:
     if request.sub_resource != "status" or env.is_arbiter(request):
         return ALLOW
-    name = request.name or text_field(get_map(unit, "metadata", "request.object.metadata")
-                                      or {}, "name")
     refused = _foreign_status_change(require_object(request, old=True).get("status"),
                                      unit.get("status"))
     if refused is None:
         return ALLOW
-    return deny(f'QueueUnit "{namespace}/{name}": {refused}; the rest of the status is '
+    return deny(f'QueueUnit "{key}": {refused}; the rest of the status is '
                 "kube-arbiter's record of admission", code=403)
 
 
@@ -231,12 +229,10 @@ def _foreign_status_change(old: Any, new: Any) -> str | None:
     """Why a status change by someone other than arbiter is refused, or None."""
     old = old if isinstance(old, dict) else {}
     new = new if isinstance(new, dict) else {}
-    rest_old = {k: v for k, v in old.items() if k != "admissionChecks"}
-    rest_new = {k: v for k, v in new.items() if k != "admissionChecks"}
-    if not json_equal(rest_old, rest_new):
-        changed = sorted(k for k in rest_old.keys() | rest_new.keys()
-                         if not json_equal(rest_old.get(k), rest_new.get(k)))
-        return (f"status.{changed[0][:60]} may be written by kube-arbiter only "
+    changed = [k for k in old.keys() | new.keys()
+               if k != "admissionChecks" and not json_equal(old.get(k), new.get(k))]
+    if changed:
+        return (f"status.{min(changed)[:60]} may be written by kube-arbiter only "
                 "(others may set status.admissionChecks[].state and .message)")
     before, after = old.get("admissionChecks"), new.get("admissionChecks")
     if json_equal(before, after):

@@ -100,7 +100,7 @@ from arbiter.core.queuestate import (
     Shape,
     ShapeEntry,
     ShapeKey,
-    made_plan,
+    plan_holdings,
     shape_key,
 )
 from arbiter.core.resources import EMPTY, Resources
@@ -489,7 +489,7 @@ class AdmissionEngine(NodeFit):
             free[i] += amount
         held = self._plans.pop(key, None)
         if held is not None:
-            self._apply(made_plan(held)[1], 1)
+            self._apply(plan_holdings(held), 1)
         self._cursor = 0  # free capacity grew: rejected units may fit again
         if q.spec is not None:
             self._mark_dirty(q)

@@ -38,6 +38,7 @@ from arbiter.core.queuestate import (
     QueueState,
     Shape,
     made_plan,
+    plan_holdings,
 )
 from arbiter.core.resources import EMPTY, Resources
 
@@ -138,7 +139,7 @@ class NodeFit:
             raise ValueError(f"unit {key} is not admitted")
         held = self._plans.pop(key, None)
         if held is not None:
-            self._apply(made_plan(held)[1], 1)
+            self._apply(plan_holdings(held), 1)
         self._hold(unit, placement)
 
     def plans(self) -> dict[str, Placement]:
@@ -209,7 +210,7 @@ class NodeFit:
         grown = [node_set for node_set, _ in index.member_of[g]]
         gen = self._nodegen
         woken: list[QueueState] = []
-        for q in self._nodewait.values():  # inlined room_for and _may_fit: this loop is hot
+        for q in self._nodewait.values():  # inlined packed test and _may_fit: this loop is hot
             need, guards = q.nodeneed
             if need < 0 or (word - need) & guards != guards:
                 continue  # not even its smallest pod fits on g
@@ -323,7 +324,7 @@ class NodeFit:
         words = self._grown_words(q, cache)
         if words is None:
             return False
-        need, guards = q.nodeneed  # inlined room_for: this is called per woken queue
+        need, guards = q.nodeneed  # inlined packed test: called per woken queue
         if need >= 0:
             for word in words:
                 if (word - need) & guards == guards:
@@ -347,8 +348,8 @@ class NodeFit:
             if len(items) > 1:
                 items.sort(key=dominant, reverse=True)  # stable for equal shares
             shape.runs = tuple((count, pairs) for count, pairs, _ in items)
-            shape.runnames = tuple(name for _, _, name in items)
-            shape.plannames = (shape.runnames, tuple(ps.name for ps in shape.pods))
+            shape.plannames = (tuple(name for _, _, name in items),
+                               tuple(ps.name for ps in shape.pods))
             shape.podneed = packed_pod(shape.runs[0][1]) if len(items) == 1 else None
             shape.rungen = self._capgen
         return shape.runs

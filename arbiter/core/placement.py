@@ -23,11 +23,11 @@ built when first asked for and kept up to date after that. Per set:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from arbiter.core.model import DEFAULT_POOL, Node, Pool
+from arbiter.core.model import DEFAULT_POOL, Node, Placement, Pool
 
-__all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs", "packed_pod", "room_for"]
+__all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs", "fit_placement", "packed_pod"]
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
@@ -56,7 +56,8 @@ _PACKED: dict[Pairs, tuple[int, int]] = {}
 def packed_pod(pairs: Pairs) -> tuple[int, int]:
     """(a pod's amounts packed like `NodeIndex.packed`, the top bits of its
     fields); need -1 when some amount is too large to pack (checked per field).
-    `room_for(word, *packed_pod(pairs))` tests one node."""
+    A node whose packed free amounts are `word` has room for the pod when
+    need >= 0 and (word - need) & guards == guards (inlined where used)."""
     got = _PACKED.get(pairs)
     if got is None:
         if len(_PACKED) > 65536:
@@ -72,9 +73,14 @@ def packed_pod(pairs: Pairs) -> tuple[int, int]:
     return got
 
 
-def room_for(word: int, need: int, guards: int) -> bool:
-    """Has the node whose packed free amounts are `word` room for the pod?"""
-    return need >= 0 and (word - need) & guards == guards
+def fit_placement(pool: str, members: Sequence[str], run_pod_sets: Iterable[str],
+                  got: Iterable[Sequence[int]], pod_sets: Iterable[str]) -> Placement:
+    """A first-fit answer as a Placement: per run (its pod set's name) the
+    member index of each pod, over `members`' names; every pod set listed."""
+    nodes: dict[str, tuple[str, ...]] = dict.fromkeys(pod_sets, ())
+    for pod_set, placed in zip(run_pod_sets, got, strict=True):
+        nodes[pod_set] = nodes.get(pod_set, ()) + tuple([members[m] for m in placed])
+    return Placement(pool, nodes)
 
 
 class NodeSet:
@@ -96,7 +102,9 @@ class NodeSet:
     # for each member at or above it. First fit visits only those.
     floor: list[int] | None
     live: list[int]
-    scale: list[int]  # per resource index: the largest allocatable share of a member (>= 1)
+    # Per resource index: the largest free amount of a member when the set was
+    # made (>= 1); it only orders a pod's checks (`_checks`), never decides a fit.
+    scale: list[int]
     order: dict[Pairs, Checks]  # pairs, scarcest first (see `_checks`)
     total: list[int]  # per resource index: free amount summed over the members (>= 0)
     # pod -> (first member that may fit, log length then, its `_checks`)
@@ -494,7 +502,8 @@ class NodeIndex:
 
     def take(self, g: int, pairs: Pairs, count: int) -> None:
         """`count` pods of `pairs` are planned on node g (shrinks only: no
-        growth to log; the node may drop below a set's floor)."""
+        growth to log; the node may drop below a set's floor). The shrink half
+        of `NodeSet.set_free`, inlined per member set: admissions are hot."""
         free = self.free
         memberships = self.member_of[g]
         self._packed.pop(g, None)

@@ -13,12 +13,13 @@ from collections.abc import Callable, Hashable
 from operator import attrgetter
 
 from arbiter.core.model import Placement, PodSet, QueuePolicy, QueueSpec, Unit
-from arbiter.core.placement import NodeSet, Pairs, Runs
+from arbiter.core.placement import NodeSet, Pairs, Runs, fit_placement
 
 __all__ = [
     "CAND", "DIRTY", "IDLE", "KEY_FUNCS", "PARKED", "UNLIMITED", "CandEntry", "Entry", "Fit",
     "FitPlan", "KeyFunc", "MadePlan", "OrderKey", "Pairs", "Plan", "QueueState", "Runs", "Shape",
-    "ShapeEntry", "ShapeKey", "fifo_key", "made_plan", "priority_key", "shape_key", "sort_units",
+    "ShapeEntry", "ShapeKey", "fifo_key", "made_plan", "plan_holdings", "priority_key",
+    "shape_key", "sort_units",
 ]
 
 UNLIMITED = 1 << 200  # capability of an uncapped resource
@@ -80,7 +81,6 @@ class Shape:
 
     __slots__ = (
         "head", "key", "noroom", "pairs", "plannames", "podneed", "pods", "rejected", "rungen",
-        "runnames",
         "runs", "tail", "units", "unsorted", "ver",
     )
 
@@ -94,8 +94,8 @@ class Shape:
     ver: int  # the valid entry of this shape in its queue's heap
     pods: tuple[PodSet, ...]  # of every unit in the shape
     runs: Runs  # node fit: (pod count, pairs of one pod), largest dominant share first
-    runnames: tuple[str, ...]  # the pod set of each run
-    plannames: tuple[tuple[str, ...], tuple[str, ...]]  # (runnames, every pod set): for Plan
+    # (the pod set of each run, every pod set): for Plan
+    plannames: tuple[tuple[str, ...], tuple[str, ...]]
     rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
     podneed: tuple[int, int] | None  # one run: its pod packed (placement.packed_pod); else None
     noroom: bool  # rejected because no node had room
@@ -105,7 +105,6 @@ class Shape:
         self.pairs = pairs
         self.pods = pods
         self.runs = ()
-        self.runnames = ()
         self.plannames = ((), ())
         self.rungen = -1
         self.podneed = None
@@ -290,14 +289,19 @@ def made_plan(plan: Plan) -> MadePlan:
     """`plan` as (placement, per-node holdings)."""
     if len(plan) == 2:
         return plan
-    pool, names, got, runs, (runnames, podsets) = plan
-    nodes: dict[str, tuple[str, ...]] = dict.fromkeys(podsets, ())
+    pool, names, got, _, (runnames, podsets) = plan
+    return fit_placement(pool, names, runnames, got, podsets), plan_holdings(plan)
+
+
+def plan_holdings(plan: Plan) -> list[tuple[str, Pairs]]:
+    """What `plan` holds on each node by name (a release needs no Placement)."""
+    if len(plan) == 2:
+        return plan[1]
+    _, names, got, runs, _ = plan
     held: dict[int, dict[int, int]] = {}
-    for (_, pairs), pod_set, placed in zip(runs, runnames, got, strict=True):
-        nodes[pod_set] = nodes.get(pod_set, ()) + tuple([names[m] for m in placed])
+    for (_, pairs), placed in zip(runs, got, strict=True):
         for m in placed:
             amounts = held.setdefault(m, {})
             for r, a in pairs:
                 amounts[r] = amounts.get(r, 0) + a
-    used = [(names[m], tuple(amounts.items())) for m, amounts in held.items()]
-    return Placement(pool, nodes), used
+    return [(names[m], tuple(amounts.items())) for m, amounts in held.items()]

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, QueueSpec, Unit
-from arbiter.core.placement import NodeIndex, NodeSet, Pairs
+from arbiter.core.placement import NodeIndex, NodeSet, Pairs, fit_placement
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["TreeFit", "TreeFitResult"]
@@ -174,9 +174,7 @@ class TreeFit:
     def commit(self, unit: Unit, fit: TreeFitResult) -> Placement:
         """Hold the plan `place` found (nothing changed on the nodes since)."""
         node_set, names, members = fit
-        nodes: dict[str, list[str]] = {ps.name: [] for ps in unit.pods}
-        for name, placed in zip(names, members, strict=True):
-            nodes.setdefault(name, []).extend(node_set.names[m] for m in placed)
-        placement = Placement(node_set.pool, {k: tuple(v) for k, v in nodes.items()})
+        placement = fit_placement(node_set.pool, node_set.names, names, members,
+                                  (ps.name for ps in unit.pods))
         self.hold(unit, placement)
         return placement

@@ -40,13 +40,12 @@ from arbiter.api import (
 )
 from arbiter.cache.ownership import ConsumerKey, ConsumerKind, gate_consumer
 from arbiter.cache.records import JobRecord, PodRecord, PodSet, PriorityClassRecord, UnitRecord
-from arbiter.core.model import demand_of
+from arbiter.core.model import MAIN_POD_SET, demand_of
 from arbiter.core.resources import EMPTY, Resources
 
 # consumerRef.apiVersion of a pod group: there is no such object, the
 # kind names the label that gathers its pods.
 POD_GROUP_API_VERSION = API_VERSION
-MAIN_POD_SET = "main"
 
 
 def consumer_key(unit: UnitRecord) -> ConsumerKey | None:

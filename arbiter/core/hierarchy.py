@@ -56,6 +56,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from itertools import count
+from typing import Protocol
 
 from arbiter.core.fairshare import AdmissionEngine
 from arbiter.core.model import QueueSpec, Unit
@@ -68,7 +69,14 @@ __all__ = ["AnyEngine", "HierarchicalEngine", "has_hierarchy"]
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 
 
-def has_hierarchy(queues: Iterable[QueueSpec]) -> bool:
+class Parented(Protocol):
+    """A queue's spec or cache record: all `has_hierarchy` reads."""
+
+    @property
+    def parent(self) -> str | None: ...
+
+
+def has_hierarchy(queues: Iterable[Parented]) -> bool:
     """Whether some queue names a parent (then `HierarchicalEngine` decides)."""
     return any(spec.parent for spec in queues)
 

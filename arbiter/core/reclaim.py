@@ -87,12 +87,12 @@ from fractions import Fraction
 from typing import Literal
 
 from arbiter.core.fairshare import dominant_share_of
+from arbiter.core.hierarchy import has_hierarchy
 from arbiter.core.reclaim_rules import (
     stays_richer,
     under_guarantee,
     weighted_share,
     within_capability,
-    within_deserved,
 )
 from arbiter.core.reclaim_tree import ReclaimTree
 from arbiter.core.resources import EMPTY, Resources
@@ -115,7 +115,6 @@ __all__ = [
     "victim_order",
     "weighted_share",
     "within_capability",
-    "within_deserved",
 ]
 
 WithinQueue = Literal["Never", "LowerPriority"]
@@ -450,10 +449,11 @@ def plan(
     projected = {name: dict(amounts) for name, amounts in held_by.items()}
     richest = richest_share(queues, lambda name: held_by.get(name, EMPTY), capacity)
     # A tree of queues (DESIGN §11): the move rule where taker and victim meet.
-    tree = (ReclaimTree(queues, capacity, held_by) if any(q.parent for q in queues.values())
-            else None)
+    tree = ReclaimTree(queues, capacity, held_by) if has_hierarchy(queues.values()) else None
+    # Queues that can lose a unit (read by the tree's `could_gain` only).
     losers = [name for name, spec in queues.items() if spec.reclaimable and any(
-        v > spec.guarantee.get_amount(r) for r, v in held_by.get(name, {}).items())]
+        v > spec.guarantee.get_amount(r) for r, v in held_by.get(name, {}).items())
+    ] if tree is not None else []
     chosen_from = (u for u in admitted if u.key not in protected and u.queue in queues)
     pool = list(chosen_from) if ordered else sorted(chosen_from, key=victim_order(queues))
     gone: set[str] = set()
@@ -547,9 +547,10 @@ def plan(
                 chosen = select_within_queue(unit, free, spec, held, candidates(unit),
                                              ordered=True)
                 reason = "withinQueue"
-            if tree is not None and chosen and any(other.fits_in(sum(
-                    (v.demand for v in chosen), Resources(free))) for other in unserved):
-                chosen = None  # admission would hand that room to a unit ahead of it
+            if tree is not None and chosen and unserved:
+                room = sum((v.demand for v in chosen), Resources(free))
+                if any(other.fits_in(room) for other in unserved):
+                    chosen = None  # admission would hand that room to a unit ahead of it
             if chosen is None:
                 unserved.append(unit.demand)
                 continue  # cannot be served now: the queue offers nothing more

@@ -9,15 +9,7 @@ from fractions import Fraction
 
 from arbiter.core.fairshare import dominant_share_of
 
-__all__ = ["stays_richer", "under_guarantee", "weighted_share", "within_capability",
-           "within_deserved"]
-
-
-def within_deserved(allocated: Mapping[str, int], demand: Mapping[str, int],
-                    deserved: Mapping[str, int]) -> bool:
-    """allocated + demand <= deserved on every resource `demand` requests
-    (not part of the move rule any more; kept for callers that show it)."""
-    return all(allocated.get(r, 0) + v <= deserved.get(r, 0) for r, v in demand.items() if v > 0)
+__all__ = ["stays_richer", "under_guarantee", "weighted_share", "within_capability"]
 
 
 def under_guarantee(allocated: Mapping[str, int], demand: Mapping[str, int],

@@ -193,10 +193,6 @@ class TreeState:
     def dominant_share(self, queue: str) -> Fraction:
         return dominant_share_of(self.allocated(queue), self._capacity)
 
-    def weighted_share(self, queue: str) -> Fraction:
-        spec = self._specs.get(queue)
-        return self.dominant_share(queue) / (spec.weight if spec is not None else 1)
-
     def subtree_share(self, queue: str) -> Fraction:
         return dominant_share_of(self.subtree_allocated(queue), self._capacity)
 

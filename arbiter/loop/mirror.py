@@ -19,7 +19,7 @@ from arbiter.cache.records import PodRecord, PodSet, QueueRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.deserved import deserved, hierarchical_deserved
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
-from arbiter.core.hierarchy import AnyEngine, HierarchicalEngine
+from arbiter.core.hierarchy import AnyEngine, HierarchicalEngine, has_hierarchy
 from arbiter.core.model import Placement, demand_of
 from arbiter.core.model import PodSet as EnginePodSet
 from arbiter.core.partial import admit_partial, can_shrink
@@ -95,7 +95,7 @@ class EngineMirror:
         }
         if not changed:
             return
-        tree = any(record.parent for record in queues.values())
+        tree = has_hierarchy(queues.values())
         if tree != isinstance(self.engine, HierarchicalEngine):
             self._replace_engine(tree)
         else:

@@ -42,6 +42,7 @@ from arbiter import metrics
 from arbiter.api import parse_rfc3339
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.fairshare import Unit
+from arbiter.core.hierarchy import has_hierarchy
 from arbiter.core.reclaim import (
     Admitted,
     Plan,
@@ -249,7 +250,7 @@ class Reclaimer:
         richest = richest_share(queues, engine.allocated, engine.capacity())
         # In a tree a parent's capability may hold a head back, and shares
         # are compared per level: the pass itself tells (heads only: cheap).
-        tree = any(spec.parent for spec in queues.values())
+        tree = has_hierarchy(queues.values())
         for name in waiting_queues:
             pending = engine.pending(name)[: self.settings.depth]
             if not pending:

@@ -35,7 +35,9 @@ async def test_a_parents_capability_caps_its_subtree() -> None:
     got = released_by_namespace(c, "n1", "n2", "nq")
     assert got["n1"] + got["n2"] == 4  # the parent's capability, not the children's share
     assert got["nq"] == 6
-    assert c.queue_status("p1") is not None
+    await c.controller.publisher.publish()
+    await c.settle()  # the status writes it spawned
+    assert c.queue_status("p1")["allocated"] == {"cpu": str(got["n1"])}
 
 
 async def test_subtrees_share_by_weight_level_by_level() -> None:

@@ -67,13 +67,16 @@ def queues(*specs: ReclaimQueue) -> dict[str, ReclaimQueue]:
 
 
 def test_siblings_are_taken_before_cousins() -> None:
-    # a/{a1, a2}, b/{b1}; a1 waits. a2 and b1 are both richer than a1, and
-    # b1 is the newest (flat order would take it): a2, the sibling, goes.
+    # a/{a1, a2}, b/{b1}; a1 waits. Both moves are allowed (a2 without one
+    # unit, 1, is richer than a1's 0; b without one, 3, is richer than a's 2)
+    # and b1's units are the newest (flat order would take b1/3): only
+    # nearest-first makes a2, the sibling, give.
     tree = queues(ReclaimQueue("a"), ReclaimQueue("a1", parent="a"),
                   ReclaimQueue("a2", parent="a"), ReclaimQueue("b"),
                   ReclaimQueue("b1", parent="b"))
-    units = running(("a2/0", "a2"), ("a2/1", "a2"), ("b1/0", "b1"), ("b1/1", "b1"))
-    decided = plan(Resources({"cpu": 4}), tree, units,
+    units = running(("a2/0", "a2"), ("a2/1", "a2"),
+                    *((f"b1/{i}", "b1") for i in range(4)))
+    decided = plan(Resources({"cpu": 6}), tree, units,
                    {"a1": [Waiting("a1/0", "a1", CPU)]}, due={"a1"})
     assert [v.unit.key for v in decided.victims] == ["a2/1"]
 

@@ -23,6 +23,7 @@ unsuspended.
 
     .venv/bin/python bench/bench_loop.py [--units 100000] [--sandbox DIR --jobs 2000]
         [--rate 27 --in-flight 64]   # paced creation (otherwise: as fast as 16 at once go)
+        [--dump FILE]                # each Job's stage times, as JSON
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ class StageTimes:
 
 
 async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
-                     rate: float | None = None) -> None:
+                     rate: float | None = None, dump: Path | None = None) -> None:
     from kubernetes_asyncio import config as kube_config
 
     from arbiter.kubeapi import ApiError, request_json
@@ -314,6 +315,10 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
               "CPU-s; its watch timestamps lag when it gets too little CPU")
         print("per stage, as watches saw it:")
         print("\n".join(stages.report()))
+        if dump is not None:
+            # Per Job and stage, this host's monotonic clock (comparable with
+            # other processes' time.monotonic(), e.g. a trace of arbiter's).
+            await asyncio.to_thread(dump.write_text, json.dumps(stages.at))
         await cleanup(client, names)
 
 
@@ -349,12 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=None,
                         help="send Job creations at this rate (per second) instead of as "
                              "fast as --in-flight allows")
+    parser.add_argument("--dump", type=Path,
+                        help="write each Job's stage times (monotonic clock) as JSON here")
     parser.add_argument("--no-freeze", action="store_true",
                         help="leave the 100,000 records in the cyclic GC's generations")
     args = parser.parse_args(argv)
     if args.sandbox is not None:
         asyncio.run(on_sandbox(args.sandbox, args.jobs, args.queues, args.in_flight,
-                               args.rate))
+                               args.rate, args.dump))
     else:
         asyncio.run(offline(args.units, not args.no_freeze))
     print(json.dumps({"done": True}))

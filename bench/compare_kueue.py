@@ -78,7 +78,7 @@ from arbiter.sandbox import NodeShape, Sandbox
 from arbiter.sandbox.kueue import ensure_kueue_built
 from arbiter.sandbox.process import ProcessRecord
 from bench.compare_report import print_table
-from bench.kueue_run import KueueProcess
+from bench.kueue_run import CONCURRENCY, KueueProcess
 from bench.watching import Watches, pct
 
 RUN_LABEL = "bench.arbiter.dev/run"
@@ -502,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds each system gets to finish the throughput run; one "
                              "that has not is reported with lower bounds (>), so the whole "
                              "comparison stays under 20 minutes")
+    parser.add_argument("--kueue-job-concurrency", type=int, default=CONCURRENCY["Job.batch"],
+                        help="workers of Kueue's Job reconciler (its Configuration's "
+                             "controller.groupKindConcurrency[Job.batch]; default: as shipped)")
     parser.add_argument("--dir", type=Path, help="sandbox directory (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--systems", default="arbiter,kueue",
@@ -514,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     kueue_build = ensure_kueue_built() if "kueue" in systems else None
     directory = args.dir or Path(tempfile.mkdtemp(prefix="compare-kueue-"))
     sandbox = Sandbox(directory)
-    runner = KueueProcess(sandbox, kueue_build) if kueue_build is not None else None
+    runner = KueueProcess(sandbox, kueue_build, job_concurrency=args.kueue_job_concurrency) \
+        if kueue_build is not None else None
     results: list[Json] = []
     try:
         sandbox.up(NodeShape(count=args.nodes, cpu=args.node_cpu, memory="64Gi"))

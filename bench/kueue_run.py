@@ -56,9 +56,12 @@ CONCURRENCY = {"Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10,
 class KueueProcess:
     """Install Kueue into `sandbox` and run its manager; `stop` undoes the webhooks."""
 
-    def __init__(self, sandbox: Sandbox, build: KueueBuild) -> None:
+    def __init__(self, sandbox: Sandbox, build: KueueBuild, *,
+                 job_concurrency: int = CONCURRENCY["Job.batch"]) -> None:
         self.sandbox = sandbox
         self.build = build
+        # Workers of Kueue's Job reconciler (its `Job.batch` groupKindConcurrency).
+        self.job_concurrency = job_concurrency
         self.dir = sandbox.dir / "kueue"
         self.record: ProcessRecord | None = None
         self.webhook_port, self.health_port, self.metrics_port = free_ports(3)
@@ -98,7 +101,8 @@ class KueueProcess:
                         "certDir": str(self.dir / "certs")},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
-            "controller": {"groupKindConcurrency": CONCURRENCY},
+            "controller": {"groupKindConcurrency": {
+                **CONCURRENCY, "Job.batch": self.job_concurrency}},
             "clientConnection": {"qps": 300, "burst": 500},
             "integrations": {"frameworks": ["batch/job"]},
             "featureGates": {"VisibilityOnDemand": False},

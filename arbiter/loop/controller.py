@@ -57,7 +57,7 @@ from arbiter.loop.units import (
     held,
     spec_drift,
 )
-from arbiter.loop.writer import UnitWriter
+from arbiter.loop.writer import HOLD_TIMER, UnitWriter
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +197,8 @@ class AdmissionController:
         elif kind == "Pool":
             self.mirror.nodes.set_pools(self.store.pools.values())
         elif kind in ("Namespace", "AdmissionCheck"):
+            if kind == "Namespace" and key not in self.store.namespaces:
+                self._consumers.update(self.writer.namespace_gone(key))
             self._all = True  # rare: look at everything again
         else:
             return
@@ -269,6 +271,8 @@ class AdmissionController:
             retry = self.writer.create_retry.pop(key, None)
             if retry is not None:
                 self._consumers.add(retry)  # a unit creation to try again
+            elif key.startswith(HOLD_TIMER):  # a terminating namespace's hold is over
+                self._consumers.update(self.writer.namespace_gone(key.removeprefix(HOLD_TIMER)))
             else:
                 self._units.add(key)
 

@@ -33,6 +33,26 @@ from arbiter.loop.units import Consumer, DesiredUnit, Step, consumer_key
 log = logging.getLogger(__name__)
 
 
+# The cause the apiserver gives when it refuses new objects in a namespace
+# being deleted (NamespaceLifecycle admission, 403; a StatusCause's type is
+# serialised as "reason").
+NAMESPACE_TERMINATING = "NamespaceTerminating"
+# How long creations wait in a namespace found terminating, unless its
+# Namespace event (deleted) comes first; then they are tried again.
+TERMINATING_HOLD = 60.0
+# Timer key (`InFlightWrites.timer`) that ends a namespace's hold.
+HOLD_TIMER = "namespace:"
+
+
+def namespace_terminating(error: ApiError) -> bool:
+    """The apiserver refused a creation because its namespace is being deleted."""
+    details = error.body.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return error.status == 403 and isinstance(causes, list) and any(
+        isinstance(cause, dict) and cause.get("reason") == NAMESPACE_TERMINATING
+        for cause in causes)
+
+
 class WriteCounts(Protocol):
     """Where the writes count what they did (the controller's `CycleStats`)."""
 
@@ -77,6 +97,9 @@ class UnitWriter:
         self.admitting: set[str] = set()  # admissions running (the engine has them already)
         self.backoff_until: dict[str, float] = {}
         self.create_retry: dict[str, ConsumerKey] = {}  # "create:<consumer>" -> consumer
+        # Namespaces found being deleted -> consumers whose units wait for
+        # the namespace to go (`namespace_gone`), or for TERMINATING_HOLD.
+        self.terminating: dict[str, set[ConsumerKey]] = {}
 
     # -- starting writes (from a cycle) -------------------------------------------------
     def create(self, desired: DesiredUnit) -> None:
@@ -84,6 +107,12 @@ class UnitWriter:
         waits for its retry."""
         busy = f"create:{desired.consumer}"
         if self.writes.busy(busy) or self.writes.retry_at(busy) > self.clock():
+            return
+        waiting = self.terminating.get(desired.namespace)
+        if waiting is not None:
+            # Refused there already: one request per namespace, not one
+            # (retried, backed off) per Job while it is being emptied.
+            waiting.add(desired.consumer)
             return
         self.writes.spawn(functools.partial(self._create, busy, desired), key=busy)
 
@@ -105,6 +134,11 @@ class UnitWriter:
     def forget(self, key: str) -> None:
         self.backoff_until.pop(key, None)
 
+    def namespace_gone(self, namespace: str) -> set[ConsumerKey]:
+        """The namespace was deleted (a new one of that name starts afresh):
+        the consumers whose creations waited for it, to look at again."""
+        return self.terminating.pop(namespace, set())
+
     def _failed(self, key: str, error: BaseException) -> None:
         """A write failed: retry the key later (a "create:" key wakes its consumer)."""
         self.writes.failed(key, error)
@@ -119,6 +153,16 @@ class UnitWriter:
                 self.stats.created += 1
             self.writes.succeeded(busy)
         except ApiError as error:
+            if namespace_terminating(error):
+                self.writes.succeeded(busy)
+                if desired.namespace not in self.terminating:
+                    log.info("namespace %s is being deleted: no QueueUnits created there "
+                             "until it is gone (or %gs)", desired.namespace, TERMINATING_HOLD)
+                    self.terminating[desired.namespace] = set()
+                    self.writes.timer(self.clock() + TERMINATING_HOLD,
+                                      HOLD_TIMER + desired.namespace)
+                self.terminating[desired.namespace].add(desired.consumer)
+                return
             self.create_retry[busy] = desired.consumer
             self._failed(busy, error)
         finally:

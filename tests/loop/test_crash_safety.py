@@ -204,3 +204,57 @@ async def test_a_failed_unit_creation_is_retried_on_a_timer() -> None:
     c.clock.advance(2)  # no event about the pod: only the retry timer brings it back
     await c.settle()
     assert c.phase("ns", "pod-p") == "Dequeued" and not c.gated("ns", "p")
+
+
+def namespace_terminating(namespace: str) -> ApiError:
+    """The apiserver's answer to a creation in a namespace being deleted."""
+    return Denied(403, "Forbidden", f"unable to create new content in namespace {namespace} "
+                  "because it is being terminated",
+                  {"details": {"causes": [{"reason": "NamespaceTerminating",
+                                           "field": "metadata.namespace"}]}})
+
+
+def unit_posts(c: Cluster, namespace: str) -> int:
+    return sum(1 for method, path in c.api.calls
+               if method == "POST" and path == unit_path(namespace))
+
+
+async def test_a_namespace_being_deleted_is_not_asked_again_for_each_unit() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    c.store.apply("Namespace", "ADDED", {"metadata": {"name": "ns"}})
+    refusal = fail_on("POST", unit_path("ns"), namespace_terminating("ns"))
+    c.api.hooks.append(refusal)
+    await c.job("ns", "j0", "q", cpu="100m")
+    await c.settle()
+    for index in range(1, 5):
+        await c.job("ns", f"j{index}", "q", cpu="100m")
+        c.clock.advance(5)  # past every per-Job retry time
+        await c.settle()
+    # One refusal said it: the other Jobs' units are not tried, nor retried.
+    assert unit_posts(c, "ns") == 1
+    assert c.controller.writes.failures_total == 0
+
+    # The namespace goes (a new one of that name may come): nothing was lost.
+    c.api.hooks.remove(refusal)
+    c.store.apply("Namespace", "DELETED", {"metadata": {"name": "ns"}})
+    await c.settle()
+    assert [c.phase("ns", f"job-j{index}") for index in range(5)] == ["Dequeued"] * 5
+
+
+async def test_creations_in_a_namespace_found_terminating_are_tried_again_after_a_while() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    refusal = fail_on("POST", unit_path("ns"), namespace_terminating("ns"), times=1)
+    c.api.hooks.append(refusal)
+    await c.job("ns", "a", "q", cpu="100m")
+    await c.settle()
+    await c.job("ns", "b", "q", cpu="100m")
+    await c.settle()
+    # a's creation refused, b's not tried
+    assert unit_posts(c, "ns") == 1 and not c.api.of_kind("queueunits")
+    c.clock.advance(61)  # no Namespace event ever came: the hold's timer
+    await c.settle()
+    assert c.phase("ns", "job-a") == "Dequeued" and c.phase("ns", "job-b") == "Dequeued"

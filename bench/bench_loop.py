@@ -19,7 +19,12 @@ watch) latency p50 / p99 and admissions per second, and where that time
 goes, stage by stage, from watch events on Jobs and QueueUnits: the
 creation call (arbiter's webhook inside it), the QueueUnit appearing, its
 status turning Dequeued (admission decided and written), the Job
-unsuspended.
+unsuspended. A stage ends when this client's watch sees it, so it also
+holds the watch's delivery lag: on a saturated apiserver the Job watch
+(which carries every Job status update too) lagged arbiter's unsuspend
+PATCH response by p90 2.2 s / p99 4.7 s at 27 Jobs/s — the seconds the
+"unsuspend" stage showed were mostly that, not arbiter's (`--dump` gives
+per-Job times to join with another process's monotonic timestamps).
 
     .venv/bin/python bench/bench_loop.py [--units 100000] [--sandbox DIR --jobs 2000]
         [--rate 27 --in-flight 64]   # paced creation (otherwise: as fast as 16 at once go)

@@ -69,7 +69,11 @@ it served in this pass never makes its running units look richer), the
 taker by what it holds plus the units served to it in this pass. A queue
 that lost units to reclaim in this pass counts as due for the rest of it:
 the grace absorbs bursts of new work, and its demand was running a moment
-ago. A queue that has been served a unit in this pass is no victim for the
+ago. A flat queue whose grace has not passed counts as due for the rest of
+the pass (`Plan.early`) once the room freed since it offered its unit fits
+that unit: admission, lowest share first, would hand the room to it rather
+than to the later queue it was freed for, which would then stop short and
+need a pass per such leak. A queue that has been served a unit in this pass is no victim for the
 rest of it: its victim would be requeued, perhaps ahead of the unit it was
 served, and admission would give the room back to the victim (the README
 shows the loop that made). A queue whose unit cannot be served offers
@@ -185,6 +189,9 @@ class Plan:
     waiting_for_grace: frozenset[str] = frozenset()
     # The pass stopped before every queue was looked at (`starving` is partial).
     cut: bool = False
+    # Queues that reclaimed before their grace passed: admission would have
+    # handed them the room freed for a queue after them (flat queues only).
+    early: frozenset[str] = frozenset()
 
 
 # -- the rules ---------------------------------------------------------------------
@@ -496,6 +503,11 @@ def plan(
         push(name)
     victims: list[Victim] = []
     lost: set[str] = set()  # queues that lost units to reclaim in this pass
+    # Flat: queues that wait for their grace (the unit they offered, and the
+    # room admission would give them: free then, plus every victim since),
+    # and those of them due for the rest of the pass (`Plan.early`).
+    parked: dict[str, tuple[PathKey, Resources, Resources]] = {}
+    early: set[str] = set()
     served: list[str] = []
     starving: set[str] = set()
     waiting_for_grace: set[str] = set()
@@ -506,7 +518,7 @@ def plan(
     steps = 0
     while heap and len(victims) < max_victims and steps < max_steps:
         steps += 1
-        _, name, ver = heapq.heappop(heap)
+        order, name, ver = heapq.heappop(heap)
         if ver != version[name]:
             continue
         units = waiting[name]
@@ -537,9 +549,11 @@ def plan(
                     # protected (an eviction blocked lately): the grace runs on.
                     starving.add(name)
                 if found is not None:
-                    if name not in due and name not in lost:
+                    if name not in due and name not in lost and name not in early:
                         waiting_for_grace.add(name)
                         unserved.append(unit.demand)
+                        if tree is None:
+                            parked[name] = (order, unit.demand, Resources(free))
                         continue  # wait for the grace period: the queue offers nothing more
                     guaranteed = under_guarantee(held, unit.demand, spec.guarantee)
                 chosen = found
@@ -557,6 +571,22 @@ def plan(
             if victims and len(victims) + len(chosen) > max_victims:
                 break  # the next pass serves it
         touched = {name}
+        if chosen and reason == "reclaim" and parked:
+            # Admission serves lowest share first: a parked queue came
+            # before this one, so once the room freed fits its unit, the
+            # room goes to it, not to `unit`. It reclaims for itself (its
+            # own move rule) from now on, and this queue takes what it is
+            # owed on top: one pass frees both, not one pass per leak.
+            freed = sum((v.demand for v in chosen), EMPTY)
+            for other, (offered, demand, room) in list(parked.items()):
+                if offered > order:
+                    continue  # after this queue (a victim's share fell): not its room
+                room = room + freed
+                parked[other] = (offered, demand, room)
+                if demand.fits_in(room):
+                    del parked[other]
+                    early.add(other)
+                    touched.add(other)
         for victim in chosen:
             gone.add(victim.key)
             victims.append(Victim(victim, reason, unit.key, name, guaranteed))
@@ -588,4 +618,5 @@ def plan(
         for other in touched:
             if other in cursor:
                 push(other)
-    return Plan(tuple(victims), tuple(served), frozenset(starving), frozenset(waiting_for_grace))
+    return Plan(tuple(victims), tuple(served), frozenset(starving),
+                frozenset(waiting_for_grace - early), early=frozenset(early))

@@ -4,6 +4,7 @@ never forced), in-flight tracking, within-queue preemption, visibility."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -365,6 +366,11 @@ async def test_a_pod_group_is_evicted_whole() -> None:
     assert len(c.released_pods("nb")) == 4
 
 
+def run_on(node: str, pod: dict[str, Any]) -> None:
+    pod["spec"]["nodeName"] = node
+    pod.setdefault("status", {})["phase"] = "Running"
+
+
 async def test_the_grace_clock_survives_victims_still_terminating() -> None:
     """Victims' pods still terminate on their nodes: the room they free counts
     as free already, but nothing can be placed there yet. A look then must
@@ -376,11 +382,10 @@ async def test_the_grace_clock_survives_victims_still_terminating() -> None:
     await tenants(c)
     await c.pods("na", "a", 10)
     await c.settle()
-    for name in c.released_pods("na"):  # each on its planned node
+    for name in c.released_pods("na"):  # each running on its planned node
         plan = c.controller.mirror.plan(f"na/pod-{name}")
         assert plan is not None
-        c.api.edit(pod_path("na", name), lambda pod, node=plan.nodes["main"][0]: (
-            pod["spec"].update(nodeName=node), pod["status"].update(phase="Running")))
+        c.api.edit(pod_path("na", name), functools.partial(run_on, plan.nodes["main"][0]))
     await c.settle()
     await c.pods("nb", "b", 10)
     await c.settle()

@@ -73,11 +73,11 @@ ago. A flat queue whose grace has not passed counts as due for the rest of
 the pass (`Plan.early`) once the room freed since it offered its unit fits
 that unit: admission, lowest share first, would hand the room to it rather
 than to the later queue it was freed for, which would then stop short and
-need a pass per such leak. A queue that has been served a unit in this pass is no victim for the
-rest of it: its victim would be requeued, perhaps ahead of the unit it was
-served, and admission would give the room back to the victim (the README
-shows the loop that made). A queue whose unit cannot be served offers
-nothing more in this pass.
+need a pass per such leak. A queue that has been served a unit in this pass
+is no victim for the rest of it: its victim would be requeued, perhaps
+ahead of the unit it was served, and admission would give the room back to
+the victim (the README shows the loop that made). A queue whose unit
+cannot be served offers nothing more in this pass.
 The pass stops before it would exceed `max_victims` victims (a single unit
 that needs more is still served).
 """

@@ -69,12 +69,9 @@ it served in this pass never makes its running units look richer), the
 taker by what it holds plus the units served to it in this pass. A queue
 that lost units to reclaim in this pass counts as due for the rest of it:
 the grace absorbs bursts of new work, and its demand was running a moment
-ago. A flat queue whose grace has not passed counts as due for the rest of
-the pass (`Plan.early`) once the room freed since it offered its unit fits
-that unit: admission, lowest share first, would hand the room to it rather
-than to the later queue it was freed for, which would then stop short and
-need a pass per such leak. A queue that has been served a unit in this pass
-is no victim for the rest of it: its victim would be requeued, perhaps
+ago; so does a queue in its grace once the room freed since it offered
+its unit fits that unit (`GraceWaiters`). A queue served a unit in this
+pass is no victim for the rest of it: its victim would be requeued, perhaps
 ahead of the unit it was served, and admission would give the room back to
 the victim (the README shows the loop that made). A queue whose unit
 cannot be served offers nothing more in this pass.
@@ -93,6 +90,7 @@ from typing import Literal
 from arbiter.core.fairshare import dominant_share_of
 from arbiter.core.hierarchy import has_hierarchy
 from arbiter.core.reclaim_rules import (
+    GraceWaiters,
     stays_richer,
     under_guarantee,
     weighted_share,
@@ -189,9 +187,7 @@ class Plan:
     waiting_for_grace: frozenset[str] = frozenset()
     # The pass stopped before every queue was looked at (`starving` is partial).
     cut: bool = False
-    # Queues that reclaimed before their grace passed: admission would have
-    # handed them the room freed for a queue after them (flat queues only).
-    early: frozenset[str] = frozenset()
+    early: frozenset[str] = frozenset()  # reclaimed in their grace (`GraceWaiters`)
 
 
 # -- the rules ---------------------------------------------------------------------
@@ -503,11 +499,7 @@ def plan(
         push(name)
     victims: list[Victim] = []
     lost: set[str] = set()  # queues that lost units to reclaim in this pass
-    # Flat: queues that wait for their grace (the unit they offered, and the
-    # room admission would give them: free then, plus every victim since),
-    # and those of them due for the rest of the pass (`Plan.early`).
-    parked: dict[str, tuple[PathKey, Resources, Resources]] = {}
-    early: set[str] = set()
+    waiters = GraceWaiters()  # queues in their grace, and those due since
     served: list[str] = []
     starving: set[str] = set()
     waiting_for_grace: set[str] = set()
@@ -549,11 +541,10 @@ def plan(
                     # protected (an eviction blocked lately): the grace runs on.
                     starving.add(name)
                 if found is not None:
-                    if name not in due and name not in lost and name not in early:
+                    if name not in due and name not in lost and name not in waiters.early:
                         waiting_for_grace.add(name)
                         unserved.append(unit.demand)
-                        if tree is None:
-                            parked[name] = (order, unit.demand, Resources(free))
+                        waiters.park(name, order, unit.demand, free)
                         continue  # wait for the grace period: the queue offers nothing more
                     guaranteed = under_guarantee(held, unit.demand, spec.guarantee)
                 chosen = found
@@ -571,22 +562,8 @@ def plan(
             if victims and len(victims) + len(chosen) > max_victims:
                 break  # the next pass serves it
         touched = {name}
-        if chosen and reason == "reclaim" and parked:
-            # Admission serves lowest share first: a parked queue came
-            # before this one, so once the room freed fits its unit, the
-            # room goes to it, not to `unit`. It reclaims for itself (its
-            # own move rule) from now on, and this queue takes what it is
-            # owed on top: one pass frees both, not one pass per leak.
-            freed = sum((v.demand for v in chosen), EMPTY)
-            for other, (offered, demand, room) in list(parked.items()):
-                if offered > order:
-                    continue  # after this queue (a victim's share fell): not its room
-                room = room + freed
-                parked[other] = (offered, demand, room)
-                if demand.fits_in(room):
-                    del parked[other]
-                    early.add(other)
-                    touched.add(other)
+        if chosen and reason == "reclaim":
+            touched.update(waiters.freed(order, sum((v.demand for v in chosen), EMPTY)))
         for victim in chosen:
             gone.add(victim.key)
             victims.append(Victim(victim, reason, unit.key, name, guaranteed))
@@ -619,4 +596,4 @@ def plan(
             if other in cursor:
                 push(other)
     return Plan(tuple(victims), tuple(served), frozenset(starving),
-                frozenset(waiting_for_grace - early), early=frozenset(early))
+                frozenset(waiting_for_grace - waiters.early), early=frozenset(waiters.early))

@@ -69,11 +69,12 @@ it served in this pass never makes its running units look richer), the
 taker by what it holds plus the units served to it in this pass. A queue
 that lost units to reclaim in this pass counts as due for the rest of it:
 the grace absorbs bursts of new work, and its demand was running a moment
-ago. A queue that has been served a unit in this pass is no victim for the
-rest of it: its victim would be requeued, perhaps ahead of the unit it was
-served, and admission would give the room back to the victim (the README
-shows the loop that made). A queue whose unit cannot be served offers
-nothing more in this pass.
+ago; so does a queue in its grace once the room freed since it offered
+its unit fits that unit (`GraceWaiters`). A queue served a unit in this
+pass is no victim for the rest of it: its victim would be requeued, perhaps
+ahead of the unit it was served, and admission would give the room back to
+the victim (the README shows the loop that made). A queue whose unit
+cannot be served offers nothing more in this pass.
 The pass stops before it would exceed `max_victims` victims (a single unit
 that needs more is still served).
 """
@@ -89,6 +90,7 @@ from typing import Literal
 from arbiter.core.fairshare import dominant_share_of
 from arbiter.core.hierarchy import has_hierarchy
 from arbiter.core.reclaim_rules import (
+    GraceWaiters,
     stays_richer,
     under_guarantee,
     weighted_share,
@@ -185,6 +187,7 @@ class Plan:
     waiting_for_grace: frozenset[str] = frozenset()
     # The pass stopped before every queue was looked at (`starving` is partial).
     cut: bool = False
+    early: frozenset[str] = frozenset()  # reclaimed in their grace (`GraceWaiters`)
 
 
 # -- the rules ---------------------------------------------------------------------
@@ -496,6 +499,7 @@ def plan(
         push(name)
     victims: list[Victim] = []
     lost: set[str] = set()  # queues that lost units to reclaim in this pass
+    waiters = GraceWaiters()  # queues in their grace, and those due since
     served: list[str] = []
     starving: set[str] = set()
     waiting_for_grace: set[str] = set()
@@ -506,7 +510,7 @@ def plan(
     steps = 0
     while heap and len(victims) < max_victims and steps < max_steps:
         steps += 1
-        _, name, ver = heapq.heappop(heap)
+        order, name, ver = heapq.heappop(heap)
         if ver != version[name]:
             continue
         units = waiting[name]
@@ -537,9 +541,10 @@ def plan(
                     # protected (an eviction blocked lately): the grace runs on.
                     starving.add(name)
                 if found is not None:
-                    if name not in due and name not in lost:
+                    if name not in due and name not in lost and name not in waiters.early:
                         waiting_for_grace.add(name)
                         unserved.append(unit.demand)
+                        waiters.park(name, order, unit.demand, free)
                         continue  # wait for the grace period: the queue offers nothing more
                     guaranteed = under_guarantee(held, unit.demand, spec.guarantee)
                 chosen = found
@@ -557,6 +562,8 @@ def plan(
             if victims and len(victims) + len(chosen) > max_victims:
                 break  # the next pass serves it
         touched = {name}
+        if chosen and reason == "reclaim":
+            touched.update(waiters.freed(order, sum((v.demand for v in chosen), EMPTY)))
         for victim in chosen:
             gone.add(victim.key)
             victims.append(Victim(victim, reason, unit.key, name, guaranteed))
@@ -588,4 +595,5 @@ def plan(
         for other in touched:
             if other in cursor:
                 push(other)
-    return Plan(tuple(victims), tuple(served), frozenset(starving), frozenset(waiting_for_grace))
+    return Plan(tuple(victims), tuple(served), frozenset(starving),
+                frozenset(waiting_for_grace - waiters.early), early=frozenset(waiters.early))

@@ -1,15 +1,22 @@
 """The move rule's building blocks (`arbiter.core.reclaim`), exact: amounts
-are integers, shares compared by cross-multiplying. Pure: no I/O. Apart so
-that the tree's rule (`arbiter.core.reclaim_tree`) uses the same ones."""
+are integers, shares compared by cross-multiplying, and the pass's book of
+queues in their grace. Pure: no I/O. Apart so that the tree's rule
+(`arbiter.core.reclaim_tree`) uses the same ones."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from arbiter.core.fairshare import dominant_share_of
+from arbiter.core.resources import Resources
 
-__all__ = ["stays_richer", "under_guarantee", "weighted_share", "within_capability"]
+__all__ = ["GraceWaiters", "stays_richer", "under_guarantee", "weighted_share",
+           "within_capability"]
+
+# A queue's place in admission's order: the shares on its path, top down, with names.
+Order = tuple[tuple[Fraction, str], ...]
 
 
 def under_guarantee(allocated: Mapping[str, int], demand: Mapping[str, int],
@@ -41,3 +48,42 @@ def within_capability(allocated: Mapping[str, int], demand: Mapping[str, int],
     """allocated + demand <= capability on every requested, capped resource."""
     return all(allocated.get(r, 0) + v <= capability[r]
                for r, v in demand.items() if v > 0 and r in capability)
+
+
+@dataclass(slots=True)
+class GraceWaiters:
+    """Queues that could reclaim in a pass but wait for their grace: the unit
+    each offered, its place in admission's order then, and the room
+    admission would give it (free then, plus every victim taken since for a
+    queue after it).
+
+    Admission serves lowest share first: once that room fits a waiter's
+    unit, admission hands the room to the waiter, not to the later unit it
+    was freed for, and that queue stops short (the pass that freed room only
+    for the middle queue of a 3:2:1 flood ended at 19/9/4, and needed a pass
+    per such leak). So the waiter counts as due for the rest of the pass
+    and reclaims for itself, by its own move rule; the later queue takes
+    what it is owed on top. (In a tree a pass ends with the first unit
+    served by victims, and admission's order is H-DRF's: it never acts.)"""
+
+    waiting: dict[str, tuple[Order, Resources, Resources]] = field(default_factory=dict)
+    early: set[str] = field(default_factory=set)  # waiters due for the rest of the pass
+
+    def park(self, name: str, order: Order, demand: Resources,
+             free: Mapping[str, int]) -> None:
+        self.waiting[name] = (order, demand, Resources(free))
+
+    def freed(self, order: Order, victims: Resources) -> list[str]:
+        """`victims` were taken for a queue at `order`: the waiters before it
+        whose unit the room freed now fits: due from now on (`early`)."""
+        joined: list[str] = []
+        for name, (offered, demand, room) in list(self.waiting.items()):
+            if offered > order:
+                continue  # after it (a victim's share fell): not its room
+            room = room + victims
+            self.waiting[name] = (offered, demand, room)
+            if demand.fits_in(room):
+                del self.waiting[name]
+                self.early.add(name)
+                joined.append(name)
+        return joined

@@ -9,7 +9,9 @@ At most once per `interval` it looks at the engine:
   within its capability, and it is under its guarantee with it or some
   queue that could lose is richer (the move rule, `arbiter.core.reclaim`);
   `since[q]` is when that began, and it is
-  forgotten as soon as a look finds the queue not starving. Only a queue
+  forgotten as soon as a look finds the queue not starving (a head that
+  fits free room the cycle could not give it, a victim's pods still
+  terminating, is not that: the clock runs on). Only a queue
   starving for `grace` seconds (`--reclaim-grace`) reclaims, so a short
   burst is absorbed by ordinary turnover. Within-queue preemption
   (`spec.preemption.withinQueue: LowerPriority`) needs no grace, like
@@ -247,6 +249,7 @@ class Reclaimer:
         # Which queues could need victims at all (cheap: heads only).
         interesting = False
         heads: dict[str, list[Waiting]] = {}
+        fitting: set[str] = set()  # queues whose head fits the free capacity
         richest = richest_share(queues, engine.allocated, engine.capacity())
         # In a tree a parent's capability may hold a head back, and shares
         # are compared per level: the pass itself tells (heads only: cheap).
@@ -261,12 +264,19 @@ class Reclaimer:
             held = engine.allocated(name)
             fits = head.demand.fits_in(free) and within_capability(held, head.demand,
                                                                    spec.capability)
+            if fits:
+                fitting.add(name)
             if self.inflight or tree or (not fits and (
                     spec.within_queue == "LowerPriority"
                     or may_gain(spec, held, head.demand, engine.capacity(), richest))):
                 interesting = True
         if not interesting:
-            self.since.clear()
+            # A head that fits here was not admitted by the cycle just run:
+            # its room is not usable yet (a victim's pods still terminating,
+            # node fit). The queue is not fed; forgetting its clock would
+            # make it wait a whole new grace for what it is still owed.
+            for name in [q for q in self.since if q not in fitting]:
+                del self.since[name]
             self.last = result
             return result
         protected = set(busy) | {k for k, (until, _) in self.blocked.items() if until > now}

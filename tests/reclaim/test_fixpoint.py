@@ -210,6 +210,42 @@ def test_the_issue_scenario_every_arrival_order_of_queues() -> None:
         assert simulation.counts() == {"w4": 5, "w2": 3, "w1": 2}, order
 
 
+def heaviest_holds_all(c_units: Sequence[Resources]) -> Simulation:
+    """Weights 3:2:1 on 32 CPUs: a runs 32 1-CPU units, b waits with 32,
+    c with `c_units`."""
+    cpu = Resources({"cpu": 1000})
+    simulation = Simulation(Resources({"cpu": 32_000}), [
+        QueueSpec("a", 3), QueueSpec("b", 2), QueueSpec("c", 1)])
+    for i in range(32):
+        simulation.run(Unit(f"a/{i}", "a", cpu, created=float(i)))
+        simulation.submit(Unit(f"b/{i}", "b", cpu, created=100.0 + i))
+    for i, demand in enumerate(c_units):
+        simulation.submit(Unit(f"c/{i}", "c", demand, created=200.0 + i))
+    return simulation
+
+
+def test_one_pass_frees_what_a_queue_waiting_for_its_grace_will_take_too() -> None:
+    """bench/compare_kueue.py's fairness run: weights 3:2:1 on 32 CPUs, the
+    heaviest holds all of it, b's grace has passed, c's not yet. Admission
+    hands the room freed for b to c first (c is poorer), so a pass that
+    freed only b's due stopped at 19/9/4. c reclaims in the same pass, by
+    its own move rule: one pass reaches the weighted share (16/10.67/5.33)."""
+    simulation = heaviest_holds_all([Resources({"cpu": 1000})] * 32)
+    moves = simulation.reclaim_round({"b"})
+    simulation.admit()
+    assert simulation.counts() == {"a": 16, "b": 11, "c": 5}
+    assert {m.taker for m in moves} == {"b", "c"} and {m.victim for m in moves} == {"a"}
+    assert simulation.reclaim_round({"b"}) == []
+    # c's unit needs more than one victim frees: it joins once the room
+    # freed so far fits it, as admission would give it then.
+    simulation = heaviest_holds_all([Resources({"cpu": 4000})])
+    moves = simulation.reclaim_round({"b"})
+    simulation.admit()
+    assert {m.taker for m in moves} == {"b", "c"}
+    assert simulation.counts() == {"a": 17, "b": 11, "c": 1}
+    assert simulation.reclaim_round({"b"}) == []
+
+
 # -- any shapes: termination -------------------------------------------------------------
 
 

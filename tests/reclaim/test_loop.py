@@ -4,6 +4,7 @@ never forced), in-flight tracking, within-queue preemption, visibility."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -363,3 +364,47 @@ async def test_a_pod_group_is_evicted_whole() -> None:
     assert all(f"{g}-{m}" in evicted for g in groups for m in range(2))
     await c.look()
     assert len(c.released_pods("nb")) == 4
+
+
+def run_on(node: str, pod: dict[str, Any]) -> None:
+    pod["spec"]["nodeName"] = node
+    pod.setdefault("status", {})["phase"] = "Running"
+
+
+async def test_the_grace_clock_survives_victims_still_terminating() -> None:
+    """Victims' pods still terminate on their nodes: the room they free counts
+    as free already, but nothing can be placed there yet. A look then must
+    not forget the taker's grace clock: b is still owed a unit (one victim's
+    eviction was blocked), and must get it at the next look once the block
+    is over, not one whole grace later."""
+    c = ReclaimCluster()
+    c.evicting.graceful = True
+    await tenants(c)
+    await c.pods("na", "a", 10)
+    await c.settle()
+    for name in c.released_pods("na"):  # each running on its planned node
+        plan = c.controller.mirror.plan(f"na/pod-{name}")
+        assert plan is not None
+        c.api.edit(pod_path("na", name), functools.partial(run_on, plan.nodes["main"][0]))
+    await c.settle()
+    await c.pods("nb", "b", 10)
+    await c.settle()
+    await c.look()
+    reclaimer = c.controller.reclaimer
+    started = reclaimer.since["b"]
+    c.evicting.blocked = {"p-004"}  # a PodDisruptionBudget keeps one victim
+    await c.look(GRACE)
+    assert c.evicting.evicted == ["p-000", "p-001", "p-002", "p-003"]
+    # Their units are gone and their room counts as free, but their pods
+    # still hold the nodes: b's pods wait, and b's clock runs on.
+    await c.look()
+    assert c.released_pods("nb") == [] and reclaimer.since == {"b": started}
+    await c.evicting.finish_terminating()
+    await c.look()
+    assert len(c.released_pods("nb")) == 4
+    # b is still owed a unit: a's next newest goes now, not a grace later.
+    await c.look()
+    assert c.evicting.evicted == ["p-000", "p-001", "p-002", "p-003", "p-005"]
+    await c.evicting.finish_terminating()
+    await c.look()
+    assert len(c.released_pods("nb")) == 5 and len(c.pods_of("na")) == 5

@@ -593,7 +593,7 @@ class AdmissionEngine(NodeFit):
             if entry is not None and entry[5].woken:
                 self._recheck(entry[5])
                 return True
-        words: dict[int, list[int] | None] = {}  # no node changes in this loop
+        words: dict[tuple[int, int], list[tuple[int, int]] | None] = {}  # no node changes here
         while woken:
             entry = woken[0]
             if not entry[5].woken:

@@ -202,15 +202,17 @@ class NodeFit:
 
     def _wake(self, g: int) -> None:
         """Node g grew: wake the queues whose shapes found no room and might
-        use it (its pool and selector are theirs, one of their pods fits on
-        it); `_recheck` tells exactly, later."""
+        use it (its pool and selector are theirs, it holds as many pods of
+        one of their shapes as that shape lacked); `_recheck` tells exactly,
+        later. A queue g holds some pods of, but too few, keeps g as its
+        credit: a second node that holds some wakes it."""
         index = self._nodes
         assert index is not None
         word = index.packed(g)
         grown = [node_set for node_set, _ in index.member_of[g]]
         gen = self._nodegen
         woken: list[QueueState] = []
-        for q in self._nodewait.values():  # inlined packed test and _may_fit: this loop is hot
+        for q in self._nodewait.values():  # inlined packed tests and _may_fit: this loop is hot
             need, guards = q.nodeneed
             if need < 0 or (word - need) & guards != guards:
                 continue  # not even its smallest pod fits on g
@@ -227,12 +229,27 @@ class NodeFit:
                             break
                 else:
                     continue  # no pod of theirs fits on g: their room is unchanged
+                credit = q.credit
+                if credit >= 0 and credit != g:
+                    if (index.packed(credit) - need) & guards == guards:
+                        woken.append(q)  # two nodes hold some: their sum may do
+                        continue
+                    q.credit = -1  # it shrank since: it holds none now
+                for shape in q.noroom:
+                    if shape.head < len(shape.units):
+                        gap = shape.gapneed
+                        if gap is None or (gap[0] >= 0 and (word - gap[0]) & gap[1] == gap[1]):
+                            break
+                else:
+                    q.credit = g
+                    continue  # g alone holds too few pods of every shape
             woken.append(q)
         if not woken:
             return
         # Every node that grew since q's waitmark without waking q had no room
-        # for any of its pods then and only shrank since: from now on only g
-        # and the nodes that grow later can hold one (see `_still_waiting`).
+        # for any of its pods then (or is its credit) and only shrank since:
+        # from now on only g, its credit and the nodes that grow later can
+        # hold one (see `_still_waiting`).
         mark = index.grown_total - 1  # g's growth is the last one counted
         nodewait = self._nodewait
         entries: list[Entry] = []
@@ -268,52 +285,74 @@ class NodeFit:
         if not tested and self._still_waiting(q):
             self._nodewait[q.name] = q
             return
-        words = self._grown_words(q)
+        nodes = self._grown_nodes(q)
+        # The one node that holds some pod of q (-1: none or several): a
+        # shape it holds too few pods of is still full, keeping it as credit.
+        single = -1
+        if nodes is not None:
+            need, guards = q.nodeneed
+            holders = [g for g, word in nodes if need >= 0 and (word - need) & guards == guards]
+            if len(holders) == 1:
+                single = holders[0]
         for shape in q.noroom:
             if shape.head >= len(shape.units):
                 continue
             pod = shape.podneed
-            if words is not None and pod is not None:
+            if nodes is not None and pod is not None:
                 # As in `_still_waiting`, per shape: no grown node holds one
-                # of its pods, so it is still full.
+                # of its pods, or only one holds too few, so it is still full.
                 need, guards = pod
-                if need < 0 or not any((word - need) & guards == guards for word in words):
+                held = [word for _, word in nodes
+                        if need >= 0 and (word - need) & guards == guards]
+                if not held:
+                    continue
+                gap = shape.gapneed
+                if (single >= 0 and gap is not None
+                        and (gap[0] < 0 or (held[0] - gap[0]) & gap[1] != gap[1])):
                     continue
             if not self._still_no_room(q, shape):
                 self._mark_dirty(q)
                 self._examine(q)
                 return
+            shape.gapneed = self._gap_need(q, shape)  # what it lacks now
         self._nodewait[q.name] = q
         assert self._nodes is not None
         q.waitmark = self._nodes.grown_total
+        q.credit = single
 
-    def _grown_words(self, q: QueueState,
-                     cache: dict[int, list[int] | None] | None = None) -> list[int] | None:
-        """The packed free amounts of the nodes grown since q's waitmark
-        (None: too many to tell). `cache`, by waitmark, is the caller's for
-        as long as no node changes (queues woken together share a mark)."""
-        mark = q.waitmark
-        if cache is not None and mark in cache:
-            return cache[mark]
+    def _grown_nodes(self, q: QueueState, cache: dict[tuple[int, int],
+                                                      list[tuple[int, int]] | None] | None = None
+                     ) -> list[tuple[int, int]] | None:
+        """The nodes grown since q's waitmark and its credit, each once, with
+        their packed free amounts (None: too many to tell). `cache`, by
+        waitmark and credit, is the caller's for as long as no node changes
+        (queues woken together share a mark)."""
+        key = (q.waitmark, q.credit)
+        if cache is not None and key in cache:
+            return cache[key]
         index = self._nodes
         assert index is not None
-        grown = index.grown_since(mark)
-        words = None
+        grown = index.grown_since(q.waitmark)
+        nodes = None
         if grown is not None and len(grown) <= 64:
             packed = index.packed
-            words = [packed(g) for g in grown]
+            if q.credit >= 0:
+                grown = [*grown, q.credit]
+            nodes = [(g, packed(g)) for g in dict.fromkeys(grown)]
         if cache is not None:
-            cache[mark] = words
-        return words
+            cache[key] = nodes
+        return nodes
 
-    def _still_waiting(self, q: QueueState,
-                       cache: dict[int, list[int] | None] | None = None) -> bool:
+    def _still_waiting(self, q: QueueState, cache: dict[tuple[int, int],
+                                                        list[tuple[int, int]] | None] | None = None
+                       ) -> bool:
         """Cheap sufficient test that no shape of q without room fits now:
-        each was full (on every node set) when q began to wait; the nodes
-        that did not grow since only shrank, and none of those that grew
-        has room now even for q's smallest pod. (First fit of one run of
-        equal pods fails on less room; mixed runs are left to `_recheck`.)
-        `cache`: see `_grown_words`."""
+        each was full (on every node set) when q began to wait, lacking the
+        pods its `gapneed` counts; the nodes that did not grow since only
+        shrank, and of those that grew (and q's credit) none has room now
+        even for q's smallest pod, or just one does, for fewer pods than any
+        shape lacks. (First fit of one run of equal pods fails on less room;
+        mixed runs are left to `_recheck`.) `cache`: see `_grown_nodes`."""
         index = self._nodes
         if index is None or not q.nodemins:
             return False
@@ -321,16 +360,50 @@ class NodeFit:
             for shape in q.noroom:
                 if shape.podneed is None and shape.head < len(shape.units):
                     return False
-        words = self._grown_words(q, cache)
-        if words is None:
+        nodes = self._grown_nodes(q, cache)
+        if nodes is None:
             return False
         need, guards = q.nodeneed  # inlined packed test: called per woken queue
+        holder = -1
+        held = 0
         if need >= 0:
-            for word in words:
+            for g, word in nodes:
                 if (word - need) & guards == guards:
-                    return False
+                    if holder >= 0:
+                        return False
+                    holder, held = g, word
+        if holder >= 0:
+            for shape in q.noroom:
+                if shape.head < len(shape.units):
+                    gap = shape.gapneed
+                    if gap is None or (gap[0] >= 0 and (held - gap[0]) & gap[1] == gap[1]):
+                        return False
         q.waitmark = index.grown_total
+        q.credit = holder
         return True
+
+    def _gap_need(self, q: QueueState, shape: Shape) -> tuple[int, int] | None:
+        """`shape` just found no room on any of q's node sets: its pod times
+        the fewest pods it lacked on one (from `NodeSet.fails`), packed; None
+        for more runs. At least one pod when a set keeps no record."""
+        runs = shape.runs
+        if len(runs) != 1:
+            return None
+        run = runs[0]
+        count, pairs = run
+        gap = count
+        if q.nsgen == self._nodegen:
+            for node_set in q.nsets:
+                if node_set.members:
+                    failed = node_set.fails.get(run)
+                    lack = count - failed[2] if failed is not None else 1
+                    if lack < gap:
+                        gap = lack
+        else:
+            gap = 1
+        if gap <= 1:
+            return shape.podneed
+        return packed_pod(tuple([(r, a * gap) for r, a in pairs]))
 
     def _runs(self, shape: Shape) -> Runs:
         """The shape's pods as runs of equal pods, largest dominant share first
@@ -424,9 +497,11 @@ class NodeFit:
         flag = self._flag(q, shape.pairs)
         if flag < q.noroomflag:
             q.noroomflag = flag
+        shape.gapneed = self._gap_need(q, shape)
         if q.name not in self._nodewait and not q.woken:
             assert self._nodes is not None
             q.waitmark = self._nodes.grown_total
+            q.credit = -1
         self._nodewait[q.name] = q
 
     def _still_no_room(self, q: QueueState, shape: Shape) -> bool:

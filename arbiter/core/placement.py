@@ -147,7 +147,9 @@ class NodeSet:
         # over-committed nodes add nothing
         self.total[r] += (amount if amount > 0 else 0) - (old if old > 0 else 0)
         if amount > old:
-            self.log.append(local)
+            log = self.log
+            if not log or log[-1] != local:  # once per node change, not per resource
+                log.append(local)
         floor = self.floor
         if floor is not None and floor[r]:
             self._relive(local)

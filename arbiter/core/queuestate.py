@@ -80,8 +80,8 @@ class Shape:
     """
 
     __slots__ = (
-        "head", "key", "noroom", "pairs", "plannames", "podneed", "pods", "rejected", "rungen",
-        "runs", "tail", "units", "unsorted", "ver",
+        "gapneed", "head", "key", "noroom", "pairs", "plannames", "podneed", "pods", "rejected",
+        "rungen", "runs", "tail", "units", "unsorted", "ver",
     )
 
     key: ShapeKey  # its key in the queue's `shapes`
@@ -99,6 +99,10 @@ class Shape:
     rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
     podneed: tuple[int, int] | None  # one run: its pod packed (placement.packed_pod); else None
     noroom: bool  # rejected because no node had room
+    # When no room: one run, its pods times the pods it lacked then (packed as
+    # `podneed`): a node that grew alone makes it fit only if it holds this.
+    # None: more runs (no such bound).
+    gapneed: tuple[int, int] | None
 
     def __init__(self, key: ShapeKey, pairs: Pairs, pods: tuple[PodSet, ...] = ()) -> None:
         self.key = key
@@ -109,6 +113,7 @@ class Shape:
         self.rungen = -1
         self.podneed = None
         self.noroom = False
+        self.gapneed = None
         self.units = []
         self.head = 0
         self.tail = None
@@ -151,6 +156,7 @@ class QueueState:
         "blocking",
         "cand",
         "capl",
+        "credit",
         "cshape",
         "divl",
         "divs",
@@ -219,6 +225,9 @@ class QueueState:
     nsgen: int  # node generation `nsets` were built for (-1: not yet)
     woken: bool  # has a valid entry in the engine's `_woken` heap
     waitmark: int  # NodeIndex.grown_total when its shapes without room were all full
+    # A node grown since that may hold some of its pods but too few for any
+    # shape (see Shape.gapneed) and so did not wake it; -1: none.
+    credit: int
 
     def __init__(self, name: str, nres: int) -> None:
         self.name = name
@@ -256,6 +265,7 @@ class QueueState:
         self.nsgen = -1
         self.woken = False
         self.waitmark = 0
+        self.credit = -1
 
     def units(self) -> list[Unit]:
         """Pending units in queue order."""

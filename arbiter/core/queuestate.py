@@ -80,8 +80,8 @@ class Shape:
     """
 
     __slots__ = (
-        "gapneed", "head", "key", "noroom", "pairs", "plannames", "podneed", "pods", "rejected",
-        "rungen", "runs", "tail", "units", "unsorted", "ver",
+        "gap", "gapneed", "head", "key", "noroom", "pairs", "plannames", "podneed", "pods",
+        "rejected", "rungen", "runs", "tail", "units", "unsorted", "ver",
     )
 
     key: ShapeKey  # its key in the queue's `shapes`
@@ -99,9 +99,10 @@ class Shape:
     rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
     podneed: tuple[int, int] | None  # one run: its pod packed (placement.packed_pod); else None
     noroom: bool  # rejected because no node had room
-    # When no room: one run, its pods times the pods it lacked then (packed as
-    # `podneed`): a node that grew alone makes it fit only if it holds this.
-    # None: more runs (no such bound).
+    # When no room: how many pods it lacked then on its best node set (1 for
+    # more runs), and for one run its pod times that many, packed as
+    # `podneed`: a node that grew alone makes it fit only if it holds this.
+    gap: int
     gapneed: tuple[int, int] | None
 
     def __init__(self, key: ShapeKey, pairs: Pairs, pods: tuple[PodSet, ...] = ()) -> None:
@@ -113,6 +114,7 @@ class Shape:
         self.rungen = -1
         self.podneed = None
         self.noroom = False
+        self.gap = 1
         self.gapneed = None
         self.units = []
         self.head = 0
@@ -160,6 +162,8 @@ class QueueState:
         "cshape",
         "divl",
         "divs",
+        "gapmin",
+        "gapmins",
         "guar",
         "hasguar",
         "head",
@@ -175,6 +179,7 @@ class QueueState:
         "noroomflag",
         "nsets",
         "nsgen",
+        "nwver",
         "optflag",
         "order",
         "policy",
@@ -186,7 +191,6 @@ class QueueState:
         "thr",
         "version",
         "waitmark",
-        "woken",
         "wversion",
     )
 
@@ -218,12 +222,14 @@ class QueueState:
     nodemins: dict[int, int] | None  # element-wise min pod of shapes with no node room
     nodemixed: bool  # one of `noroom` has pods of more than one size
     nodeneed: tuple[int, int]  # `nodemins` packed (placement.packed_pod; (0, 0): None)
+    gapmins: dict[int, int] | None  # element-wise min of their pods times `Shape.gap`
+    gapmin: tuple[int, int]  # `gapmins` packed
     nodeshape: Shape | None  # blocking: the head's shape when no node has room for it
     noroom: list[Shape]  # its shapes no node had room for
     noroomflag: int  # best guarantee flag among them when rejected (2 = none)
     nsets: list[NodeSet]  # node sets of its pools, in preference order
     nsgen: int  # node generation `nsets` were built for (-1: not yet)
-    woken: bool  # has a valid entry in the engine's `_woken` heap
+    nwver: int  # its valid entry in the engine's node-waiting list
     waitmark: int  # NodeIndex.grown_total when its shapes without room were all full
     # A node grown since that may hold some of its pods but too few for any
     # shape (see Shape.gapneed) and so did not wake it; -1: none.
@@ -258,12 +264,14 @@ class QueueState:
         self.nodemins = None
         self.nodemixed = False
         self.nodeneed = (0, 0)
+        self.gapmins = None
+        self.gapmin = (0, 0)
         self.nodeshape = None
         self.noroom = []
         self.noroomflag = 2
         self.nsets = []
         self.nsgen = -1
-        self.woken = False
+        self.nwver = 0
         self.waitmark = 0
         self.credit = -1
 

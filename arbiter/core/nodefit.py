@@ -247,6 +247,7 @@ class NodeFit:
         # it holds too few pods of is still full, keeping it as credit.
         words: list[int] | None = None
         single = -1
+        lowered = False
         if nodes is not None:
             need, guards = q.nodeneed
             holders = [(g, word) for g, word in nodes
@@ -273,10 +274,13 @@ class NodeFit:
                 self._mark_dirty(q)
                 self._examine(q)
                 return
+            lacked = shape.gap
             self._set_gap(q, shape)  # what it lacks now
-        q.gapmins = None
-        for shape in q.noroom:
-            self._fold_gap(q, shape)
+            lowered = lowered or shape.gap < lacked
+        if lowered:  # `gapmin` must stay at most each shape's need; a higher one may stay
+            q.gapmins = None
+            for shape in q.noroom:
+                self._fold_gap(q, shape)
         assert self._nodes is not None
         q.waitmark = self._nodes.grown_total
         q.credit = single

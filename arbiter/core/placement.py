@@ -146,8 +146,6 @@ class NodeSet:
         column[local] = amount
         # over-committed nodes add nothing
         self.total[r] += (amount if amount > 0 else 0) - (old if old > 0 else 0)
-        if amount > old:
-            self.log.append(local)
         floor = self.floor
         if floor is not None and floor[r]:
             self._relive(local)
@@ -473,6 +471,8 @@ class NodeIndex:
             for node_set, local in memberships:
                 node_set.set_free(local, r, amount)
         if grew:
+            for node_set, local in memberships:
+                node_set.log.append(local)  # once per change, not per resource
             if len(self.grown) >= _GROWN_KEPT:
                 del self.grown[: _GROWN_KEPT // 2]
             self.grown.append(g)

@@ -100,6 +100,7 @@ from arbiter.core.queuestate import (
     Shape,
     ShapeEntry,
     ShapeKey,
+    insert_sorted,
     plan_holdings,
     shape_key,
 )
@@ -1054,10 +1055,8 @@ class AdmissionEngine(NodeFit):
             self._wlive += 1
         self._seq += 1
         q.wversion = self._seq
-        entry: Entry = (q.optflag, q.share, q.name, 0, q.wversion, q)
         wait = self._wait
-        at = bisect_right(wait, entry)
-        wait.insert(at, entry)
+        at = insert_sorted(wait, (q.optflag, q.share, q.name, 0, q.wversion, q))
         if at < self._cursor:
             if self._qualifies(q):
                 self._cursor = at

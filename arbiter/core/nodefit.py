@@ -22,7 +22,6 @@ Admitting a unit commits its plan on the nodes; `release` gives it back.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -39,6 +38,7 @@ from arbiter.core.queuestate import (
     Plan,
     QueueState,
     Shape,
+    insert_sorted,
     made_plan,
     plan_holdings,
 )
@@ -211,10 +211,8 @@ class NodeFit:
         """Give waiting `q` a fresh entry at its key (its old one goes stale)."""
         self._seq += 1
         q.nwver = self._seq
-        entry: Entry = (q.noroomflag, q.share, q.name, 0, q.nwver, q)
         waiting = self._nwlist
-        at = bisect_right(waiting, entry)
-        waiting.insert(at, entry)
+        at = insert_sorted(waiting, (q.noroomflag, q.share, q.name, 0, q.nwver, q))
         if at < self._nwcursor:
             assert self._nodes is not None
             if q.waitmark == self._nodes.grown_total:

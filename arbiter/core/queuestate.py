@@ -8,7 +8,7 @@ the heap entries the engine keys queues by.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable
 from operator import attrgetter
 
@@ -18,8 +18,8 @@ from arbiter.core.placement import NodeSet, Pairs, Runs, fit_placement
 __all__ = [
     "CAND", "DIRTY", "IDLE", "KEY_FUNCS", "PARKED", "UNLIMITED", "CandEntry", "Entry", "Fit",
     "FitPlan", "KeyFunc", "MadePlan", "OrderKey", "Pairs", "Plan", "QueueState", "Runs", "Shape",
-    "ShapeEntry", "ShapeKey", "fifo_key", "made_plan", "plan_holdings", "priority_key",
-    "shape_key", "sort_units",
+    "ShapeEntry", "ShapeKey", "fifo_key", "insert_sorted", "made_plan", "plan_holdings",
+    "priority_key", "shape_key", "sort_units",
 ]
 
 UNLIMITED = 1 << 200  # capability of an uncapped resource
@@ -286,6 +286,14 @@ class QueueState:
 # queue): a waiting entry sorts before a heap entry of the same queue and key.
 Entry = tuple[int, int, str, int, int, QueueState]
 CandEntry = tuple[int, int, QueueState]  # (-demand, version, queue)
+
+
+def insert_sorted(entries: list[Entry], entry: Entry) -> int:
+    """Put `entry` into the sorted waiting list `entries`; its position (the
+    caller moves its cursor when that is before it)."""
+    at = bisect_right(entries, entry)
+    entries.insert(at, entry)
+    return at
 # A node-fit answer: the node set, and per run the member index of each pod.
 Fit = tuple[NodeSet, list[list[int]]]
 

@@ -100,6 +100,7 @@ from arbiter.core.queuestate import (
     Shape,
     ShapeEntry,
     ShapeKey,
+    insert_sorted,
     plan_holdings,
     shape_key,
 )
@@ -311,8 +312,7 @@ class AdmissionEngine(NodeFit):
         self._candheaps = [[] for _ in self._names]
         self._candon = [False] * len(self._names)
         self._candmax = [0] * len(self._names)
-        self._nodewait = {}
-        self._woken = []
+        self._reset_node_wait()
         for q in self._queues.values():
             q.inwait = False
             if q.spec is not None:
@@ -549,7 +549,7 @@ class AdmissionEngine(NodeFit):
             first = min(held) if held else None
             if first is not None and (top is None or first[0] < top):
                 limit = first[0]
-            if self._woken and self._take_woken(limit, top, held):
+            if self._nodewait and self._take_node_waiting(limit, top, held):
                 continue
             hit = self._scan_waiting(limit)
             if hit is not None:
@@ -584,33 +584,55 @@ class AdmissionEngine(NodeFit):
             heapq.heappop(self._heap)
             held.append(((exact, *top[1:]), top, fit))
 
-    def _take_woken(self, limit: Entry | None, top: Entry | None,
-                    held: list[tuple[Entry, Entry, Fit]]) -> bool:
-        """Re-check one woken queue that could come before `limit`, or whose
-        own decision is next (it may offer an earlier unit); True if one was."""
-        woken = self._woken
+    def _take_node_waiting(self, limit: Entry | None, top: Entry | None,
+                           held: list[tuple[Entry, Entry, Fit]]) -> bool:
+        """Re-check one queue waiting for node room that a grown node may
+        give room to and that could come before `limit`, or whose own
+        decision is next (it may offer an earlier unit); True if one was."""
+        nodewait = self._nodewait
+        index = self._nodes
+        assert index is not None
+        total = index.grown_total
+        cache: dict[tuple[int, int], list[tuple[int, int]] | None] = {}  # no node changes here
         for entry in (top, *(h[0] for h in held)):
-            if entry is not None and entry[5].woken:
-                self._recheck(entry[5])
-                return True
-        words: dict[int, list[int] | None] = {}  # no node changes in this loop
-        while woken:
-            entry = woken[0]
-            if not entry[5].woken:
-                heapq.heappop(woken)
+            if entry is None:
                 continue
-            if limit is not None and entry > limit:
-                return False
-            heapq.heappop(woken)
             q = entry[5]
-            if q.status != DIRTY and q.spec is not None and self._still_waiting(q, words):
-                # Back to waiting: nothing a decision depends on changed, so
-                # the next woken entry is tested against the same limit.
-                q.woken = False
-                self._nodewait[q.name] = q
+            if (nodewait.get(q.name) is q and q.waitmark != total and q.status != DIRTY
+                    and not self._still_waiting(q, cache)):
+                self._recheck(q, tested=True)
+                return True
+        waiting = self._nwlist
+        c = self._nwcursor
+        end = len(waiting)
+        while c < end:
+            entry = waiting[c]
+            if limit is not None and entry > limit:
+                break
+            c += 1
+            q = entry[5]
+            if (entry[4] != q.nwver or q.waitmark == total or nodewait.get(q.name) is not q
+                    or q.status == DIRTY or q.spec is None):
                 continue
+            # `_still_waiting`'s usual answer inlined: no grown node (nor its
+            # credit) holds even q's smallest pod. This loop is hot.
+            key = (q.waitmark, q.credit)
+            nodes = cache[key] if key in cache else self._grown_nodes(q, cache)
+            need, guards = q.nodeneed
+            if nodes is not None and need >= 0 and not q.nodemixed:
+                for _, word in nodes:
+                    if (word - need) & guards == guards:
+                        break
+                else:
+                    q.waitmark = total
+                    q.credit = -1
+                    continue
+            if self._still_waiting(q, cache):
+                continue
+            self._nwcursor = c
             self._recheck(q, tested=True)
             return True
+        self._nwcursor = c
         return False
 
     def _valid_top(self) -> Entry | None:
@@ -806,7 +828,6 @@ class AdmissionEngine(NodeFit):
             q.noroom = []
             q.noroomflag = 2
             self._nodewait.pop(q.name, None)
-        q.woken = False
         q.share = self._share_of(q)
         order = q.order
         sheap: list[ShapeEntry] = []
@@ -1034,10 +1055,8 @@ class AdmissionEngine(NodeFit):
             self._wlive += 1
         self._seq += 1
         q.wversion = self._seq
-        entry: Entry = (q.optflag, q.share, q.name, 0, q.wversion, q)
         wait = self._wait
-        at = bisect_right(wait, entry)
-        wait.insert(at, entry)
+        at = insert_sorted(wait, (q.optflag, q.share, q.name, 0, q.wversion, q))
         if at < self._cursor:
             if self._qualifies(q):
                 self._cursor = at

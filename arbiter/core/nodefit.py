@@ -8,19 +8,20 @@ still decides on aggregate fit; node fit is checked lazily, only for the
 queue about to win (`_next_placed`), by first-fit decreasing over the node
 sets of its pools (`arbiter.core.placement`). A shape with no room is
 rejected like one that does not fit in aggregate, and stays so through
-re-examination until a node it could use grows. Its queue is then *woken*:
-kept in a heap keyed by a lower bound of what it may offer, and re-checked
-exactly only before a decision that key could beat (usually after the first
-woken queue took the room, when an O(grown nodes) test sends it back to
-waiting). Heap keys stay lower bounds
-of the true keys: a queue with a guarantee is keyed by the best flag it may
-still offer, and held aside while a queue with a smaller exact key wins.
+re-examination until a node it could use grows. Its queue then waits in a
+list sorted by a lower bound of the key it may offer (its best guarantee
+flag among those shapes, its share, its name), with a cursor like the
+engine's aggregate waiting list: a node that grows only rewinds the cursor,
+and before a decision the queues up to the winner's key are checked against
+the nodes grown since (O(grown nodes) each, see `_still_waiting`); only
+those a grown node may now give room are re-checked exactly (`_recheck`).
+So a release followed by admissions that take the room again costs one cheap
+check per waiting queue, not a wake, a heap entry and a re-check each.
 Admitting a unit commits its plan on the nodes; `release` gives it back.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ from arbiter.core.queuestate import (
     Plan,
     QueueState,
     Shape,
+    insert_sorted,
     made_plan,
     plan_holdings,
 )
@@ -63,7 +65,8 @@ class NodeFit:
     _nodegen: int
     _plans: dict[str, Plan]
     _nodewait: dict[str, QueueState]
-    _woken: list[Entry]
+    _nwlist: list[Entry]
+    _nwcursor: int
 
     if TYPE_CHECKING:  # the engine's methods this part calls
         def _res(self, name: str) -> int: ...
@@ -78,12 +81,17 @@ class NodeFit:
         self._nodegen = 0  # bumped when the node model is replaced
         self._capgen = 0  # bumped when capacity changes (pod order of node fit)
         self._plans = {}
+        self._reset_node_wait()
+
+    def _reset_node_wait(self) -> None:
         self._nodewait = {}  # queues with shapes no node has room for
-        # Queues taken from `_nodewait` because a node they could use grew,
-        # keyed (lowest guarantee flag of those shapes, share, name): a lower
-        # bound of what they may offer. Re-checked only before a decision
-        # that key could beat (see `_next_placed`).
-        self._woken = []
+        # Their entries (lowest guarantee flag of those shapes, share, name,
+        # 0, nwver, queue), sorted: a lower bound of what they may offer, as
+        # their allocation only grew since (a release re-examines a queue).
+        # Those before the cursor were found still waiting since the last
+        # node grew (see `_take_node_waiting`); stale entries are skipped.
+        self._nwlist = []
+        self._nwcursor = 0
 
     # -- nodes (DESIGN §10) --------------------------------------------------
     def set_nodes(self, nodes: Iterable[Node] | None, pools: Iterable[Pool] = ()) -> None:
@@ -108,8 +116,7 @@ class NodeFit:
             self._nodes = index
             for key in list(self._plans):
                 self._apply(self._made(key)[1], -1)
-        self._nodewait = {}
-        self._woken = []
+        self._reset_node_wait()
         for q in self._queues.values():
             if q.spec is not None:
                 self._mark_dirty(q)
@@ -126,7 +133,7 @@ class NodeFit:
                  for r in set(node.used) | set(used)]
         index.nodes[g] = Node(node.name, node.labels, node.allocatable, used)
         if index.change(g, delta):
-            self._wake(g)
+            self._nwcursor = 0  # it may give room to a queue waiting for some
 
     def plan(self, key: str) -> Placement | None:
         """Where the admitted unit `key` goes (None: not admitted, or no nodes)."""
@@ -198,139 +205,193 @@ class NodeFit:
         for name, pairs in used:
             g = index.position.get(name)
             if g is not None and index.change(g, [(r, sign * a) for r, a in pairs]):
-                self._wake(g)
+                self._nwcursor = 0  # it may give room to a queue waiting for some
 
-    def _wake(self, g: int) -> None:
-        """Node g grew: wake the queues whose shapes found no room and might
-        use it (its pool and selector are theirs, one of their pods fits on
-        it); `_recheck` tells exactly, later."""
-        index = self._nodes
-        assert index is not None
-        word = index.packed(g)
-        grown = [node_set for node_set, _ in index.member_of[g]]
-        gen = self._nodegen
-        woken: list[QueueState] = []
-        for q in self._nodewait.values():  # inlined packed test and _may_fit: this loop is hot
-            need, guards = q.nodeneed
-            if need < 0 or (word - need) & guards != guards:
-                continue  # not even its smallest pod fits on g
-            if q.nsgen == gen:
-                for node_set in q.nsets:
-                    if node_set in grown:
-                        break
-                else:
-                    continue
-                for shape in q.noroom:
-                    if shape.head < len(shape.units):
-                        pod = shape.podneed
-                        if pod is None or (pod[0] >= 0 and (word - pod[0]) & pod[1] == pod[1]):
-                            break
-                else:
-                    continue  # no pod of theirs fits on g: their room is unchanged
-            woken.append(q)
-        if not woken:
-            return
-        # Every node that grew since q's waitmark without waking q had no room
-        # for any of its pods then and only shrank since: from now on only g
-        # and the nodes that grow later can hold one (see `_still_waiting`).
-        mark = index.grown_total - 1  # g's growth is the last one counted
-        nodewait = self._nodewait
-        entries: list[Entry] = []
-        for q in woken:
-            del nodewait[q.name]
-            q.waitmark = mark
-            if q.spec is None or q.status == DIRTY:
-                self._mark_dirty(q)
-                continue
-            # A blocking queue too: its head's shape is among those without
-            # room, so `_recheck` re-examines it exactly when that may fit.
-            # Keyed by the best guarantee flag its shapes had when rejected:
-            # a lower bound, as q's allocation only grew since (a release
-            # re-examines q). Re-checked lazily, see `_take_woken`.
-            q.woken = True
-            self._seq += 1
-            entries.append((q.noroomflag, q.share, q.name, 0, self._seq, q))
-        heap = self._woken
-        if len(entries) > len(heap):
-            heap.extend(entries)
-            heapq.heapify(heap)
-        else:
-            for entry in entries:
-                heapq.heappush(heap, entry)
+    def _node_wait_insert(self, q: QueueState) -> None:
+        """Give waiting `q` a fresh entry at its key (its old one goes stale)."""
+        self._seq += 1
+        q.nwver = self._seq
+        waiting = self._nwlist
+        at = insert_sorted(waiting, (q.noroomflag, q.share, q.name, 0, q.nwver, q))
+        if at < self._nwcursor:
+            assert self._nodes is not None
+            if q.waitmark == self._nodes.grown_total:
+                self._nwcursor += 1  # checked since the last growth
+            else:
+                self._nwcursor = at
+        if len(waiting) > 2 * len(self._nodewait) + 64:
+            nodewait = self._nodewait
+            cursor = self._nwcursor
+
+            def live(e: Entry) -> bool:
+                return e[4] == e[5].nwver and nodewait.get(e[2]) is e[5]
+
+            kept = [e for e in waiting[:cursor] if live(e)]
+            self._nwcursor = len(kept)
+            kept.extend(e for e in waiting[cursor:] if live(e))
+            self._nwlist = kept
 
     def _recheck(self, q: QueueState, tested: bool = False) -> None:
-        """A woken queue: re-examine it if one of its shapes without room may
-        fit now, else it keeps waiting for a node to grow (`tested`: the
-        caller found `_still_waiting` False)."""
-        q.woken = False
+        """A waiting queue a grown node may give room: re-examine it if one of
+        its shapes without room may fit now, else it keeps waiting for a node
+        to grow (`tested`: the caller found `_still_waiting` False)."""
         if q.status == DIRTY or q.spec is None:
             return
         if not tested and self._still_waiting(q):
-            self._nodewait[q.name] = q
             return
-        words = self._grown_words(q)
+        nodes = self._grown_nodes(q)
+        # The grown nodes of q's sets (and its credit) that hold some pod of
+        # q: only they may give its shapes room. When just one does, a shape
+        # it holds too few pods of is still full, keeping it as credit.
+        words: list[int] | None = None
+        single = -1
+        lowered = False
+        if nodes is not None:
+            need, guards = q.nodeneed
+            holders = [(g, word) for g, word in nodes
+                       if need >= 0 and (word - need) & guards == guards and self._may_use(q, g)]
+            words = [word for _, word in holders]
+            if len(holders) == 1:
+                single = holders[0][0]
         for shape in q.noroom:
             if shape.head >= len(shape.units):
                 continue
             pod = shape.podneed
             if words is not None and pod is not None:
                 # As in `_still_waiting`, per shape: no grown node holds one
-                # of its pods, so it is still full.
+                # of its pods, or only one holds too few, so it is still full.
                 need, guards = pod
-                if need < 0 or not any((word - need) & guards == guards for word in words):
+                held = [word for word in words if need >= 0 and (word - need) & guards == guards]
+                if not held:
+                    continue
+                gap = shape.gapneed
+                if (single >= 0 and gap is not None
+                        and (gap[0] < 0 or (held[0] - gap[0]) & gap[1] != gap[1])):
                     continue
             if not self._still_no_room(q, shape):
                 self._mark_dirty(q)
                 self._examine(q)
                 return
-        self._nodewait[q.name] = q
+            lacked = shape.gap
+            self._set_gap(q, shape)  # what it lacks now
+            lowered = lowered or shape.gap < lacked
+        if lowered:  # `gapmin` must stay at most each shape's need; a higher one may stay
+            q.gapmins = None
+            for shape in q.noroom:
+                self._fold_gap(q, shape)
         assert self._nodes is not None
         q.waitmark = self._nodes.grown_total
+        q.credit = single
 
-    def _grown_words(self, q: QueueState,
-                     cache: dict[int, list[int] | None] | None = None) -> list[int] | None:
-        """The packed free amounts of the nodes grown since q's waitmark
-        (None: too many to tell). `cache`, by waitmark, is the caller's for
-        as long as no node changes (queues woken together share a mark)."""
-        mark = q.waitmark
-        if cache is not None and mark in cache:
-            return cache[mark]
+    def _may_use(self, q: QueueState, g: int) -> bool:
+        """Node g is in one of q's node sets (True when unsure)."""
+        if q.nsgen != self._nodegen:
+            return True
+        assert self._nodes is not None
+        nsets = q.nsets
+        for node_set, _ in self._nodes.member_of[g]:  # noqa: SIM110 - plain loop: hot
+            if node_set in nsets:
+                return True
+        return False
+
+    def _grown_nodes(self, q: QueueState, cache: dict[tuple[int, int],
+                                                      list[tuple[int, int]] | None] | None = None
+                     ) -> list[tuple[int, int]] | None:
+        """The nodes grown since q's waitmark and its credit, each once, with
+        their packed free amounts (None: too many to tell). `cache`, by
+        waitmark and credit, is the caller's for as long as no node changes
+        (queues checked together share a mark)."""
+        key = (q.waitmark, q.credit)
+        if cache is not None and key in cache:
+            return cache[key]
         index = self._nodes
         assert index is not None
-        grown = index.grown_since(mark)
-        words = None
+        grown = index.grown_since(q.waitmark)
+        nodes = None
         if grown is not None and len(grown) <= 64:
             packed = index.packed
-            words = [packed(g) for g in grown]
+            if q.credit >= 0:
+                grown = [*grown, q.credit]
+            nodes = [(g, packed(g)) for g in dict.fromkeys(grown)]
         if cache is not None:
-            cache[mark] = words
-        return words
+            cache[key] = nodes
+        return nodes
 
-    def _still_waiting(self, q: QueueState,
-                       cache: dict[int, list[int] | None] | None = None) -> bool:
+    def _still_waiting(self, q: QueueState, cache: dict[tuple[int, int],
+                                                        list[tuple[int, int]] | None] | None = None
+                       ) -> bool:
         """Cheap sufficient test that no shape of q without room fits now:
-        each was full (on every node set) when q began to wait; the nodes
-        that did not grow since only shrank, and none of those that grew
-        has room now even for q's smallest pod. (First fit of one run of
-        equal pods fails on less room; mixed runs are left to `_recheck`.)
-        `cache`: see `_grown_words`."""
+        each was full (on every node set) when q began to wait, lacking the
+        pods its `gap` counts; the nodes that did not grow since only shrank,
+        and of those that grew (and q's credit) none of q's node sets has
+        room now even for q's smallest pod, or just one does, for fewer pods
+        than any shape lacks: it becomes q's credit. (First fit of one run of
+        equal pods fails on less room; with mixed runs any node of q's sets
+        that grew sends q to `_recheck`.) `cache`: see `_grown_nodes`."""
         index = self._nodes
         if index is None or not q.nodemins:
             return False
-        if q.nodemixed:
-            for shape in q.noroom:
-                if shape.podneed is None and shape.head < len(shape.units):
-                    return False
-        words = self._grown_words(q, cache)
-        if words is None:
+        nodes = self._grown_nodes(q, cache)
+        if nodes is None:
             return False
-        need, guards = q.nodeneed  # inlined packed test: called per woken queue
-        if need >= 0:
-            for word in words:
-                if (word - need) & guards == guards:
+        need, guards = q.nodeneed  # inlined packed tests: called per waiting queue
+        holder = -1
+        held = 0
+        mixed = q.nodemixed
+        for g, word in nodes:
+            if (mixed or (need >= 0 and (word - need) & guards == guards)) and self._may_use(q, g):
+                if holder >= 0 or mixed:
                     return False
+                holder, held = g, word
+        if holder >= 0:
+            need, guards = q.gapmin
+            if need < 0 or (held - need) & guards == guards:  # some shape may get its gap
+                for shape in q.noroom:
+                    if shape.head < len(shape.units):
+                        gap = shape.gapneed
+                        if gap is None or (gap[0] >= 0 and (held - gap[0]) & gap[1] == gap[1]):
+                            return False
         q.waitmark = index.grown_total
+        q.credit = holder
         return True
+
+    def _set_gap(self, q: QueueState, shape: Shape) -> None:
+        """`shape` just found no room on any of q's node sets: the fewest pods
+        it lacked on one (from `NodeSet.fails`; one when a set keeps no
+        record or it has more runs), and for one run its `gapneed`."""
+        runs = shape.runs
+        gap = 1
+        if len(runs) == 1 and q.nsgen == self._nodegen:
+            run = runs[0]
+            gap = run[0]
+            for node_set in q.nsets:
+                if node_set.members:
+                    failed = node_set.fails.get(run)
+                    lack = run[0] - failed[2] if failed is not None else 1
+                    if lack < gap:
+                        gap = lack
+            gap = max(gap, 1)
+        shape.gap = gap
+        if len(runs) != 1 or gap == 1:
+            shape.gapneed = shape.podneed
+        else:
+            shape.gapneed = packed_pod(tuple([(r, a * gap) for r, a in runs[0][1]]))
+
+    @staticmethod
+    def _fold_gap(q: QueueState, shape: Shape) -> None:
+        """Lower q's `gapmins` (None: start over) to the shape's pods times
+        its gap: per resource the least a node must hold for some shape of q
+        without room to get the pods it lacks."""
+        mins = q.gapmins
+        gap = shape.gap
+        for _, pairs in shape.runs:
+            if mins is None:
+                mins = {r: a * gap for r, a in pairs}
+            else:
+                pod = dict(pairs)
+                mins = {r: min(a, pod[r] * gap) for r, a in mins.items() if r in pod}
+        q.gapmins = mins
+        q.gapmin = packed_pod(tuple(mins.items())) if mins is not None else _ANY
 
     def _runs(self, shape: Shape) -> Runs:
         """The shape's pods as runs of equal pods, largest dominant share first
@@ -421,13 +482,20 @@ class NodeFit:
                 smallest = {r: min(a, pod[r]) for r, a in smallest.items() if r in pod}
         q.nodemins = smallest
         q.nodeneed = packed_pod(tuple(smallest.items())) if smallest is not None else _ANY
+        self._set_gap(q, shape)
+        first = q.name not in self._nodewait
+        if first:
+            q.gapmins = None
+        self._fold_gap(q, shape)
         flag = self._flag(q, shape.pairs)
-        if flag < q.noroomflag:
-            q.noroomflag = flag
-        if q.name not in self._nodewait and not q.woken:
+        if first:
             assert self._nodes is not None
+            self._nodewait[q.name] = q
             q.waitmark = self._nodes.grown_total
-        self._nodewait[q.name] = q
+            q.credit = -1
+        if flag < q.noroomflag or first:
+            q.noroomflag = min(flag, q.noroomflag)
+            self._node_wait_insert(q)
 
     def _still_no_room(self, q: QueueState, shape: Shape) -> bool:
         """A shape that found no room still finds none (checked on the nodes

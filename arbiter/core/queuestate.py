@@ -8,7 +8,7 @@ the heap entries the engine keys queues by.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable
 from operator import attrgetter
 
@@ -18,8 +18,8 @@ from arbiter.core.placement import NodeSet, Pairs, Runs, fit_placement
 __all__ = [
     "CAND", "DIRTY", "IDLE", "KEY_FUNCS", "PARKED", "UNLIMITED", "CandEntry", "Entry", "Fit",
     "FitPlan", "KeyFunc", "MadePlan", "OrderKey", "Pairs", "Plan", "QueueState", "Runs", "Shape",
-    "ShapeEntry", "ShapeKey", "fifo_key", "made_plan", "plan_holdings", "priority_key",
-    "shape_key", "sort_units",
+    "ShapeEntry", "ShapeKey", "fifo_key", "insert_sorted", "made_plan", "plan_holdings",
+    "priority_key", "shape_key", "sort_units",
 ]
 
 UNLIMITED = 1 << 200  # capability of an uncapped resource
@@ -80,8 +80,8 @@ class Shape:
     """
 
     __slots__ = (
-        "head", "key", "noroom", "pairs", "plannames", "podneed", "pods", "rejected", "rungen",
-        "runs", "tail", "units", "unsorted", "ver",
+        "gap", "gapneed", "head", "key", "noroom", "pairs", "plannames", "podneed", "pods",
+        "rejected", "rungen", "runs", "tail", "units", "unsorted", "ver",
     )
 
     key: ShapeKey  # its key in the queue's `shapes`
@@ -99,6 +99,11 @@ class Shape:
     rungen: int  # capacity generation `runs` were sorted for (-1: not yet)
     podneed: tuple[int, int] | None  # one run: its pod packed (placement.packed_pod); else None
     noroom: bool  # rejected because no node had room
+    # When no room: how many pods it lacked then on its best node set (1 for
+    # more runs), and for one run its pod times that many, packed as
+    # `podneed`: a node that grew alone makes it fit only if it holds this.
+    gap: int
+    gapneed: tuple[int, int] | None
 
     def __init__(self, key: ShapeKey, pairs: Pairs, pods: tuple[PodSet, ...] = ()) -> None:
         self.key = key
@@ -109,6 +114,8 @@ class Shape:
         self.rungen = -1
         self.podneed = None
         self.noroom = False
+        self.gap = 1
+        self.gapneed = None
         self.units = []
         self.head = 0
         self.tail = None
@@ -151,9 +158,12 @@ class QueueState:
         "blocking",
         "cand",
         "capl",
+        "credit",
         "cshape",
         "divl",
         "divs",
+        "gapmin",
+        "gapmins",
         "guar",
         "hasguar",
         "head",
@@ -169,6 +179,7 @@ class QueueState:
         "noroomflag",
         "nsets",
         "nsgen",
+        "nwver",
         "optflag",
         "order",
         "policy",
@@ -180,7 +191,6 @@ class QueueState:
         "thr",
         "version",
         "waitmark",
-        "woken",
         "wversion",
     )
 
@@ -212,13 +222,18 @@ class QueueState:
     nodemins: dict[int, int] | None  # element-wise min pod of shapes with no node room
     nodemixed: bool  # one of `noroom` has pods of more than one size
     nodeneed: tuple[int, int]  # `nodemins` packed (placement.packed_pod; (0, 0): None)
+    gapmins: dict[int, int] | None  # element-wise min of their pods times `Shape.gap`
+    gapmin: tuple[int, int]  # `gapmins` packed
     nodeshape: Shape | None  # blocking: the head's shape when no node has room for it
     noroom: list[Shape]  # its shapes no node had room for
     noroomflag: int  # best guarantee flag among them when rejected (2 = none)
     nsets: list[NodeSet]  # node sets of its pools, in preference order
     nsgen: int  # node generation `nsets` were built for (-1: not yet)
-    woken: bool  # has a valid entry in the engine's `_woken` heap
+    nwver: int  # its valid entry in the engine's node-waiting list
     waitmark: int  # NodeIndex.grown_total when its shapes without room were all full
+    # A node grown since that may hold some of its pods but too few for any
+    # shape (see Shape.gapneed) and so did not wake it; -1: none.
+    credit: int
 
     def __init__(self, name: str, nres: int) -> None:
         self.name = name
@@ -249,13 +264,16 @@ class QueueState:
         self.nodemins = None
         self.nodemixed = False
         self.nodeneed = (0, 0)
+        self.gapmins = None
+        self.gapmin = (0, 0)
         self.nodeshape = None
         self.noroom = []
         self.noroomflag = 2
         self.nsets = []
         self.nsgen = -1
-        self.woken = False
+        self.nwver = 0
         self.waitmark = 0
+        self.credit = -1
 
     def units(self) -> list[Unit]:
         """Pending units in queue order."""
@@ -268,6 +286,14 @@ class QueueState:
 # queue): a waiting entry sorts before a heap entry of the same queue and key.
 Entry = tuple[int, int, str, int, int, QueueState]
 CandEntry = tuple[int, int, QueueState]  # (-demand, version, queue)
+
+
+def insert_sorted(entries: list[Entry], entry: Entry) -> int:
+    """Put `entry` into the sorted waiting list `entries`; its position (the
+    caller moves its cursor when that is before it)."""
+    at = bisect_right(entries, entry)
+    entries.insert(at, entry)
+    return at
 # A node-fit answer: the node set, and per run the member index of each pod.
 Fit = tuple[NodeSet, list[list[int]]]
 

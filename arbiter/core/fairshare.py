@@ -100,6 +100,7 @@ from arbiter.core.queuestate import (
     Shape,
     ShapeEntry,
     ShapeKey,
+    compact_sorted,
     insert_sorted,
     plan_holdings,
     shape_key,
@@ -1063,11 +1064,8 @@ class AdmissionEngine(NodeFit):
             else:
                 self._cursor += 1
         if len(wait) > 2 * self._wlive + 64:
-            cursor = self._cursor
-            kept = [e for e in wait[:cursor] if e[4] == e[5].wversion]
-            self._cursor = len(kept)
-            kept.extend(e for e in wait[cursor:] if e[4] == e[5].wversion)
-            self._wait = kept
+            self._wait, self._cursor = compact_sorted(
+                wait, self._cursor, lambda e: e[4] == e[5].wversion)
 
     def _admit(self, q: QueueState, fit: Fit | None = None) -> Unit:
         unit = q.cand

@@ -38,6 +38,7 @@ from arbiter.core.queuestate import (
     Plan,
     QueueState,
     Shape,
+    compact_sorted,
     insert_sorted,
     made_plan,
     plan_holdings,
@@ -221,15 +222,9 @@ class NodeFit:
                 self._nwcursor = at
         if len(waiting) > 2 * len(self._nodewait) + 64:
             nodewait = self._nodewait
-            cursor = self._nwcursor
-
-            def live(e: Entry) -> bool:
-                return e[4] == e[5].nwver and nodewait.get(e[2]) is e[5]
-
-            kept = [e for e in waiting[:cursor] if live(e)]
-            self._nwcursor = len(kept)
-            kept.extend(e for e in waiting[cursor:] if live(e))
-            self._nwlist = kept
+            self._nwlist, self._nwcursor = compact_sorted(
+                waiting, self._nwcursor,
+                lambda e: e[4] == e[5].nwver and nodewait.get(e[2]) is e[5])
 
     def _recheck(self, q: QueueState, tested: bool = False) -> None:
         """A waiting queue a grown node may give room: re-examine it if one of

@@ -18,8 +18,8 @@ from arbiter.core.placement import NodeSet, Pairs, Runs, fit_placement
 __all__ = [
     "CAND", "DIRTY", "IDLE", "KEY_FUNCS", "PARKED", "UNLIMITED", "CandEntry", "Entry", "Fit",
     "FitPlan", "KeyFunc", "MadePlan", "OrderKey", "Pairs", "Plan", "QueueState", "Runs", "Shape",
-    "ShapeEntry", "ShapeKey", "fifo_key", "insert_sorted", "made_plan", "plan_holdings",
-    "priority_key", "shape_key", "sort_units",
+    "ShapeEntry", "ShapeKey", "compact_sorted", "fifo_key", "insert_sorted", "made_plan",
+    "plan_holdings", "priority_key", "shape_key", "sort_units",
 ]
 
 UNLIMITED = 1 << 200  # capability of an uncapped resource
@@ -294,6 +294,18 @@ def insert_sorted(entries: list[Entry], entry: Entry) -> int:
     at = bisect_right(entries, entry)
     entries.insert(at, entry)
     return at
+
+
+def compact_sorted(entries: list[Entry], cursor: int,
+                   live: Callable[[Entry], bool]) -> tuple[list[Entry], int]:
+    """A waiting list without its stale entries, and where its cursor lands
+    (the live entries before it stay before it)."""
+    kept = [e for e in entries[:cursor] if live(e)]
+    at = len(kept)
+    kept.extend(e for e in entries[cursor:] if live(e))
+    return kept, at
+
+
 # A node-fit answer: the node set, and per run the member index of each pod.
 Fit = tuple[NodeSet, list[list[int]]]
 

@@ -526,7 +526,7 @@ def plan(
         capped, over = tree.over_capability(name, unit.demand) if tree else (None, {})
         if unit.demand.fits_in(free) and within_capability(held, unit.demand, spec.capability) \
                 and not over:
-            chosen = []
+            chosen, freed = [], EMPTY
         else:
             chosen = None
             if may_reclaim(spec, held, unit, free) or (
@@ -552,10 +552,10 @@ def plan(
                 chosen = select_within_queue(unit, free, spec, held, candidates(unit),
                                              ordered=True)
                 reason = "withinQueue"
-            if tree is not None and chosen and unserved:
-                room = sum((v.demand for v in chosen), Resources(free))
-                if any(other.fits_in(room) for other in unserved):
-                    chosen = None  # admission would hand that room to a unit ahead of it
+            freed = sum((v.demand for v in chosen), EMPTY) if chosen else EMPTY
+            if tree is not None and chosen and unserved and any(
+                    other.fits_in(freed + Resources(free)) for other in unserved):
+                chosen = None  # admission would hand that room to a unit ahead of it
             if chosen is None:
                 unserved.append(unit.demand)
                 continue  # cannot be served now: the queue offers nothing more
@@ -563,7 +563,7 @@ def plan(
                 break  # the next pass serves it
         touched = {name}
         if chosen and reason == "reclaim":
-            touched.update(waiters.freed(order, sum((v.demand for v in chosen), EMPTY)))
+            touched.update(waiters.freed(order, freed))
         for victim in chosen:
             gone.add(victim.key)
             victims.append(Victim(victim, reason, unit.key, name, guaranteed))

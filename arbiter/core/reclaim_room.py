@@ -1,0 +1,193 @@
+"""Node fit for a reclaim pass (DESIGN.md §10): "evicting them actually lets
+it start". Pure: no I/O.
+
+Reclaim judges shares on cluster totals, but a waiting unit starts only where
+its pods fit on nodes of its queue's pools. `NodeRoom` answers the pass's
+node questions (`arbiter.core.reclaim.Room`): whether a unit's pods fit
+once some victims are gone, by first-fit decreasing like admission, and
+books what the pass decided (victims' pods gone from their planned nodes,
+a served unit's pods placed) as changes over the engine's node state, which
+it never writes.
+
+Cost: per question, the members of each of the unit's node sets that have
+room for one of its pods now (`NodeSet.find`, over live bits) plus the nodes
+the pass changed, not every node.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from fractions import Fraction
+
+from arbiter.core.model import Unit
+from arbiter.core.placement import NodeSet, NodeView, Pairs
+from arbiter.core.reclaim import Admitted, Waiting
+
+__all__ = ["NodeRoom"]
+
+Change = dict[int, dict[int, int]]  # node position -> resource index -> signed amount
+
+
+class NodeRoom:
+    """Node fit of one reclaim pass (see the module doc)."""
+
+    def __init__(self, view: NodeView, waiting: Mapping[str, Unit],
+                 capacity: Mapping[str, int],
+                 leaving: Iterable[tuple[str, Pairs]] = ()) -> None:
+        """`leaving`: (node, amounts) already being freed there: pods of
+        victims taken back (still admitted, or their pods still terminating),
+        counted as free like their room in total."""
+        self._view = view
+        self._waiting = waiting  # key -> the waiting unit (its pod sets)
+        self._capacity = capacity
+        self._change: Change = {}  # what the pass did on nodes so far
+        self._free_up(self._change, leaving, None)
+        self._runs: dict[str, list[tuple[int, Pairs]]] = {}
+        self._local: dict[int, dict[int, int]] = {}  # id(node set) -> position -> member
+
+    # -- the pass's questions ----------------------------------------------------------
+    def fits(self, unit: Waiting, victims: Sequence[Admitted] = ()) -> bool:
+        return self._place(unit, self._with(victims)) is not None
+
+    def serve(self, unit: Waiting, victims: Sequence[Admitted]) -> None:
+        change = self._with(victims)
+        self._change.update(change)
+        placed = self._place(unit, self._change)
+        if placed is None:
+            return  # (served in total only: within-queue room, say) nothing to book
+        for g, pairs, count in placed:
+            amounts = self._change.setdefault(g, {})
+            for r, a in pairs:
+                amounts[r] = amounts.get(r, 0) - a * count
+
+    # -- inside ------------------------------------------------------------------------
+    def _with(self, victims: Sequence[Admitted]) -> Change:
+        """The pass's changes plus `victims`' pods gone (only the nodes they touch copied)."""
+        if not victims:
+            return self._change
+        change = dict(self._change)
+        held = self._view.held
+        self._free_up(change, (pod for victim in victims for pod in held(victim.key)), set())
+        return change
+
+    def _free_up(self, change: Change, holdings: Iterable[tuple[str, Pairs]],
+                 copied: set[int] | None) -> None:
+        """Add `holdings` (node, amounts) to `change`; with `copied`, each
+        node's amounts are copied first (`change` is a copy of the pass's)."""
+        position = self._view.index.position
+        for name, pairs in holdings:
+            g = position.get(name)
+            if g is None:
+                continue
+            if copied is not None and g not in copied:
+                change[g] = dict(change.get(g, {}))
+                copied.add(g)
+            amounts = change.setdefault(g, {})
+            for r, a in pairs:
+                amounts[r] = amounts.get(r, 0) + a
+
+    def _runs_of(self, unit: Waiting) -> list[tuple[int, Pairs]]:
+        """The unit's pods as runs of equal pods, largest dominant share first."""
+        runs = self._runs.get(unit.key)
+        if runs is None:
+            full = self._waiting.get(unit.key)
+            pairs = self._view.pairs
+            if full is not None and full.pods:
+                sized = [(ps.count, pairs(ps.requests), ps.requests) for ps in full.pods]
+            else:
+                sized = [(1, pairs(unit.demand), unit.demand)]
+            capacity = self._capacity
+
+            def dominant(run: tuple[int, Pairs, Mapping[str, int]]) -> Fraction:
+                return max((Fraction(v, capacity[r]) for r, v in run[2].items()
+                            if v > 0 and capacity.get(r, 0) > 0), default=Fraction(0))
+
+            sized.sort(key=dominant, reverse=True)
+            runs = self._runs[unit.key] = [(count, p) for count, p, _ in sized]
+        return runs
+
+    def _members(self, node_set: NodeSet) -> dict[int, int]:
+        local = self._local.get(id(node_set))
+        if local is None:
+            local = self._local[id(node_set)] = {g: m for m, g in enumerate(node_set.members)}
+        return local
+
+    def _place(self, unit: Waiting,
+               change: Change) -> list[tuple[int, Pairs, int]] | None:
+        """First-fit decreasing of the unit's pods on the first of its node
+        sets where all fit, with `change` over the engine's free amounts:
+        (node position, pod pairs, count) per placement; None: nowhere."""
+        runs = self._runs_of(unit)
+        for node_set in self._view.sets(unit.queue):
+            n = len(node_set.members)
+            if not n:
+                continue
+            local = self._members(node_set)
+            changed = sorted(local[g] for g in change if g in local)
+            placed = _first_fit(node_set, runs, changed, change)
+            if placed is not None:
+                members = node_set.members
+                return [(members[m], pairs, count) for m, pairs, count in placed]
+        return None
+
+
+def _first_fit(node_set: NodeSet, runs: list[tuple[int, Pairs]], changed: list[int],
+               change: Change) -> list[tuple[int, Pairs, int]] | None:
+    """`NodeSet.place` over free amounts plus `change` (on members `changed`),
+    without touching the set: per run, as many pods per member as fit, in
+    member order. Only members with room for one pod now, or changed, are
+    looked at: the others hold none."""
+    fr = node_set.fr
+    members = node_set.members
+    n = len(members)
+    used: dict[int, dict[int, int]] = {}  # member -> what earlier runs took there
+    out: list[tuple[int, Pairs, int]] = []
+    for count, pairs in runs:
+        if count <= 0:
+            continue
+        if not pairs:  # requests nothing: any member holds it
+            out.append((0, pairs, count))
+            continue
+        for m in _candidates(node_set, pairs, changed):
+            extra = change.get(members[m])
+            taken = used.get(m)
+            k = count
+            for r, a in pairs:
+                free = fr[r][m] + (extra.get(r, 0) if extra else 0) \
+                    - (taken.get(r, 0) if taken else 0)
+                if free < a * k:
+                    k = free // a
+                    if k <= 0:
+                        break
+            if k <= 0:
+                continue
+            out.append((m, pairs, k))
+            amounts = used.setdefault(m, {})
+            for r, a in pairs:
+                amounts[r] = amounts.get(r, 0) + a * k
+            count -= k
+            if not count:
+                break
+        if count:
+            return None
+    assert all(m < n for m, _, _ in out)
+    return out
+
+
+def _candidates(node_set: NodeSet, pairs: Pairs, changed: list[int]) -> Iterator[int]:
+    """Members in order, each once: those with room for one pod of `pairs`
+    now, merged with the `changed` ones."""
+    n = len(node_set.members)
+
+    def roomy() -> Iterator[int]:
+        m = node_set.find(pairs, 0)
+        while m < n:
+            yield m
+            m = node_set.find(pairs, m + 1)
+
+    last = -1
+    for m in heapq.merge(roomy(), changed):
+        if m != last:
+            last = m
+            yield m

@@ -5,6 +5,7 @@ pass on a cluster without node trouble decides as before."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping
 
@@ -135,8 +136,8 @@ def test_every_unit_a_pass_serves_fits_on_nodes_once_its_victims_are_gone(seed: 
         for _, names in pool_nodes(nodes, pools, specs[unit.queue]):
             taken = place(pods, names, free)
             if taken is not None:
-                for node, amounts in taken.items():
-                    add(free, node, amounts, -1)
+                for node, took in taken.items():
+                    add(free, node, took, -1)
                 break
         else:
             raise AssertionError(f"{key} served but its pods fit on no node it may use "
@@ -148,8 +149,10 @@ def test_every_unit_a_pass_serves_fits_on_nodes_once_its_victims_are_gone(seed: 
 def test_without_node_trouble_the_room_changes_nothing(seed: int) -> None:
     """One node as large as the cluster: whatever fits in total fits on it,
     so a pass with the room decides exactly as one without."""
-    engine, nodes, queues, units = settled(seed)
+    _, nodes, confined, units = settled(seed)
     total = capacity_of(nodes)
+    # Pools and selectors aside: on one node they could only confine to nothing.
+    queues = [dataclasses.replace(q, pools=(), node_selector={}) for q in confined]
     big = AdmissionEngine(total, queues, [Node("all", {}, total)], [])
     for unit in units.values():
         big.add_pending(unit)
@@ -163,9 +166,6 @@ def test_without_node_trouble_the_room_changes_nothing(seed: int) -> None:
     waiting = {q.name: [Waiting(u.key, u.queue, u.demand, u.priority)
                         for u in big.pending(q.name)] for q in queues}
     pending = {u.key: u for q in queues for u in big.pending(q.name)}
-    # Pools and selectors aside (a single node has no such trouble either way).
-    if any(q.pools or q.node_selector for q in queues):
-        return
     plain = plan(big.capacity(), reclaim_queues, admitted, waiting, due=set(reclaim_queues))
     roomy = plan(big.capacity(), reclaim_queues, admitted, waiting, due=set(reclaim_queues),
                  room=NodeRoom(view, pending, big.capacity()))

@@ -81,7 +81,6 @@ that needs more is still served).
 
 from __future__ import annotations
 
-import functools
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -197,11 +196,16 @@ class Plan:
 class Room(Protocol):
     """Node fit for a pass (DESIGN §10; `arbiter.core.reclaim_room`): whether
     a waiting unit's pods fit on nodes it may use once `victims` are gone,
-    with what the pass did so far; `serve` books it so."""
+    with what the pass did so far; `serve` books it so; `cover` is
+    `cover_greedily` for the unit with node fit."""
 
     def fits(self, unit: Waiting, victims: Sequence[Admitted] = ()) -> bool: ...
 
     def serve(self, unit: Waiting, victims: Sequence[Admitted]) -> None: ...
+
+    def cover(self, unit: Waiting, need: dict[str, int], candidates: Iterable[Admitted],
+              allowed: Callable[[Admitted], bool], take: Callable[[Admitted], None],
+              reset: Callable[[], None]) -> list[Admitted] | None: ...
 
 
 # -- the rules ---------------------------------------------------------------------
@@ -339,8 +343,9 @@ def select_reclaim(
             for r, v in victim.demand.items():
                 left[r] = left.get(r, 0) - v
 
-    placed = None if room is None else functools.partial(room.fits, unit)
-    return cover_greedily(need, pool, allowed, take, placed, unit.demand)
+    if room is None:
+        return cover_greedily(need, pool, allowed, take)
+    return room.cover(unit, need, pool, allowed, take, remaining.clear)
 
 
 def select_within_queue(
@@ -369,8 +374,9 @@ def select_within_queue(
         return None
     mine = (c for c in candidates if c.queue == unit.queue and c.priority < unit.priority)
     pool = mine if ordered else sorted(mine, key=victim_order({queue.name: queue}))
-    placed = None if room is None else functools.partial(room.fits, unit)
-    return cover_greedily(need, pool, lambda _: True, lambda _: None, placed, unit.demand)
+    if room is None:
+        return cover_greedily(need, pool, lambda _: True, lambda _: None)
+    return room.cover(unit, need, pool, lambda _: True, lambda _: None, lambda: None)
 
 
 # -- the pass --------------------------------------------------------------------------

@@ -16,15 +16,23 @@ the pass changed, not every node.
 
 from __future__ import annotations
 
+import functools
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fractions import Fraction
 
 from arbiter.core.model import Unit
 from arbiter.core.placement import NodeSet, NodeView, Pairs
 from arbiter.core.reclaim import Admitted, Waiting
+from arbiter.core.reclaim_rules import cover_greedily
 
-__all__ = ["NodeRoom"]
+__all__ = ["NODE_EXTRA", "NodeRoom"]
+
+# Victims taken node by node beyond what covers a unit in total while its
+# pods still fit on no node (each take costs one node-fit check).
+NODE_EXTRA = 256
+NODE_CANDIDATES = 4096  # candidates the node-by-node walk regroups, at most
 
 Change = dict[int, dict[int, int]]  # node position -> resource index -> signed amount
 
@@ -42,7 +50,13 @@ class NodeRoom:
         self._waiting = waiting  # key -> the waiting unit (its pod sets)
         self._capacity = capacity
         self._change: Change = {}  # what the pass did on nodes so far
-        self._free_up(self._change, leaving, None)
+        self._held: dict[str, list[tuple[int, Pairs]]] = {}
+        # Per queue: its node sets' nodes, and each victim's first node of them (-1: none).
+        self._usable: dict[str, set[int]] = {}
+        self._first: dict[str, dict[str, int]] = {}
+        position = view.index.position
+        self._free_up(self._change, ((position[name], pairs) for name, pairs in leaving
+                                     if name in position), None)
         self._runs: dict[str, list[tuple[int, Pairs]]] = {}
         self._local: dict[int, dict[int, int]] = {}  # id(node set) -> position -> member
 
@@ -61,25 +75,80 @@ class NodeRoom:
             for r, a in pairs:
                 amounts[r] = amounts.get(r, 0) - a * count
 
+    def cover(self, unit: Waiting, need: dict[str, int], candidates: Iterable[Admitted],
+              allowed: Callable[[Admitted], bool], take: Callable[[Admitted], None],
+              reset: Callable[[], None]) -> list[Admitted] | None:
+        """`cover_greedily` in victim order, the unit's pods to fit on nodes
+        too; when that finds no such set, once more node by node (victims
+        sharing a node together, `by_node`) after `reset` undid the takes."""
+        placed = functools.partial(self.fits, unit)
+        seen: list[Admitted] = []
+
+        def walked() -> Iterator[Admitted]:
+            for victim in candidates:
+                seen.append(victim)
+                yield victim
+
+        rest = walked()
+        chosen = cover_greedily(need, rest, allowed, take, placed, unit.demand)
+        if chosen is not None:
+            return chosen
+        reset()
+        # The candidates the first walk did not reach, up to a bound: the
+        # second walk costs a look at each one's nodes.
+        for _ in itertools.islice(rest, max(0, NODE_CANDIDATES - len(seen))):
+            pass
+        return cover_greedily(need, self.by_node(unit, seen), allowed, take, placed,
+                              unit.demand, extra=NODE_EXTRA)
+
+    def by_node(self, unit: Waiting, victims: Sequence[Admitted]) -> list[Admitted]:
+        """`victims` node by node: each under the first node it holds of the
+        unit's node sets, nodes in the order of their first victim, victim
+        order kept within a node (so the victims a node needs come together);
+        those holding none of those nodes left out."""
+        first = self._first.get(unit.queue)
+        if first is None:
+            first = self._first[unit.queue] = {}
+            usable: set[int] = set()
+            for node_set in self._view.sets(unit.queue):
+                usable.update(node_set.members)
+            self._usable[unit.queue] = usable
+        usable = self._usable[unit.queue]
+        groups: dict[int, list[Admitted]] = {}
+        for victim in victims:
+            g = first.get(victim.key)
+            if g is None:
+                g = first[victim.key] = next(
+                    (at for at, _ in self._holdings(victim.key) if at in usable), -1)
+            if g >= 0:
+                groups.setdefault(g, []).append(victim)
+        return [victim for group in groups.values() for victim in group]
+
     # -- inside ------------------------------------------------------------------------
     def _with(self, victims: Sequence[Admitted]) -> Change:
         """The pass's changes plus `victims`' pods gone (only the nodes they touch copied)."""
         if not victims:
             return self._change
         change = dict(self._change)
-        held = self._view.held
+        held = self._holdings
         self._free_up(change, (pod for victim in victims for pod in held(victim.key)), set())
         return change
 
-    def _free_up(self, change: Change, holdings: Iterable[tuple[str, Pairs]],
+    def _holdings(self, key: str) -> list[tuple[int, Pairs]]:
+        """What admitted `key`'s plan holds, per node position (kept for the pass)."""
+        got = self._held.get(key)
+        if got is None:
+            position = self._view.index.position
+            got = self._held[key] = [(position[name], pairs)
+                                     for name, pairs in self._view.held(key)
+                                     if name in position]
+        return got
+
+    def _free_up(self, change: Change, holdings: Iterable[tuple[int, Pairs]],
                  copied: set[int] | None) -> None:
-        """Add `holdings` (node, amounts) to `change`; with `copied`, each
-        node's amounts are copied first (`change` is a copy of the pass's)."""
-        position = self._view.index.position
-        for name, pairs in holdings:
-            g = position.get(name)
-            if g is None:
-                continue
+        """Add `holdings` (node position, amounts) to `change`; with `copied`,
+        each node's amounts are copied first (`change` is a copy of the pass's)."""
+        for g, pairs in holdings:
             if copied is not None and g not in copied:
                 change[g] = dict(change.get(g, {}))
                 copied.add(g)

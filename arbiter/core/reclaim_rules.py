@@ -109,6 +109,7 @@ def cover_greedily(
     take: Callable[[Victim], None],
     placed: Callable[[list[Victim]], bool] | None = None,
     wanted: Mapping[str, int] = EMPTY,
+    extra: int = 32,
 ) -> list[Victim] | None:
     """Take candidates in order (allowed and useful) until `need` is covered,
     then drop every one the cover does not need (last taken first).
@@ -116,8 +117,8 @@ def cover_greedily(
     With `placed` (node fit, DESIGN §10): covered also means `placed(taken)`,
     the waiting unit's pods then fit on nodes it may use; once `need` is met a
     candidate is useful when it frees a resource of `wanted` (the caller
-    passes only candidates on those nodes), and one is dropped only when the
-    rest still place the unit."""
+    passes only candidates on those nodes), at most `extra` of them, and one
+    is dropped only when the rest still place the unit."""
     if not need and (placed is None or placed([])):
         return []
     short = dict(need)
@@ -138,9 +139,13 @@ def cover_greedily(
                 short[r] = left
             else:
                 del short[r]
-        if not short and (placed is None or placed(taken)):
-            done = True
-            break
+        if not short:
+            if placed is None or placed(taken):
+                done = True
+                break
+            extra -= 1
+            if extra < 0:
+                break  # not on these nodes: the caller may look node by node
     if not done:
         return None
     surplus = {r: -v for r, v in need.items()}

@@ -170,3 +170,39 @@ def test_without_node_trouble_the_room_changes_nothing(seed: int) -> None:
     roomy = plan(big.capacity(), reclaim_queues, admitted, waiting, due=set(reclaim_queues),
                  room=NodeRoom(view, pending, big.capacity()))
     assert roomy == plain
+
+
+def test_victims_spread_over_nodes_are_found_node_by_node() -> None:
+    """40 nodes × 2 CPUs, each running two 1-CPU units of `rich`; in victim
+    order consecutive victims never share a node (round-robin). A 2-CPU pod
+    needs both units of one node: walking in victim order finds none within
+    its bound, so the pass regroups the candidates node by node."""
+    nodes = [Node(f"n{i:02d}", {}, Resources({"cpu": 2})) for i in range(40)]
+    total = capacity_of(nodes)
+    engine = AdmissionEngine(total, [QueueSpec("rich"), QueueSpec("poor")], nodes)
+    for i in range(80):
+        engine.add_pending(Unit(f"r{i:02d}", "rich", Resources({"cpu": 1}), created=float(i)))
+    assert len(engine.admit_all()) == 80
+    wide = Unit("w", "poor", Resources({"cpu": 2}), created=100.0)
+    engine.add_pending(wide)
+    plans = engine.plans()
+    on = {key: placement.nodes["main"][0] for key, placement in plans.items()}
+    # unit j of every node, then unit j + 1 (the earlier unit of a node is j = 0)
+    rank = {key: (sorted(k for k in on if on[k] == node).index(key), node)
+            for key, node in on.items()}
+    admitted = sorted((Admitted(u.key, u.queue, u.demand, 0, u.created, u.created)
+                       for u in engine.admitted("rich")), key=lambda u: rank[u.key])
+    queues = {"rich": ReclaimQueue("rich"), "poor": ReclaimQueue("poor")}
+    waiting = {"poor": [Waiting("w", "poor", wide.demand)]}
+    view = engine.node_view()
+    assert view is not None
+    blind = plan(total, queues, admitted, waiting, due={"poor"}, ordered=True)
+    assert len({on[v.unit.key] for v in blind.victims}) == 2  # total only: two nodes
+    decided = plan(total, queues, admitted, waiting, due={"poor"}, ordered=True,
+                   room=NodeRoom(view, {"w": wide}, total))
+    assert decided.served == ("w",)
+    chosen = [v.unit.key for v in decided.victims]
+    assert len(chosen) == 2 and on[chosen[0]] == on[chosen[1]], chosen
+    for key in chosen:
+        engine.release(key)
+    assert engine.next() == wide and engine.plan("w") is not None

@@ -22,7 +22,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fractions import Fraction
 
-from arbiter.core.model import Unit
+from arbiter.core.model import MAIN_POD_SET, Placement, Unit
 from arbiter.core.placement import NodeSet, NodeView, Pairs
 from arbiter.core.reclaim import Admitted, Waiting
 from arbiter.core.reclaim_rules import cover_greedily
@@ -35,6 +35,8 @@ NODE_EXTRA = 256
 NODE_CANDIDATES = 4096  # candidates the node-by-node walk regroups, at most
 
 Change = dict[int, dict[int, int]]  # node position -> resource index -> signed amount
+# (pool, per placement: (pod set, node position, one pod's pairs, pods))
+Placed = tuple[str, list[tuple[str, int, Pairs, int]]]
 
 
 class NodeRoom:
@@ -57,7 +59,7 @@ class NodeRoom:
         position = view.index.position
         self._free_up(self._change, ((position[name], pairs) for name, pairs in leaving
                                      if name in position), None)
-        self._runs: dict[str, list[tuple[int, Pairs]]] = {}
+        self._runs: dict[str, list[tuple[int, Pairs, str]]] = {}
         self._local: dict[int, dict[int, int]] = {}  # id(node set) -> position -> member
 
     # -- the pass's questions ----------------------------------------------------------
@@ -65,15 +67,44 @@ class NodeRoom:
         return self._place(unit, self._with(victims)) is not None
 
     def serve(self, unit: Waiting, victims: Sequence[Admitted]) -> None:
-        change = self._with(victims)
-        self._change.update(change)
+        self._change.update(self._with(victims))
+        self._book(unit)  # (None: served in total only, within-queue room say)
+
+    def _book(self, unit: Waiting | Unit) -> Placed | None:
+        """Place the unit with the pass's changes and book its pods there."""
         placed = self._place(unit, self._change)
-        if placed is None:
-            return  # (served in total only: within-queue room, say) nothing to book
-        for g, pairs, count in placed:
+        for _, g, pairs, count in placed[1] if placed is not None else ():
             amounts = self._change.setdefault(g, {})
             for r, a in pairs:
                 amounts[r] = amounts.get(r, 0) - a * count
+        return placed
+
+    def placement(self, unit: Unit) -> Placement | None:
+        """Where `unit`'s pods go now (as `serve` would book them), booked;
+        None: no node set of its queue holds them (nothing booked)."""
+        placed = self._book(unit)
+        if placed is None:
+            return None
+        pool, pods = placed
+        names = self._view.index.names
+        nodes: dict[str, tuple[str, ...]] = dict.fromkeys(
+            (name for _, _, name in self._runs_of(unit)), ())
+        for pod_set, g, _, count in pods:
+            nodes[pod_set] += (names[g],) * count
+        return Placement(pool, nodes)
+
+    def usable(self, unit: Waiting, victim: Admitted) -> bool:
+        """Whether `victim` holds room on a node `unit`'s queue may use."""
+        usable = self._nodes_of(unit.queue)
+        return any(g in usable for g, _ in self._holdings(victim.key))
+
+    def _nodes_of(self, queue: str) -> set[int]:
+        usable = self._usable.get(queue)
+        if usable is None:
+            usable = self._usable[queue] = set()
+            for node_set in self._view.sets(queue):
+                usable.update(node_set.members)
+        return usable
 
     def cover(self, unit: Waiting, need: dict[str, int], candidates: Iterable[Admitted],
               allowed: Callable[[Admitted], bool], take: Callable[[Admitted], None],
@@ -106,14 +137,8 @@ class NodeRoom:
         unit's node sets, nodes in the order of their first victim, victim
         order kept within a node (so the victims a node needs come together);
         those holding none of those nodes left out."""
-        first = self._first.get(unit.queue)
-        if first is None:
-            first = self._first[unit.queue] = {}
-            usable: set[int] = set()
-            for node_set in self._view.sets(unit.queue):
-                usable.update(node_set.members)
-            self._usable[unit.queue] = usable
-        usable = self._usable[unit.queue]
+        first = self._first.setdefault(unit.queue, {})
+        usable = self._nodes_of(unit.queue)
         groups: dict[int, list[Admitted]] = {}
         for victim in victims:
             g = first.get(victim.key)
@@ -156,24 +181,25 @@ class NodeRoom:
             for r, a in pairs:
                 amounts[r] = amounts.get(r, 0) + a
 
-    def _runs_of(self, unit: Waiting) -> list[tuple[int, Pairs]]:
+    def _runs_of(self, unit: Waiting | Unit) -> list[tuple[int, Pairs, str]]:
         """The unit's pods as runs of equal pods, largest dominant share first."""
         runs = self._runs.get(unit.key)
         if runs is None:
-            full = self._waiting.get(unit.key)
+            full = unit if isinstance(unit, Unit) else self._waiting.get(unit.key)
             pairs = self._view.pairs
             if full is not None and full.pods:
-                sized = [(ps.count, pairs(ps.requests), ps.requests) for ps in full.pods]
+                sized = [(ps.count, pairs(ps.requests), ps.requests, ps.name)
+                         for ps in full.pods]
             else:
-                sized = [(1, pairs(unit.demand), unit.demand)]
+                sized = [(1, pairs(unit.demand), unit.demand, MAIN_POD_SET)]
             capacity = self._capacity
 
-            def dominant(run: tuple[int, Pairs, Mapping[str, int]]) -> Fraction:
+            def dominant(run: tuple[int, Pairs, Mapping[str, int], str]) -> Fraction:
                 return max((Fraction(v, capacity[r]) for r, v in run[2].items()
                             if v > 0 and capacity.get(r, 0) > 0), default=Fraction(0))
 
             sized.sort(key=dominant, reverse=True)
-            runs = self._runs[unit.key] = [(count, p) for count, p, _ in sized]
+            runs = self._runs[unit.key] = [(count, p, name) for count, p, _, name in sized]
         return runs
 
     def _members(self, node_set: NodeSet) -> dict[int, int]:
@@ -182,11 +208,11 @@ class NodeRoom:
             local = self._local[id(node_set)] = {g: m for m, g in enumerate(node_set.members)}
         return local
 
-    def _place(self, unit: Waiting,
-               change: Change) -> list[tuple[int, Pairs, int]] | None:
+    def _place(self, unit: Waiting | Unit, change: Change) -> Placed | None:
         """First-fit decreasing of the unit's pods on the first of its node
         sets where all fit, with `change` over the engine's free amounts:
-        (node position, pod pairs, count) per placement; None: nowhere."""
+        its pool, and (pod set, node position, pod pairs, count) per
+        placement; None: nowhere."""
         runs = self._runs_of(unit)
         for node_set in self._view.sets(unit.queue):
             n = len(node_set.members)
@@ -194,29 +220,30 @@ class NodeRoom:
                 continue
             local = self._members(node_set)
             changed = sorted(local[g] for g in change if g in local)
-            placed = _first_fit(node_set, runs, changed, change)
+            placed = _first_fit(node_set, [(c, p) for c, p, _ in runs], changed, change)
             if placed is not None:
                 members = node_set.members
-                return [(members[m], pairs, count) for m, pairs, count in placed]
+                return node_set.pool, [(runs[ri][2], members[m], pairs, count)
+                                       for ri, m, pairs, count in placed]
         return None
 
 
 def _first_fit(node_set: NodeSet, runs: list[tuple[int, Pairs]], changed: list[int],
-               change: Change) -> list[tuple[int, Pairs, int]] | None:
+               change: Change) -> list[tuple[int, int, Pairs, int]] | None:
     """`NodeSet.place` over free amounts plus `change` (on members `changed`),
     without touching the set: per run, as many pods per member as fit, in
     member order. Only members with room for one pod now, or changed, are
-    looked at: the others hold none."""
+    looked at: the others hold none. Per placement: (run, member, pairs, count)."""
     fr = node_set.fr
     members = node_set.members
     n = len(members)
     used: dict[int, dict[int, int]] = {}  # member -> what earlier runs took there
-    out: list[tuple[int, Pairs, int]] = []
-    for count, pairs in runs:
+    out: list[tuple[int, int, Pairs, int]] = []
+    for ri, (count, pairs) in enumerate(runs):
         if count <= 0:
             continue
         if not pairs:  # requests nothing: any member holds it
-            out.append((0, pairs, count))
+            out.append((ri, 0, pairs, count))
             continue
         for m in _candidates(node_set, pairs, changed):
             extra = change.get(members[m])
@@ -231,7 +258,7 @@ def _first_fit(node_set: NodeSet, runs: list[tuple[int, Pairs]], changed: list[i
                         break
             if k <= 0:
                 continue
-            out.append((m, pairs, k))
+            out.append((ri, m, pairs, k))
             amounts = used.setdefault(m, {})
             for r, a in pairs:
                 amounts[r] = amounts.get(r, 0) + a * k
@@ -240,7 +267,7 @@ def _first_fit(node_set: NodeSet, runs: list[tuple[int, Pairs]], changed: list[i
                 break
         if count:
             return None
-    assert all(m < n for m, _, _ in out)
+    assert all(m < n for _, m, _, _ in out)
     return out
 
 

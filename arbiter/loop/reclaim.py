@@ -139,49 +139,6 @@ def reclaim_queues(mirror: EngineMirror) -> dict[str, ReclaimQueue]:
     }
 
 
-def usable_for(mirror: EngineMirror) -> Callable[[Waiting, Admitted], bool] | None:
-    """With node fit (DESIGN §10): a victim is of use to a waiting unit only
-    when its plan holds room on a node the waiting unit's queue may use (a
-    node of one of its pools that its nodeSelector matches). A victim
-    without a plan is of use to none: where it runs is not known. Without
-    nodes, every victim is (None: no restriction)."""
-    if not mirror.nodes.enabled:
-        return None
-    engine = mirror.engine
-    allowed: dict[str, Callable[[str], bool]] = {}
-
-    def nodes_of(queue: str) -> Callable[[str], bool]:
-        test = allowed.get(queue)
-        if test is None:
-            spec = engine.spec(queue)
-            pools = frozenset(spec.pools) if spec is not None and spec.pools else None
-            selector = tuple(spec.node_selector.items()) if spec is not None else ()
-
-            def test(node: str) -> bool:
-                pool = engine.pool_of(node)
-                if pool is None or (pools is not None and pool not in pools):
-                    return False
-                labels = mirror.nodes.labels(node)
-                return all(labels.get(k) == v for k, v in selector)
-
-            allowed[queue] = test
-        return test
-
-    seen: dict[tuple[str, str], bool] = {}  # (queue, victim): one look asks often
-
-    def usable(waiting: Waiting, victim: Admitted) -> bool:
-        known = seen.get((waiting.queue, victim.key))
-        if known is None:
-            held = engine.plan(victim.key)
-            test = nodes_of(waiting.queue)
-            known = held is not None and any(
-                test(node) for nodes in held.nodes.values() for node in nodes)
-            seen[(waiting.queue, victim.key)] = known
-        return known
-
-    return usable
-
-
 def message_for(victim: Victim, queues: dict[str, ReclaimQueue] | None = None) -> str:
     """Why a unit was taken back, for its status, Events and its pods."""
     unit = victim.unit
@@ -327,7 +284,7 @@ class Reclaimer:
         due = {q for q, since in self.since.items() if now - since >= self.settings.grace}
         decided = plan(engine.capacity(), queues, admitted, heads, due=due,
                        allocated=holding, ordered=True, max_victims=self.settings.max_victims,
-                       usable=usable_for(mirror), room=room)
+                       usable=room.usable if room is not None else None, room=room)
         cut = decided.cut or len(decided.victims) >= self.settings.max_victims
         for name in decided.starving:
             self.since.setdefault(name, now)

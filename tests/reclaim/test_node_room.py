@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from arbiter.core.model import Placement
 from tests.loop.test_placement import node
-from tests.reclaim.test_loop import GRACE, ReclaimCluster
+from tests.reclaim.test_loop import GRACE, ReclaimCluster, pods_fill_then_arrive
 
 
 def planned_node(c: ReclaimCluster, key: str) -> str:
@@ -25,16 +25,7 @@ async def test_a_queue_confined_to_full_nodes_reclaims_there() -> None:
         await node(c, f"n{index}", **({"zone": "a"} if index < 2 else {}))
     await c.queue("a", nodeSelector={"zone": "a"})
     await c.queue("b", nodeSelector={"zone": "a"})
-    await c.pods("na", "a", 2)
-    await c.settle()
-    c.running_pods("na")
-    await c.settle()
-    assert len(c.released_pods("na")) == 2
-    await c.pods("nb", "b", 2)
-    await c.settle()
-    assert c.released_pods("nb") == []
-    await c.look()
-    assert "b" in c.controller.reclaimer.since  # starving: its grace runs
+    await pods_fill_then_arrive(c, count=2)  # b starves: its grace runs
     await c.look(GRACE)
     evicted = list(c.evicting.evicted)
     assert len(evicted) == 1  # one unit of a's, not both

@@ -6,8 +6,9 @@ its pods fit on nodes of its queue's pools. `NodeRoom` answers the pass's
 node questions (`arbiter.core.reclaim.Room`): whether a unit's pods fit
 once some victims are gone, by first-fit decreasing like admission, and
 books what the pass decided (victims' pods gone from their planned nodes,
-a served unit's pods placed) as changes over the engine's node state, which
-it never writes.
+a served unit's pods placed) as changes over the engine's node state, whose
+free amounts it never writes (`NodeSet.find` may lower a set's floor, which
+is a search cache).
 
 Cost: per question, the members of each of the unit's node sets that have
 room for one of its pods now (`NodeSet.find`, over live bits) plus the nodes

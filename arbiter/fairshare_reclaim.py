@@ -95,9 +95,12 @@ def settle(scenario: Scenario, running: Entries) -> dict[str, Any]:
         raise ScenarioError("queues[].parent: reclaim over a tree of queues is not "
                             "modelled offline yet; drop --from/running or the parents")
     started = running_units(scenario, running)
-    simulation = Simulation(scenario.capacity, scenario.queues)
+    simulation = Simulation(scenario.capacity, scenario.queues, nodes=scenario.nodes,
+                            pools=scenario.pools)
     for unit in started:
-        simulation.run(unit)
+        if not simulation.run(unit):
+            raise ScenarioError(f"{RUNNING}: {unit.key} fits on no node of queue "
+                                f"{unit.queue}'s pools next to the units listed before it")
     over = sorted(r for r, v in simulation.engine.free().items() if v < 0)
     if over:
         raise ScenarioError(f"{RUNNING}: the running units need more than the capacity "

@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arbiter.cache.records import QueueRecord
 from arbiter.core.deserved import deserved
-from arbiter.core.fairshare import QueueSpec, Unit
+from arbiter.core.fairshare import AdmissionEngine, Node, QueueSpec, Unit
 from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
+from arbiter.core.reclaim_room import NodeRoom
 from arbiter.core.resources import Resources
 from arbiter.loop.mirror import EngineMirror
 from arbiter.loop.reclaim import Reclaimer, ReclaimSettings
@@ -91,6 +93,75 @@ def offline(units: int, queues: int, arrivals: int, repeat: int) -> None:
     print(f"Reclaimer.look(): {units:,} admitted + {arrivals * units:,} waiting: "
           f"{victims} victims in p50 {statistics.median(looks) * 1e3:.1f} ms "
           f"(max {max(looks) * 1e3:.1f} ms)")
+
+
+def offline_nodes(units: int, nodes: int, arrivals: int, repeat: int) -> None:
+    """plan() with node fit (DESIGN §10): queue 0's one-CPU units planned on
+    `nodes` equal nodes that they fill; the arriving queues' units need two
+    CPUs on one node, so each victim pair must share a node. Victims in two
+    orders, each cut to the loop's 4,096 candidates: (a) newest first (the
+    last nodes' units: victims in a row share a node); (b) round-robin over
+    blocks of 1,000 nodes (unit j of each node of a block, then unit j + 1:
+    victims in a row never share a node, so a set is found node by node).
+    Each also without the room (total free room only) for comparison; the
+    engine itself then says how many served units would start."""
+    names = ["q00", *(f"q{i:02d}" for i in range(1, 1 + arrivals))]
+    per_node = max(2, -(-units // nodes))
+    capacity = Resources({"cpu": per_node * 1000 * nodes})
+    queues = {n: ReclaimQueue(n) for n in names}
+    orders: dict[str, Callable[[Admitted], tuple[float, ...]]] = {
+        "newest first": lambda u: (-u.created,),
+        "round-robin": lambda u: (int(u.created) // per_node // 1000,
+                                  int(u.created) % per_node, int(u.created) // per_node),
+    }
+    for order, key in orders.items():
+        for label, room in (("without node fit", False), ("with node fit", True)):
+            engine = AdmissionEngine(capacity, [QueueSpec(n) for n in names], [
+                Node(f"node-{i:05d}", {}, Resources({"cpu": per_node * 1000}))
+                for i in range(nodes)])
+            for i in range(per_node * nodes):
+                engine.add_pending(Unit(f"q00/u{i:06d}", "q00", CPU, created=float(i)))
+            engine.admit_all()
+            admitted = sorted((Admitted(u.key, u.queue, u.demand, 0, u.created, u.created)
+                               for u in engine.admitted("q00")), key=key)[:4096]
+            for name in names[1:]:
+                for i in range(256):
+                    engine.add_pending(Unit(f"{name}/w{i:06d}", name, CPU.scale(2),
+                                            created=float(units + i)))
+            waiting = {name: [Waiting(u.key, u.queue, u.demand) for u in engine.pending(name)]
+                       for name in names[1:]}
+            pending = {u.key: u for name in names[1:] for u in engine.pending(name)}
+            view = engine.node_view()
+            assert view is not None
+            times = []
+            result = None
+            for _ in range(repeat):
+                started = time.perf_counter()
+                result = plan(capacity, queues, admitted, waiting, due=set(waiting),
+                              ordered=True, allocated={"q00": capacity},
+                              room=NodeRoom(view, pending, capacity) if room else None)
+                times.append(time.perf_counter() - started)
+            assert result is not None
+            print(f"plan() {label}, victims {order}: {per_node * nodes:,} admitted on "
+                  f"{nodes:,} nodes, {arrivals} arriving queue(s): {len(result.victims)} "
+                  f"victims for {len(result.served)} units, {placeable(engine, result)} of "
+                  f"which start; p50 {statistics.median(times) * 1e3:.1f} ms "
+                  f"(max {max(times) * 1e3:.1f} ms)")
+
+
+def placeable(engine: AdmissionEngine, result: Any) -> int:
+    """How many served units start once their victims are gone, by the engine
+    itself (it releases the victims, then admits what it can)."""
+    served = 0
+    released: set[str] = set()
+    for key in result.served:
+        for victim in result.victims:
+            if victim.for_unit == key and victim.unit.key not in released:
+                engine.release(victim.unit.key)
+                released.add(victim.unit.key)
+    while engine.next() is not None:
+        served += 1
+    return served
 
 
 # -- on a sandbox --------------------------------------------------------------------
@@ -201,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", action="store_true",
                         help="measure convergence on a sandbox of its own")
     parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--offline-nodes", type=int, default=0,
+                        help="offline: also plan() with node fit on this many nodes")
     parser.add_argument("--grace", type=float, default=5.0)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--keep", type=Path, help="sandbox directory to use and leave running")
@@ -209,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_run(args.nodes, args.queues, args.arrivals, args.grace, args.keep, args.timeout)
     else:
         offline(args.units, args.queues, args.arrivals, args.repeat)
+        if args.offline_nodes:
+            offline_nodes(args.units, args.offline_nodes, args.arrivals, args.repeat)
     return 0
 
 

@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
-from arbiter.core.placement import NodeIndex, NodeSet, Runs, packed_pod
+from arbiter.core.placement import NodeIndex, NodeSet, NodeView, Runs, packed_pod
 from arbiter.core.quantities import format_quantity
 from arbiter.core.queuestate import (
     DIRTY,
@@ -149,6 +149,22 @@ class NodeFit:
         if held is not None:
             self._apply(plan_holdings(held), 1)
         self._hold(unit, placement)
+
+    def node_view(self) -> NodeView | None:
+        """The nodes for reclaim's node fit (None: no nodes)."""
+        index = self._nodes
+        if index is None:
+            return None
+
+        def sets(queue: str) -> list[NodeSet]:
+            q = self._queues.get(queue)
+            return [] if q is None or q.spec is None else list(self._queue_sets(q))
+
+        def held(key: str) -> list[tuple[str, Pairs]]:
+            plan = self._plans.get(key)
+            return plan_holdings(plan) if plan is not None else []
+
+        return NodeView(index, self._pairs, sets, held)
 
     def plans(self) -> dict[str, Placement]:
         """The plan of every admitted unit that has one, by unit key."""

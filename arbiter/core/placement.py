@@ -23,11 +23,12 @@ built when first asked for and kept up to date after that. Per set:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from arbiter.core.model import DEFAULT_POOL, Node, Placement, Pool
 
-__all__ = ["NodeIndex", "NodeSet", "Pairs", "Runs", "fit_placement", "packed_pod"]
+__all__ = ["NodeIndex", "NodeSet", "NodeView", "Pairs", "Runs", "fit_placement", "packed_pod"]
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 Runs = tuple[tuple[int, Pairs], ...]  # (pod count, pairs of one pod), placement order
@@ -515,3 +516,14 @@ class NodeIndex:
                 floor = node_set.floor
                 if floor is not None and 0 < floor[r] > amount:
                     node_set.live[local >> _WORD_BITS] &= ~(1 << (local & _WORD_MASK))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """An engine's nodes as reclaim's node fit reads them
+    (`arbiter.core.reclaim_room`), for either engine."""
+
+    index: NodeIndex
+    pairs: Callable[[Mapping[str, int]], Pairs]  # amounts by name -> by resource index
+    sets: Callable[[str], list[NodeSet]]  # a queue's node sets, in its pools' order
+    held: Callable[[str], list[tuple[str, Pairs]]]  # what an admitted unit's plan holds, per node

@@ -85,12 +85,14 @@ import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Literal, Protocol
 
 from arbiter.core.fairshare import dominant_share_of
 from arbiter.core.hierarchy import has_hierarchy
 from arbiter.core.reclaim_rules import (
     GraceWaiters,
+    cover_greedily,
+    shortfall,
     stays_richer,
     under_guarantee,
     weighted_share,
@@ -103,6 +105,7 @@ __all__ = [
     "Admitted",
     "Plan",
     "ReclaimQueue",
+    "Room",
     "Victim",
     "Waiting",
     "floor_of",
@@ -190,6 +193,21 @@ class Plan:
     early: frozenset[str] = frozenset()  # reclaimed in their grace (`GraceWaiters`)
 
 
+class Room(Protocol):
+    """Node fit for a pass (DESIGN §10; `arbiter.core.reclaim_room`): whether
+    a waiting unit's pods fit on nodes it may use once `victims` are gone,
+    with what the pass did so far; `serve` books it so; `cover` is
+    `cover_greedily` for the unit with node fit."""
+
+    def fits(self, unit: Waiting, victims: Sequence[Admitted] = ()) -> bool: ...
+
+    def serve(self, unit: Waiting, victims: Sequence[Admitted]) -> None: ...
+
+    def cover(self, unit: Waiting, need: dict[str, int], candidates: Iterable[Admitted],
+              allowed: Callable[[Admitted], bool], take: Callable[[Admitted], None],
+              reset: Callable[[], None]) -> list[Admitted] | None: ...
+
+
 # -- the rules ---------------------------------------------------------------------
 
 
@@ -249,55 +267,6 @@ def victim_order(queues: Mapping[str, ReclaimQueue]) -> Callable[[Admitted], Vic
 # -- selection -----------------------------------------------------------------------
 
 
-def _shortfall(demand: Mapping[str, int], free: Mapping[str, int]) -> dict[str, int]:
-    return {r: v - free.get(r, 0) for r, v in demand.items() if v > free.get(r, 0)}
-
-
-def _greedy(
-    need: dict[str, int],
-    ordered: Iterable[Admitted],
-    allowed: Callable[[Admitted], bool],
-    take: Callable[[Admitted], None],
-) -> list[Admitted] | None:
-    """Take candidates in order (allowed and useful) until `need` is covered,
-    then drop every one the cover does not need (last taken first)."""
-    if not need:
-        return []
-    short = dict(need)
-    taken: list[Admitted] = []
-    for unit in ordered:
-        demand = unit.demand
-        if not any(demand.get_amount(r) > 0 for r in short):
-            continue  # frees nothing the unit is short of
-        if not allowed(unit):
-            continue
-        take(unit)
-        taken.append(unit)
-        for r in list(short):
-            left = short[r] - demand.get_amount(r)
-            if left > 0:
-                short[r] = left
-            else:
-                del short[r]
-        if not short:
-            break
-    if short:
-        return None
-    surplus = {r: -v for r, v in need.items()}
-    for unit in taken:
-        for r in surplus:
-            surplus[r] += unit.demand.get_amount(r)
-    kept: list[Admitted] = []
-    for unit in reversed(taken):
-        if all(unit.demand.get_amount(r) <= surplus[r] for r in surplus):
-            for r in surplus:
-                surplus[r] -= unit.demand.get_amount(r)
-        else:
-            kept.append(unit)
-    kept.reverse()
-    return kept
-
-
 def _capacity_of(free: Mapping[str, int],
                  allocated: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
     total = dict(free)
@@ -319,23 +288,25 @@ def select_reclaim(
     held: Mapping[str, int] | None = None,
     tree: ReclaimTree | None = None,
     over: Mapping[str, int] | None = None,
+    room: Room | None = None,
 ) -> list[Admitted] | None:
     """Victims in other reclaimable queues that let `unit` fit under the move
     rule; [] when it fits already, None when no allowed set would do. With
     `tree`, the rule is judged where taker and victim meet
     (`arbiter.core.reclaim_tree`), on its subtree totals; `over`: how far
     the unit would take its parents over their capability (victims must
-    then come from the capped subtree: the caller passes only those).
+    then come from the capped subtree: the caller passes only those);
+    `room` (node fit): the victims must also let its pods fit on nodes.
 
     `allocated`: what each queue holds (victim queues are judged by it);
     `held`: what `unit`'s queue holds (default: its `allocated`); `capacity`
     (default: free + everything allocated) is what shares are taken of.
     `candidates` are sorted here unless `ordered` says they are in
     `victim_order` already. The caller checks `may_reclaim` and capability."""
-    need = _shortfall(unit.demand, free)
+    need = shortfall(unit.demand, free)
     for r, v in (over or {}).items():
         need[r] = max(need.get(r, 0), v)
-    if not need:
+    if not need and (room is None or room.fits(unit)):
         return []
     taker = queues.get(unit.queue)
     if held is None:
@@ -372,7 +343,9 @@ def select_reclaim(
             for r, v in victim.demand.items():
                 left[r] = left.get(r, 0) - v
 
-    return _greedy(need, pool, allowed, take)
+    if room is None:
+        return cover_greedily(need, pool, allowed, take)
+    return room.cover(unit, need, pool, allowed, take, remaining.clear)
 
 
 def select_within_queue(
@@ -383,23 +356,27 @@ def select_within_queue(
     candidates: Iterable[Admitted],
     *,
     ordered: bool = False,
+    room: Room | None = None,
 ) -> list[Admitted] | None:
     """Admitted units of `unit`'s own queue with a strictly lower priority
-    whose removal lets it fit (in the cluster and within the queue's
-    capability); [] when it fits already, None when they would not do."""
-    need = _shortfall(unit.demand, free)
+    whose removal lets it fit (in the cluster, on nodes with `room`, and
+    within the queue's capability); [] when it fits already, None when they
+    would not do."""
+    need = shortfall(unit.demand, free)
     for r, v in unit.demand.items():
         if v > 0 and r in queue.capability:
             over = allocated.get(r, 0) + v - queue.capability[r]
             if over > need.get(r, 0):
                 need[r] = over
-    if not need:
+    if not need and (room is None or room.fits(unit)):
         return []
     if queue.within_queue != "LowerPriority":
         return None
     mine = (c for c in candidates if c.queue == unit.queue and c.priority < unit.priority)
     pool = mine if ordered else sorted(mine, key=victim_order({queue.name: queue}))
-    return _greedy(need, pool, lambda _: True, lambda _: None)
+    if room is None:
+        return cover_greedily(need, pool, lambda _: True, lambda _: None)
+    return room.cover(unit, need, pool, lambda _: True, lambda _: None, lambda: None)
 
 
 # -- the pass --------------------------------------------------------------------------
@@ -418,8 +395,12 @@ def plan(
     max_victims: int = 100,
     max_steps: int = 10_000,
     usable: Callable[[Waiting, Admitted], bool] | None = None,
+    room: Room | None = None,
 ) -> Plan:
     """Victims for the waiting units (see the module doc).
+
+    `room` (node fit): a unit is served without victims only when its pods
+    fit on nodes it may use, and victims are chosen so that they then do.
 
     `usable(w, u)`: whether taking `u` back frees room `w` could use (with
     node fit, DESIGN §10: `u` holds resources on nodes of `w`'s pools); a
@@ -524,16 +505,18 @@ def plan(
         reason: Reason = "reclaim"
         guaranteed = False
         capped, over = tree.over_capability(name, unit.demand) if tree else (None, {})
-        if unit.demand.fits_in(free) and within_capability(held, unit.demand, spec.capability) \
-                and not over:
+        in_total = unit.demand.fits_in(free) and within_capability(
+            held, unit.demand, spec.capability) and not over
+        if in_total and (room is None or room.fits(unit)):
             chosen, freed = [], EMPTY
         else:
             chosen = None
-            if may_reclaim(spec, held, unit, free) or (
+            # (in total but on no node it may use: room there is the shortfall)
+            if in_total or may_reclaim(spec, held, unit, free) or (
                     over and within_capability(held, unit.demand, spec.capability)):
                 found = select_reclaim(unit, free, queues, held_by, reclaimable(unit, capped),
                                        ordered=True, capacity=capacity, held=held, tree=tree,
-                                       over=over)
+                                       over=over, room=room)
                 gain = (may_gain(spec, held, unit.demand, capacity, richest) if tree is None
                         else tree.could_gain(name, unit.demand, losers))
                 if found is not None or gain:
@@ -550,7 +533,7 @@ def plan(
                 chosen = found
             if chosen is None and spec.within_queue == "LowerPriority":
                 chosen = select_within_queue(unit, free, spec, held, candidates(unit),
-                                             ordered=True)
+                                             ordered=True, room=room)
                 reason = "withinQueue"
             freed = sum((v.demand for v in chosen), EMPTY) if chosen else EMPTY
             if tree is not None and chosen and unserved and any(
@@ -578,6 +561,8 @@ def plan(
             touched.add(victim.queue)
             if tree is not None:
                 tree.change(victim.queue, victim.demand, -1)
+        if room is not None:
+            room.serve(unit, chosen)
         for r, v in unit.demand.items():
             held[r] = held.get(r, 0) + v
             free[r] = free.get(r, 0) - v

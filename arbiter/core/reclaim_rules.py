@@ -5,15 +5,16 @@ queues in their grace. Pure: no I/O. Apart so that the tree's rule
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Protocol, TypeVar
 
 from arbiter.core.fairshare import dominant_share_of
-from arbiter.core.resources import Resources
+from arbiter.core.resources import EMPTY, Resources
 
-__all__ = ["GraceWaiters", "stays_richer", "under_guarantee", "weighted_share",
-           "within_capability"]
+__all__ = ["GraceWaiters", "cover_greedily", "shortfall", "stays_richer", "under_guarantee",
+           "weighted_share", "within_capability"]
 
 # A queue's place in admission's order: the shares on its path, top down, with names.
 Order = tuple[tuple[Fraction, str], ...]
@@ -87,3 +88,78 @@ class GraceWaiters:
                 self.early.add(name)
                 joined.append(name)
         return joined
+
+
+class HasDemand(Protocol):
+    @property
+    def demand(self) -> Resources: ...
+
+
+Victim = TypeVar("Victim", bound=HasDemand)
+
+
+def shortfall(demand: Mapping[str, int], free: Mapping[str, int]) -> dict[str, int]:
+    return {r: v - free.get(r, 0) for r, v in demand.items() if v > free.get(r, 0)}
+
+
+def cover_greedily(
+    need: dict[str, int],
+    ordered: Iterable[Victim],
+    allowed: Callable[[Victim], bool],
+    take: Callable[[Victim], None],
+    placed: Callable[[list[Victim]], bool] | None = None,
+    wanted: Mapping[str, int] = EMPTY,
+    extra: int = 32,
+) -> list[Victim] | None:
+    """Take candidates in order (allowed and useful) until `need` is covered,
+    then drop every one the cover does not need (last taken first).
+
+    With `placed` (node fit, DESIGN §10): covered also means `placed(taken)`,
+    the waiting unit's pods then fit on nodes it may use; once `need` is met a
+    candidate is useful when it frees a resource of `wanted` (the caller
+    passes only candidates on those nodes), at most `extra` of them, and one
+    is dropped only when the rest still place the unit."""
+    if not need and (placed is None or placed([])):
+        return []
+    short = dict(need)
+    taken: list[Victim] = []
+    done = False
+    for unit in ordered:
+        demand = unit.demand
+        looked_for = short or wanted
+        if not any(demand.get_amount(r) > 0 and looked_for.get(r, 0) > 0 for r in looked_for):
+            continue  # frees nothing the unit is short of
+        if not allowed(unit):
+            continue
+        take(unit)
+        taken.append(unit)
+        for r in list(short):
+            left = short[r] - demand.get_amount(r)
+            if left > 0:
+                short[r] = left
+            else:
+                del short[r]
+        if not short:
+            if placed is None or placed(taken):
+                done = True
+                break
+            extra -= 1
+            if extra < 0:
+                break  # not on these nodes: the caller may look node by node
+    if not done:
+        return None
+    surplus = {r: -v for r, v in need.items()}
+    for unit in taken:
+        for r in surplus:
+            surplus[r] += unit.demand.get_amount(r)
+    kept = list(taken)
+    for unit in reversed(taken):
+        if not all(unit.demand.get_amount(r) <= surplus[r] for r in surplus):
+            continue
+        rest = [u for u in kept if u is not unit]
+        if placed is not None and not placed(rest):
+            continue
+        kept = rest
+        for r in surplus:
+            surplus[r] -= unit.demand.get_amount(r)
+    return kept

@@ -12,6 +12,10 @@ order. It stops when a pass picks no victim: the fixpoint. The move rule
 makes that happen (README, "Reclaim: the exact stopping rule"); `max_rounds`
 is only a guard, and `converged` says whether it was needed.
 
+With nodes (DESIGN §10) admission places units on them and each pass
+chooses victims with node fit (`arbiter.core.reclaim_room`), as the loop
+does; running units are placed first fit, in the order given.
+
 Admission times are a counter, so "most recently admitted" (the victim
 order) is the order this simulation admitted units in, the running units
 given up front counting as admitted first, in the order given.
@@ -24,7 +28,9 @@ from dataclasses import dataclass
 
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
 from arbiter.core.hierarchy import AnyEngine, HierarchicalEngine, has_hierarchy
+from arbiter.core.model import Node, Pool
 from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
+from arbiter.core.reclaim_room import NodeRoom
 from arbiter.core.resources import Resources
 
 __all__ = ["Move", "Simulation", "play", "reclaim_queue"]
@@ -51,11 +57,14 @@ def reclaim_queue(spec: QueueSpec, *, priority: int = 0, reclaimable: bool = Tru
 
 class Simulation:
     def __init__(self, capacity: Resources, queues: Iterable[QueueSpec],
-                 reclaim: Mapping[str, ReclaimQueue] | None = None) -> None:
+                 reclaim: Mapping[str, ReclaimQueue] | None = None,
+                 nodes: Iterable[Node] | None = None, pools: Iterable[Pool] = ()) -> None:
         specs = list(queues)
         # The tree engine once some queue has a parent (DESIGN §11), as in the loop.
         self.engine: AnyEngine = (HierarchicalEngine(capacity, specs) if has_hierarchy(specs)
                                   else AdmissionEngine(capacity, specs))
+        if nodes is not None:
+            self.engine.set_nodes(nodes, pools)
         self.queues: dict[str, ReclaimQueue] = (
             dict(reclaim) if reclaim is not None else {s.name: reclaim_queue(s) for s in specs})
         self.admitted_at: dict[str, float] = {}
@@ -69,10 +78,18 @@ class Simulation:
         self.admitted_at[key] = self._tick
 
     # -- what happens ----------------------------------------------------------------
-    def run(self, unit: Unit) -> None:
-        """A unit that is admitted already (running)."""
-        self.engine.add_admitted(unit)
+    def run(self, unit: Unit) -> bool:
+        """A unit that is admitted already (running); with nodes, placed first
+        fit in its queue's pools (False, and not admitted: no room for it)."""
+        view = self.engine.node_view()
+        placement = None
+        if view is not None:
+            placement = NodeRoom(view, {}, self.engine.capacity()).placement(unit)
+            if placement is None:
+                return False
+        self.engine.add_admitted(unit, placement)
         self._stamp(unit.key)
+        return True
 
     def submit(self, unit: Unit) -> None:
         """A unit that arrives and waits."""
@@ -94,9 +111,14 @@ class Simulation:
                       for unit in running.values()]
         waiting = {name: [Waiting(u.key, u.queue, u.demand, u.priority)
                           for u in engine.pending(name)] for name in self.queues}
+        view = engine.node_view()
+        room = None if view is None else NodeRoom(
+            view, {u.key: u for name in self.queues for u in engine.pending(name)},
+            engine.capacity())
         decided = plan(engine.capacity(), self.queues, candidates, waiting,
                        due=set(self.queues) if due is None else due,
-                       max_victims=len(candidates) + 1)
+                       max_victims=len(candidates) + 1,
+                       usable=room.usable if room is not None else None, room=room)
         self.rounds += 1
         moves: list[Move] = []
         for victim in decided.victims:

@@ -16,11 +16,11 @@ engine's, which it renumbers on every rebuild.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, QueueSpec, Unit
-from arbiter.core.placement import NodeIndex, NodeSet, Pairs, fit_placement
+from arbiter.core.placement import NodeIndex, NodeSet, NodeView, Pairs, fit_placement
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["TreeFit", "TreeFitResult"]
@@ -108,6 +108,26 @@ class TreeFit:
                     total, held = out[pool]
                     out[pool] = (total, held + Resources({self._names[i]: a for i, a in pairs}))
         return out
+
+    def node_view(self, spec: Callable[[str], QueueSpec | None]) -> NodeView | None:
+        """The nodes for reclaim's node fit (None: no nodes); `spec` finds a queue."""
+        index = self.index
+        if index is None:
+            return None
+
+        def sets(queue: str) -> list[NodeSet]:
+            found = spec(queue)
+            if found is None:
+                return []
+            selector = found.selector_key()
+            return [index.node_set(pool, selector)
+                    for pool in dict.fromkeys(found.pools or index.pool_order)]
+
+        def held(key: str) -> list[tuple[str, Pairs]]:
+            got = self._plans.get(key)
+            return got[1] if got is not None else []
+
+        return NodeView(index, self._pairs, sets, held)
 
     # -- plans ---------------------------------------------------------------------
     def plan(self, key: str) -> Placement | None:

@@ -14,6 +14,7 @@ from fractions import Fraction
 
 from arbiter.core.fairshare import dominant_share_of, order_key
 from arbiter.core.model import Node, Placement, Pool, QueueSpec, Unit
+from arbiter.core.placement import NodeView
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.core.treefit import TreeFit
 
@@ -124,6 +125,9 @@ class TreeState:
 
     def pool_of(self, node: str) -> str | None:
         return self._fit.pool_of(node)
+
+    def node_view(self) -> NodeView | None:
+        return self._fit.node_view(self.spec)
 
     # -- queries -------------------------------------------------------------
     def capacity(self) -> Resources:

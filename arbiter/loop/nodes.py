@@ -301,3 +301,11 @@ class NodeModel:
 
     def used(self, node: str) -> Resources:
         return Resources(self._used.get(node, {}))
+
+    def uncovered_pods(self, key: str) -> list[tuple[str, Resources]]:
+        """(node, requests) of unit `key`'s bound pods counted in `used` (its
+        unit holds no plan: a victim taken back whose pods still terminate)."""
+        if key in self._covered:
+            return []
+        pods = (self._pods[uid] for uid in self._by_unit.get(key, ()))
+        return [(pod.node, pod.requests) for pod in pods]

@@ -57,6 +57,7 @@ from arbiter.core.reclaim import (
     richest_share,
     within_capability,
 )
+from arbiter.core.reclaim_room import NodeRoom
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.kubeapi import ApiError
 from arbiter.loop.actions import Actions, ConsumerGone
@@ -138,49 +139,6 @@ def reclaim_queues(mirror: EngineMirror) -> dict[str, ReclaimQueue]:
     }
 
 
-def usable_for(mirror: EngineMirror) -> Callable[[Waiting, Admitted], bool] | None:
-    """With node fit (DESIGN §10): a victim is of use to a waiting unit only
-    when its plan holds room on a node the waiting unit's queue may use (a
-    node of one of its pools that its nodeSelector matches). A victim
-    without a plan is of use to none: where it runs is not known. Without
-    nodes, every victim is (None: no restriction)."""
-    if not mirror.nodes.enabled:
-        return None
-    engine = mirror.engine
-    allowed: dict[str, Callable[[str], bool]] = {}
-
-    def nodes_of(queue: str) -> Callable[[str], bool]:
-        test = allowed.get(queue)
-        if test is None:
-            spec = engine.spec(queue)
-            pools = frozenset(spec.pools) if spec is not None and spec.pools else None
-            selector = tuple(spec.node_selector.items()) if spec is not None else ()
-
-            def test(node: str) -> bool:
-                pool = engine.pool_of(node)
-                if pool is None or (pools is not None and pool not in pools):
-                    return False
-                labels = mirror.nodes.labels(node)
-                return all(labels.get(k) == v for k, v in selector)
-
-            allowed[queue] = test
-        return test
-
-    seen: dict[tuple[str, str], bool] = {}  # (queue, victim): one look asks often
-
-    def usable(waiting: Waiting, victim: Admitted) -> bool:
-        known = seen.get((waiting.queue, victim.key))
-        if known is None:
-            held = engine.plan(victim.key)
-            test = nodes_of(waiting.queue)
-            known = held is not None and any(
-                test(node) for nodes in held.nodes.values() for node in nodes)
-            seen[(waiting.queue, victim.key)] = known
-        return known
-
-    return usable
-
-
 def message_for(victim: Victim, queues: dict[str, ReclaimQueue] | None = None) -> str:
     """Why a unit was taken back, for its status, Events and its pods."""
     unit = victim.unit
@@ -202,6 +160,9 @@ class Reclaimer:
         self.settings = settings or ReclaimSettings()
         self.since: dict[str, float] = {}
         self.inflight: dict[str, InFlight] = {}
+        # Victims taken back whose pods may still terminate on their nodes:
+        # key -> when taken (their room counts as free for node fit too).
+        self.draining: dict[str, float] = {}
         self.blocked: dict[str, tuple[float, int]] = {}  # key -> (until, times)
         self.next_look = -math.inf
         self._stamps: dict[str, tuple[str | None, float]] = {}
@@ -213,7 +174,11 @@ class Reclaimer:
         for key in [k for k, f in self.inflight.items()
                     if mirror.state(k) != "admitted"
                     or now - f.since > self.settings.inflight_ttl]:
-            del self.inflight[key]
+            self.draining[key] = self.inflight.pop(key).since
+        for key in [k for k, since in self.draining.items()
+                    if now - since > self.settings.inflight_ttl
+                    or (mirror.state(k) != "admitted" and not mirror.nodes.uncovered_pods(k))]:
+            del self.draining[key]
         for key in [k for k, (until, _) in self.blocked.items()
                     if until <= now and mirror.state(k) != "admitted"]:
             del self.blocked[key]
@@ -254,16 +219,19 @@ class Reclaimer:
         # In a tree a parent's capability may hold a head back, and shares
         # are compared per level: the pass itself tells (heads only: cheap).
         tree = has_hierarchy(queues.values())
+        units: dict[str, Unit] = {}  # the waiting units below, by key (their pod sets)
+        room = self._node_room(mirror, units)
         for name in waiting_queues:
             pending = engine.pending(name)[: self.settings.depth]
             if not pending:
                 continue
             heads[name] = [Waiting(u.key, u.queue, u.demand, u.priority) for u in pending]
+            units.update((u.key, u) for u in pending)
             head = pending[0]
             spec = queues[name]
             held = engine.allocated(name)
-            fits = head.demand.fits_in(free) and within_capability(held, head.demand,
-                                                                   spec.capability)
+            fits = head.demand.fits_in(free) and within_capability(
+                held, head.demand, spec.capability) and (room is None or room.fits(heads[name][0]))
             if fits:
                 fitting.add(name)
             if self.inflight or tree or (not fits and (
@@ -316,7 +284,7 @@ class Reclaimer:
         due = {q for q, since in self.since.items() if now - since >= self.settings.grace}
         decided = plan(engine.capacity(), queues, admitted, heads, due=due,
                        allocated=holding, ordered=True, max_victims=self.settings.max_victims,
-                       usable=usable_for(mirror))
+                       usable=room.usable if room is not None else None, room=room)
         cut = decided.cut or len(decided.victims) >= self.settings.max_victims
         for name in decided.starving:
             self.since.setdefault(name, now)
@@ -337,6 +305,18 @@ class Reclaimer:
         result.wake_at = min(wake) if wake else None
         self.last = result
         return result
+
+    def _node_room(self, mirror: EngineMirror, units: dict[str, Unit]) -> NodeRoom | None:
+        """Node fit for a look (None without nodes): victims' room being
+        freed counts as free on their nodes, as it does in total."""
+        view = mirror.engine.node_view() if mirror.nodes.enabled else None
+        if view is None:
+            return None
+        leaving = [pod for key in self.inflight for pod in view.held(key)]
+        for key in self.draining:
+            leaving.extend((node, view.pairs(requests))
+                           for node, requests in mirror.nodes.uncovered_pods(key))
+        return NodeRoom(view, units, mirror.engine.capacity(), leaving)
 
     def blocked_for(self, key: str, now: float) -> float:
         """A blocked eviction: leave `key` alone for a while (doubling)."""

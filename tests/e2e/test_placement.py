@@ -344,3 +344,37 @@ def readmitted(sandbox: Sandbox, ns: str, filler: str, first: tuple[str, str],
     placed = json.loads(job_obj["metadata"]["annotations"]["arbiter.dev/placed"])
     assert placed["nodeSelector"] == {key_b: "yes"}, placed
     assert len(admissions(get(sandbox, "queueunit", "job-train", "-n", ns))) == 2
+
+
+def test_a_queue_confined_to_full_nodes_reclaims_there(sandbox: Sandbox) -> None:
+    """Two queues confined to POOL_NODES; A runs a Job on each. B's Jobs fit
+    the cluster's free total (eight empty nodes) but no node B may use. B is
+    poorer: after the grace it takes one of A's Jobs back, and its own Job
+    binds on the node that frees; then nothing more moves (one each)."""
+    tag = suffix()
+    key = f"e2e-room-{tag}"
+    qa, qb = f"rooma-{tag}", f"roomb-{tag}"
+    confined = {"nodeSelector": {key: "yes"}}
+    with labelled(sandbox, POOL_NODES, key, "yes"), scenario(
+            sandbox, {qa: {"namespaces": [qa], **confined},
+                      qb: {"namespaces": [qb], **confined}}, [qa, qb]):
+        create(sandbox, *(long_job(f"a{i}", qa) for i in range(2)))
+        assert wait_for("A's two Jobs bound", lambda: bound(sandbox, qa, 2),
+                        timeout=60) == POOL_NODES
+        before = taken_back(sandbox, qa)
+        started = time.monotonic()
+        create(sandbox, *(long_job(f"b{i}", qb) for i in range(2)))
+        try:
+            nodes = wait_for("one of B's Jobs bound", lambda: bound(sandbox, qb, 1),
+                             timeout=90)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{state(sandbox, qa, qb)}") from None
+        took = time.monotonic() - started
+        assert took >= GRACE and nodes[0] in POOL_NODES
+        time.sleep(GRACE + 6)  # past another grace: 1 and 1 is fair, nothing moves
+        assert (unsuspended(sandbox, qa), unsuspended(sandbox, qb)) == (1, 1), \
+            state(sandbox, qa, qb)
+        assert taken_back(sandbox, qa) - before == 1
+        assert sorted(bound_nodes(sandbox, qa) + bound_nodes(sandbox, qb)) == POOL_NODES
+        no_pod_pending(sandbox, qa, qb)
+    print(f"\nreclaim inside a selector: B's Job bound after {took:.1f}s (grace {GRACE:.0f}s)")

@@ -105,3 +105,33 @@ def test_from_an_unknown_queue_exits_2(capsys: pytest.CaptureFixture[str],
     start.write_text("nope: [{requests: {cpu: '1'}}]\n")
     code, _, err = run(capsys, tmp_path, flood(False), "--from", str(start))
     assert code == 2 and "no queue named 'nope'" in err
+
+
+def fragmented() -> dict[str, Any]:
+    """Two 1-CPU nodes, each running two 500m units of `a` (first fit, in the
+    order listed); the lower-priority ones, first in victim order, sit on
+    different nodes. `b` waits with one 1-CPU unit."""
+    running = [{"name": name, "requests": {"cpu": "500m"}, "priority": priority}
+               for name, priority in (("x0", 1), ("y1", 0), ("x2", 1), ("y3", 0))]
+    return {"nodes": [{"name": "n", "allocatable": {"cpu": "1"}, "count": 2}],
+            "queues": [{"name": "a", "running": running},
+                       {"name": "b", "units": [{"requests": {"cpu": "1"}}]}]}
+
+
+def test_with_nodes_the_victims_free_one_node(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    """Reclaim with node fit (DESIGN §10): y3 and y1 would free 1 CPU in
+    total but 500m on each node; x2 and y3 free the node b's unit fits on."""
+    code, out, _ = run(capsys, tmp_path, fragmented())
+    assert code == 0
+    assert [m["unit"] for m in out["reclaim"]["moves"]] == ["a/running/y3", "a/running/x2"]
+    assert out["queues"]["b"]["admitted"] == 1 and out["queues"]["b"]["pools"] == {"default": 1}
+    assert out["queues"]["a"]["admitted"] == 2 and out["reclaim"]["converged"] is True
+
+
+def test_a_running_unit_no_node_holds_exits_2(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    document = fragmented()
+    document["queues"][0]["running"].append({"name": "big", "requests": {"cpu": "2"}})
+    code, _, err = run(capsys, tmp_path, document)
+    assert code == 2 and err.startswith("running: a/running/big fits on no node")

@@ -103,13 +103,14 @@ async def tenants(c: ReclaimCluster, *, reclaimable: bool = True, **a: Any) -> N
     await c.queue("b")
 
 
-async def pods_fill_then_arrive(c: ReclaimCluster, *, starving: bool = True) -> None:
-    await c.pods("na", "a", 10)
+async def pods_fill_then_arrive(c: ReclaimCluster, *, starving: bool = True,
+                                count: int = 10) -> None:
+    await c.pods("na", "a", count)
     await c.settle()
     c.running_pods("na")
     await c.settle()
-    assert len(c.released_pods("na")) == 10
-    await c.pods("nb", "b", 10)
+    assert len(c.released_pods("na")) == count
+    await c.pods("nb", "b", count)
     await c.settle()  # b's units are created
     await c.look()  # the next look: b starts to starve
     assert c.released_pods("nb") == []

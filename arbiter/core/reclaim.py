@@ -201,6 +201,8 @@ class Room(Protocol):
 
     def fits(self, unit: Waiting, victims: Sequence[Admitted] = ()) -> bool: ...
 
+    def usable(self, unit: Waiting, victim: Admitted) -> bool: ...
+
     def serve(self, unit: Waiting, victims: Sequence[Admitted]) -> None: ...
 
     def cover(self, unit: Waiting, need: dict[str, int], candidates: Iterable[Admitted],
@@ -400,7 +402,8 @@ def plan(
     """Victims for the waiting units (see the module doc).
 
     `room` (node fit): a unit is served without victims only when its pods
-    fit on nodes it may use, and victims are chosen so that they then do.
+    fit on nodes it may use, and victims are chosen so that they then do;
+    `usable` defaults to `room.usable`.
 
     `usable(w, u)`: whether taking `u` back frees room `w` could use (with
     node fit, DESIGN §10: `u` holds resources on nodes of `w`'s pools); a
@@ -413,6 +416,8 @@ def plan(
     queues whose grace has passed; `protected`: keys never to pick (a write
     in flight, an eviction blocked lately).
     """
+    if usable is None and room is not None:
+        usable = room.usable
     # What the queues' admitted units hold (victims taken off): the floors
     # are checked against this. `projected` adds the units this pass has
     # served: shares, capabilities and the reclaimer's deserved share use it

@@ -237,7 +237,6 @@ def _first_fit(node_set: NodeSet, runs: list[tuple[int, Pairs]], changed: list[i
     looked at: the others hold none. Per placement: (run, member, pairs, count)."""
     fr = node_set.fr
     members = node_set.members
-    n = len(members)
     used: dict[int, dict[int, int]] = {}  # member -> what earlier runs took there
     out: list[tuple[int, int, Pairs, int]] = []
     for ri, (count, pairs) in enumerate(runs):
@@ -268,7 +267,6 @@ def _first_fit(node_set: NodeSet, runs: list[tuple[int, Pairs]], changed: list[i
                 break
         if count:
             return None
-    assert all(m < n for _, m, _, _ in out)
     return out
 
 

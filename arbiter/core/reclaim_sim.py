@@ -117,8 +117,7 @@ class Simulation:
             engine.capacity())
         decided = plan(engine.capacity(), self.queues, candidates, waiting,
                        due=set(self.queues) if due is None else due,
-                       max_victims=len(candidates) + 1,
-                       usable=room.usable if room is not None else None, room=room)
+                       max_victims=len(candidates) + 1, room=room)
         self.rounds += 1
         moves: list[Move] = []
         for victim in decided.victims:

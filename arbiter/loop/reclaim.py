@@ -284,7 +284,7 @@ class Reclaimer:
         due = {q for q, since in self.since.items() if now - since >= self.settings.grace}
         decided = plan(engine.capacity(), queues, admitted, heads, due=due,
                        allocated=holding, ordered=True, max_victims=self.settings.max_victims,
-                       usable=room.usable if room is not None else None, room=room)
+                       room=room)
         cut = decided.cut or len(decided.victims) >= self.settings.max_victims
         for name in decided.starving:
             self.since.setdefault(name, now)

@@ -37,6 +37,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _HERE in item.path.resolve().parents:
             item.add_marker(pytest.mark.e2e)
+    # e2e files first: they are the longest, and with several workers
+    # (pytest-xdist, scripts/test.sh) the quick unit files then fill the gaps.
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -56,6 +56,7 @@ from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.units import (
     Consumer,
+    DesiredUnit,
     admission_deadline,
     alternate_name,
     backoff_delay,
@@ -155,6 +156,9 @@ class AdmissionController:
             touch=self.touch, touch_consumer=self._touch_consumer,
             backoff_delay=self._backoff_delay, events=events, clock=clock)
         self._blocked_names: set[str] = set()
+        # What each consumer asks, computed once per cycle (the store does not
+        # change during one): `_reconcile_consumer` and `_drifted` both ask.
+        self._wanted: dict[ConsumerKey, DesiredUnit | None] = {}
         self._wake = asyncio.Event()
         self._next_resync = 0.0
         self._listening = False
@@ -272,6 +276,7 @@ class AdmissionController:
         started = time.perf_counter()
         now = self.clock()
         store = self.store
+        self._wanted.clear()
         if self._all:
             self._all = False
             if not self._indexed:
@@ -370,12 +375,12 @@ class AdmissionController:
             unit = mine[0]
             if follows_consumer(unit) and not self.writes.busy(unit.key) \
                     and not self.writes.outdated(unit):
-                wanted = desired_unit(self.store, self.index, consumer)
+                wanted = self._desired(consumer)
                 drift = spec_drift(unit, wanted) if wanted is not None else None
                 if drift is not None:
                     self.writer.update_spec(unit, drift)
             return
-        desired = desired_unit(self.store, self.index, consumer)
+        desired = self._desired(consumer)
         if desired is None:
             return
         if self.unit(desired.key) is not None:
@@ -444,6 +449,11 @@ class AdmissionController:
             return
         writer.step(unit, step)
 
+    def _desired(self, consumer: ConsumerKey) -> DesiredUnit | None:
+        if consumer not in self._wanted:
+            self._wanted[consumer] = desired_unit(self.store, self.index, consumer)
+        return self._wanted[consumer]
+
     def _drifted(self, unit: UnitRecord) -> bool:
         """A waiting unit whose spec (pod sets, queue, priority) is not what
         its consumer asks now, or whose consumer asks for no unit at all:
@@ -452,7 +462,7 @@ class AdmissionController:
         if not follows_consumer(unit):
             return False
         key = consumer_key(unit)
-        wanted = desired_unit(self.store, self.index, key) if key is not None else None
+        wanted = self._desired(key) if key is not None else None
         if wanted is None or unit.consumer is None or wanted.consumer_uid != unit.consumer.uid:
             return True
         return spec_drift(unit, wanted) is not None

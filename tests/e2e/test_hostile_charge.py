@@ -72,7 +72,8 @@ def test_an_orphan_deleted_job_keeps_its_room_as_unqueued_usage(sandbox: Sandbox
 
 
 def test_a_patched_down_unit_is_admitted_at_the_jobs_real_size(sandbox: Sandbox) -> None:
-    with tenant(sandbox, "shrink", capability={"cpu": "2"}) as (ns, _):
+    # Capability 3, hog takes 2: the Job's 2 x 1 CPU wait, 10m would fit.
+    with tenant(sandbox, "shrink", capability={"cpu": "3"}) as (ns, _):
         create(sandbox, big_job("hog", ns, 2))
         wait_for("hog admitted", lambda: not suspended(sandbox, ns, "hog"), timeout=60)
         create(sandbox, big_job("big", ns, 2))

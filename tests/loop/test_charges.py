@@ -155,7 +155,7 @@ async def test_a_patched_down_waiting_unit_is_admitted_at_its_consumers_size() -
     """Row 7: a tenant patches a waiting Job unit's podSets down; it is never
     admitted small, and comes back to the Job's demand."""
     c = Cluster()
-    await team(c, nodes=2)
+    await team(c, nodes=3)  # 1 CPU free once hog runs: 10m would fit, 2 x 1 CPU not
     await c.job("ns", "hog", "q", parallelism=2)
     await c.settle()
     job = await c.job("ns", "big", "q", parallelism=2)

@@ -313,6 +313,7 @@ def pod_from_api(obj: Obj) -> PodRecord:
         gated=any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or []),
         job_name=owner.name if owner is not None and owner.kind == "Job" else None,
         job_uid=owner.uid if owner is not None and owner.kind == "Job" else "",
+        orphan_of=_orphan_of(labels) if owner is None else None,
         pod_group=labels.get(POD_GROUP_LABEL) or None,
         pod_group_size=group_size,
         priority=int(spec.get("priority", 0) or 0),
@@ -435,6 +436,17 @@ def unit_from_api(obj: Obj) -> UnitRecord:
         replicas=replicas_from_status(status),
         members=_uids(status.get("admittedPods")),
     )
+
+
+# The labels the Job controller puts on its pods (kept when a Job is deleted
+# with --cascade=orphan, which only takes the ownerRef off).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+
+
+def _orphan_of(labels: Mapping[str, str]) -> tuple[str, str] | None:
+    name, uid = labels.get(JOB_NAME_LABEL), labels.get(JOB_UID_LABEL)
+    return (name, uid) if name and uid else None
 
 
 def _uids(value: Any) -> tuple[str, ...]:

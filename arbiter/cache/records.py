@@ -204,6 +204,10 @@ class PodRecord:
     # that ownerRef's uid: a pod is a Job unit's only when the uid matches.
     job_name: str | None = None
     job_uid: str = ""
+    # (job-name, controller-uid) from the Job controller's labels on a pod
+    # with no controller ownerRef: a Job deleted with --cascade=orphan
+    # leaves its pods these, and its unit charged until they are gone.
+    orphan_of: tuple[str, str] | None = None
     pod_group: str | None = None
     pod_group_size: int | None = None
     priority: int = 0

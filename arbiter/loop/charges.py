@@ -7,7 +7,14 @@ A pod is *held* by a unit matched by uid, in the pod's own namespace:
 - a pod group's unit that recorded the pod's uid at admission
   (`status.admittedPods`; a group admitted before that was recorded holds
   every pod carrying its label);
-- a Job unit whose consumerRef.uid is the pod's controller ownerRef uid.
+- a Job unit whose consumerRef.uid is the pod's controller ownerRef uid,
+  or, for a pod with no controller ownerRef (its Job deleted with
+  `--cascade=orphan`), the uid in the Job controller's
+  `batch.kubernetes.io/controller-uid` label: the unit of a vanished Job
+  keeps counting until its pods are gone. That label only picks among the
+  namespace's own units, and a pod so held is never covered by a unit that
+  no longer counts, so editing it moves a charge between queues the
+  namespace uses, never off them.
 
 A unit the engine counts as admitted *covers* the pods it holds up to its
 admitted demand, oldest first. Every other pod is *unqueued usage*: a pod
@@ -15,7 +22,8 @@ no unit holds (nodeName set at creation, a Job released around arbiter, a
 Job orphan-deleted after admission: its pods lose their ownerRef), and a
 held pod its unit does not cover (parallelism raised, a resize, a unit's
 podSets patched down, a consumer gone). It is charged to its holding unit's
-queue when that unit is counted, else to its namespace's queue
+queue (whether that unit counts or not: its queue is its workload's), else
+to its namespace's queue
 (`ClusterStore.resolve_queue` without labels: the Queue listing the
 namespace, else the namespace's label; the pod's own queue label is never
 read, so relabelling a running pod moves nothing). With no such queue, or
@@ -67,6 +75,8 @@ def _consumers_of(pod: PodRecord) -> tuple[ConsumerKey, ...]:
         keys.append(ConsumerKey("PodGroup", pod.namespace, pod.pod_group))
     if pod.job_name:
         keys.append(ConsumerKey("Job", pod.namespace, pod.job_name))
+    if pod.orphan_of is not None:
+        keys.append(ConsumerKey("Job", pod.namespace, pod.orphan_of[0]))
     return tuple(keys)
 
 
@@ -82,7 +92,8 @@ def holds(unit: UnitRecord, pod: PodRecord) -> bool:
             return False
         return pod.uid in unit.members if unit.members else unit.admissions > 0
     if ref.kind == "Job":
-        return ref.name == pod.job_name and bool(ref.uid) and ref.uid == pod.job_uid
+        return bool(ref.uid) and ((ref.name == pod.job_name and ref.uid == pod.job_uid)
+                                  or pod.orphan_of == (ref.name, ref.uid))
     return False
 
 
@@ -205,7 +216,7 @@ class Charges:
                 budget = budget - pod.requests
                 self._charge(store, mirror, pod.uid, None, None)
                 continue
-            queue = record.queue if counted and record is not None else \
+            queue = record.queue if record is not None else \
                 store.resolve_queue(pod.namespace, None) or ""
             self._charge(store, mirror, pod.uid, pod, queue)
 

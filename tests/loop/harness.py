@@ -16,6 +16,7 @@ from arbiter.api import (
     QUEUE_LABEL,
     format_rfc3339,
 )
+from arbiter.cache.convert import JOB_NAME_LABEL, JOB_UID_LABEL
 from arbiter.cache.records import UnitRecord
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.kubeapi import job_path, pod_path, unit_path
@@ -188,7 +189,9 @@ class Cluster:
         owner = self.api.objects[job_path(namespace, job)]["metadata"]
         queue = owner.get("labels", {}).get(QUEUE_LABEL, "")
         return await self.api.create(f"/api/v1/namespaces/{namespace}/pods", {
-            "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: queue},
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {QUEUE_LABEL: queue, JOB_NAME_LABEL: job,
+                                    JOB_UID_LABEL: owner["uid"]},
                          "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
                                               "name": job, "uid": owner["uid"],
                                               "controller": True}]},

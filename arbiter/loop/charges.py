@@ -43,6 +43,7 @@ engine) and a consumer's units changing mark what to look at again;
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -131,12 +132,21 @@ class Charges:
         self._dirty_pods.update(self._holder)
 
     # -- recomputing ------------------------------------------------------------------
+    def pending(self) -> bool:
+        return bool(self._dirty_pods or self._dirty_units)
+
     def flush(self, store: ClusterStore, index: LoopIndex, mirror: EngineMirror,
-              unit_of: UnitLookup) -> None:
-        """Bring the engine's unqueued entries up to date with what changed."""
+              unit_of: UnitLookup, *, limit: int | None = None) -> None:
+        """Bring the engine's unqueued entries up to date with what changed
+        (at most `limit` pods; the rest wait for the next call: a new
+        leader's first look at every pod must not stall the event loop)."""
         units = self._dirty_units
-        pods = self._dirty_pods
-        self._dirty_units, self._dirty_pods = set(), set()
+        self._dirty_units = set()
+        if limit is None or len(self._dirty_pods) <= limit:
+            pods, self._dirty_pods = self._dirty_pods, set()
+        else:
+            pods = set(itertools.islice(self._dirty_pods, limit))
+            self._dirty_pods -= pods
         for uid in pods:
             pod = store.pods.get(uid)
             if not chargeable(store, pod):

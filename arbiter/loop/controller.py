@@ -316,7 +316,8 @@ class AdmissionController:
             left -= 1
         if self.warming and not consumers and not units:
             self.warming = False
-        self.charges.flush(store, self.index, self.mirror, self.unit)
+        self.charges.flush(store, self.index, self.mirror, self.unit,
+                           limit=self.settings.batch if budget is not None else None)
 
         chosen = [] if self.warming else self.mirror.admit_all()
         for unit in chosen:
@@ -491,7 +492,7 @@ class AdmissionController:
                     await asyncio.sleep(1.0)
                 if on_cycle is not None:
                     on_cycle()
-                if self._consumers or self._units:
+                if self._consumers or self._units or self.charges.pending():
                     await asyncio.sleep(0)  # more to do: just let others run first
                 else:
                     await self._sleep()
@@ -516,7 +517,7 @@ class AdmissionController:
 
     def _pending_work(self) -> bool:
         return bool(self._units or self._consumers or self._all or self._queues_dirty
-                    or self._capacity_dirty)
+                    or self._capacity_dirty or self.charges.pending())
 
     async def settle(self, *, rounds: int = 100) -> None:
         """Run cycles until no write is in flight and nothing changed (tests)."""

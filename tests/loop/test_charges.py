@@ -231,3 +231,19 @@ async def test_a_namespace_without_a_queue_takes_the_capacity() -> None:
     assert allocated(c, "q") == Resources() and c.suspended("ns", "two")
     assert all(key.startswith(UNQUEUED_PREFIX) for key in c.controller.mirror.entries
                if c.controller.mirror.state(key) == "orphan")
+
+
+async def test_a_new_leaders_first_look_at_every_pod_is_spread_over_cycles() -> None:
+    """The backstop looks at `batch` pods a cycle at most (a large cache
+    must not stall the event loop), and gets through them all."""
+    from arbiter.loop.controller import LoopSettings
+
+    c = Cluster(LoopSettings(debounce=0.0, batch=2))
+    await team(c, nodes=4)
+    for index in range(20):
+        await c.pod("ns", f"pinned-{index}", "q", cpu="100m", gated=False,
+                    node=f"node-{index % 4}", phase="Running")
+    c.controller.cycle(budget=2)
+    assert 0 < len(c.controller.charges.charged) <= 2
+    await c.settle()
+    assert charged(c) == {"q": (cpu("2"), 20)}

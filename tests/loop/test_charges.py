@@ -247,3 +247,17 @@ async def test_a_new_leaders_first_look_at_every_pod_is_spread_over_cycles() -> 
     assert 0 < len(c.controller.charges.charged) <= 2
     await c.settle()
     assert charged(c) == {"q": (cpu("2"), 20)}
+
+
+async def test_unqueued_usage_counts_in_a_parents_capability() -> None:
+    """Hierarchical queues (DESIGN §11): a child's unqueued usage is its
+    subtree's too."""
+    c = Cluster()
+    await c.nodes(4)
+    await c.queue("org", capability={"cpu": "2"})
+    await c.queue("team", parent="org", namespaces=["ns"])
+    await c.pod("ns", "pinned", "team", gated=False, node="node-0", phase="Running")
+    await c.job("ns", "two", "team", parallelism=2)
+    await c.settle()
+    assert charged(c) == {"team": (cpu("1"), 1)} and allocated(c, "team") == cpu("1")
+    assert c.suspended("ns", "two")  # 1 + 2 > the parent's capability 2

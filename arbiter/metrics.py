@@ -26,6 +26,13 @@ queue_deserved = Gauge(
     ["queue", "resource"],
     registry=REGISTRY,
 )
+queue_unqueued = Gauge(
+    "arbiter_queue_unqueued",
+    "Requests of bound pods charged to the queue that no admitted unit covers "
+    "(part of allocated; base units, cpu in cores)",
+    ["queue", "resource"],
+    registry=REGISTRY,
+)
 queue_dominant_share = Gauge(
     "arbiter_queue_dominant_share",
     "Dominant share of the queue (0..1)",

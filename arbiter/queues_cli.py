@@ -83,6 +83,9 @@ class QueueRow:
     # Recent shares, oldest first (the demo's sparkline).
     history: tuple[float, ...] = ()
     parent: str = ""  # spec.parent (DESIGN §11): the table shows the tree
+    # status.unqueued / unqueuedPods: bound pods no admitted unit covers (DESIGN §13).
+    unqueued: Resources = EMPTY
+    unqueued_pods: int = 0
 
     @property
     def bar_counts(self) -> tuple[int, int]:
@@ -151,6 +154,8 @@ def queue_row(obj: Mapping[str, Any], capacity: Resources | None) -> QueueRow:
         admitted=_int(status.get("admitted")),
         pending=_int(status.get("pending")),
         parent=str(spec.get("parent") or ""),
+        unqueued=_resources(status.get("unqueued")),
+        unqueued_pods=_int(status.get("unqueuedPods")),
     )
 
 
@@ -207,6 +212,10 @@ def render_table(rows: Sequence[QueueRow], glyphs: Glyphs = UNICODE) -> str:
                "ADMITTED", "PENDING"]
     if with_history:
         headers.insert(7, "SHARE OVER TIME")
+    # Shown when some queue has any: pods running outside any unit.
+    with_unqueued = any(row.unqueued_pods for row in rows)
+    if with_unqueued:
+        headers.append("UNQUEUED")
     table: list[list[str]] = []
     for depth, row in tree_order(rows):
         done, total = row.bar_counts
@@ -225,6 +234,9 @@ def render_table(rows: Sequence[QueueRow], glyphs: Glyphs = UNICODE) -> str:
         ]
         if with_history:
             cells.insert(7, sparkline(row.history, glyphs))
+        if with_unqueued:
+            cells.append(f"{row.unqueued_pods} pods: {format_resources(row.unqueued)}"
+                         if row.unqueued_pods else "-")
         table.append(cells)
     widths = [max(len(line[i]) for line in [headers, *table]) for i in range(len(headers))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))

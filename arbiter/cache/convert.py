@@ -312,6 +312,8 @@ def pod_from_api(obj: Obj) -> PodRecord:
         queue=labels.get(QUEUE_LABEL) or None,
         gated=any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or []),
         job_name=owner.name if owner is not None and owner.kind == "Job" else None,
+        job_uid=owner.uid if owner is not None and owner.kind == "Job" else "",
+        orphan_of=_orphan_of(labels) if owner is None else None,
         pod_group=labels.get(POD_GROUP_LABEL) or None,
         pod_group_size=group_size,
         priority=int(spec.get("priority", 0) or 0),
@@ -432,7 +434,26 @@ def unit_from_api(obj: Obj) -> UnitRecord:
         checks=unit_checks_from_status(status.get("admissionChecks")),
         requeue_at=parse_rfc3339(status.get("requeueAt")),
         replicas=replicas_from_status(status),
+        members=_uids(status.get("admittedPods")),
     )
+
+
+# The labels the Job controller puts on its pods (kept when a Job is deleted
+# with --cascade=orphan, which only takes the ownerRef off).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+
+
+def _orphan_of(labels: Mapping[str, str]) -> tuple[str, str] | None:
+    name, uid = labels.get(JOB_NAME_LABEL), labels.get(JOB_UID_LABEL)
+    return (name, uid) if name and uid else None
+
+
+def _uids(value: Any) -> tuple[str, ...]:
+    """A list of uids (anything else: none)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(sorted(item for item in value if isinstance(item, str) and item))
 
 
 def priority_class_from_api(obj: Obj) -> PriorityClassRecord:

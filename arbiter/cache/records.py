@@ -200,8 +200,14 @@ class PodRecord:
     phase: str = "Pending"
     queue: str | None = None
     gated: bool = False
-    # Owning Job's name when the pod's controller is a batch/v1 Job.
+    # Owning Job's name when the pod's controller is a batch/v1 Job, and
+    # that ownerRef's uid: a pod is a Job unit's only when the uid matches.
     job_name: str | None = None
+    job_uid: str = ""
+    # (job-name, controller-uid) from the Job controller's labels on a pod
+    # with no controller ownerRef: a Job deleted with --cascade=orphan
+    # leaves its pods these, and its unit charged until they are gone.
+    orphan_of: tuple[str, str] | None = None
     pod_group: str | None = None
     pod_group_size: int | None = None
     priority: int = 0
@@ -277,6 +283,9 @@ class UnitRecord:
     # Pods per pod set of the last admission, when fewer than asked
     # (partial admission: status.admissions[-1].replicas); () when whole.
     replicas: tuple[tuple[str, int], ...] = ()
+    # status.admittedPods: the uids of a pod group's pods at its admission;
+    # only these are released, and only these are its (DESIGN §13).
+    members: tuple[str, ...] = ()
 
     @property
     def demand(self) -> Resources:

@@ -68,14 +68,15 @@ class Written:
 def admission_status(
     unit: UnitRecord, current: Mapping[str, Any] | None, now: float, by: str = "",
     plan: Placement | None = None, *, checks: Sequence[str] = (),
-    replicas: Mapping[str, int] | None = None,
+    replicas: Mapping[str, int] | None = None, members: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Status of a unit being admitted: one more admission, attempt n+1
     (`by`: the identity of the leader that admitted it; `plan`: where its
     pods go, recorded as `admission`, or null when admitted without one).
     With `checks` its quota is only reserved: phase Reserved, each check
     Pending (DESIGN §12). `replicas`: pods per pod set when fewer than asked
-    were admitted (partial admission)."""
+    were admitted (partial admission). `members`: a pod group's pods admitted
+    (status.admittedPods: only they are released and charged to it)."""
     current = current or {}
     stamp = format_rfc3339(now)
     attempt = int(current.get("attempts") or unit.attempts or 0) + 1
@@ -101,6 +102,8 @@ def admission_status(
         "admission": UnitAdmission.from_placement(plan).to_api() if plan is not None else None,
         "requeueAt": None,
     }
+    if members:
+        status["admittedPods"] = list(members)
     if checks:
         status["phase"] = "Reserved"
         status["admissionChecks"] = pending_checks_status(checks, now)
@@ -224,7 +227,8 @@ class Actions:
 
     async def admit(self, unit: UnitRecord, now: float, plan: Placement | None = None, *,
                     checks: Sequence[str] = (),
-                    replicas: Mapping[str, int] | None = None) -> Written | None:
+                    replicas: Mapping[str, int] | None = None,
+                    members: Sequence[str] = ()) -> Written | None:
         """Record the admission in the unit's status (phase Dequeued).
 
         A unit admitted before (TimeoutBackoff → Enqueued) is read first, so
@@ -244,7 +248,8 @@ class Actions:
         return await self.write_status(
             record,
             lambda r, cur: admission_status(r, cur, now, self.identity, plan,
-                                            checks=checks, replicas=replicas),
+                                            checks=checks, replicas=replicas,
+                                            members=members),
             still_waiting(unit),
             current=current,
         )
@@ -362,7 +367,9 @@ class Actions:
                 lambda: self.ungate(unit.namespace, consumer.name, consumer.uid, directives),
             )
         elif consumer.kind == "PodGroup":
-            gated = [p for p in pods if p.gated]
+            # Only the pods admitted with it: one labelled into the group
+            # afterwards stays gated (DESIGN §13).
+            gated = [p for p in pods if p.gated and (not unit.members or p.uid in unit.members)]
             results = await asyncio.gather(
                 *(self.ungate(p.namespace, p.name, p.uid, directives) for p in gated),
                 return_exceptions=True,

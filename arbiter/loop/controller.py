@@ -30,7 +30,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from arbiter import metrics
 from arbiter.cache.ownership import ConsumerKey
@@ -39,21 +39,31 @@ from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.fairshare import Unit
 from arbiter.kubeapi import ClusterApi
 from arbiter.loop.actions import Actions
+from arbiter.loop.charges import Charges
 from arbiter.loop.checks import CheckStateGauge, check_deadline, check_step, checks_for
 from arbiter.loop.events import EventSink
 from arbiter.loop.index import LoopIndex, consumer_state, consumer_uid, desired_unit
 from arbiter.loop.inflight import InFlightWrites
-from arbiter.loop.mirror import EngineMirror, engine_unit, recorded_plan, submitted
+from arbiter.loop.mirror import (
+    EngineMirror,
+    engine_unit,
+    recorded_plan,
+    submitted,
+    unqueued_pod,
+)
 from arbiter.loop.placement import PodDirectives, directives_for
 from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.units import (
     Consumer,
+    DesiredUnit,
     admission_deadline,
+    alternate_name,
     backoff_delay,
     consumer_key,
     decide,
     disposition,
+    follows_consumer,
     held,
     spec_drift,
 )
@@ -124,6 +134,8 @@ class AdmissionController:
         self.mirror = EngineMirror()
         self.mirror.nodes.overcommit = self.settings.overcommit
         self.index = LoopIndex()
+        # Bound pods no admitted unit covers (DESIGN §13, "reality is charged").
+        self.charges = Charges()
         self.check_states = CheckStateGauge()
         self.stats = CycleStats()
         # What the next cycle must look at.
@@ -144,6 +156,9 @@ class AdmissionController:
             touch=self.touch, touch_consumer=self._touch_consumer,
             backoff_delay=self._backoff_delay, events=events, clock=clock)
         self._blocked_names: set[str] = set()
+        # What each consumer asks, computed once per cycle (the store does not
+        # change during one): `_reconcile_consumer` and `_drifted` both ask.
+        self._wanted: dict[ConsumerKey, DesiredUnit | None] = {}
         self._wake = asyncio.Event()
         self._next_resync = 0.0
         self._listening = False
@@ -175,7 +190,9 @@ class AdmissionController:
         if kind == "QueueUnit":
             self._units.add(key)
             self.check_states.update(key, self.store.units.get(key))
-            self._consumers.update(self.index.on_unit(key, self.store.units.get(key)))
+            touched = self.index.on_unit(key, self.store.units.get(key))
+            self._consumers.update(touched)
+            self.charges.consumers(touched)
         elif kind == "Job":
             namespace, _, name = key.partition("/")
             consumer = ConsumerKey("Job", namespace, name)
@@ -184,6 +201,7 @@ class AdmissionController:
             pod = self.store.pods.get(key)
             touched, capacity = self.index.on_pod(key, pod)
             self.mirror.nodes.on_pod(key, pod)
+            self.charges.pod(key)
             self._consumers.update(touched)
             self._capacity_dirty = self._capacity_dirty or capacity
         elif kind == "Queue":
@@ -229,7 +247,9 @@ class AdmissionController:
         """A write's result is assumed: index a unit the store has not seen
         yet, and look at it again."""
         if record.key not in self.store.units:
-            self._consumers.update(self.index.on_unit(record.key, record))
+            touched = self.index.on_unit(record.key, record)
+            self._consumers.update(touched)
+            self.charges.consumers(touched)
         self.touch(record.key)
 
     def _directives(self, unit: UnitRecord) -> PodDirectives:
@@ -256,6 +276,7 @@ class AdmissionController:
         started = time.perf_counter()
         now = self.clock()
         store = self.store
+        self._wanted.clear()
         if self._all:
             self._all = False
             if not self._indexed:
@@ -265,6 +286,7 @@ class AdmissionController:
             self._consumers.update(self.index.consumers(store))
             self._units.update(store.units)
             self._units.update(self.writes.assumed_keys())
+            self.charges.everything(store)
             self._queues_dirty = self._capacity_dirty = True
             self._next_resync = now + self.settings.resync_interval
         for key in self.writes.due(now):
@@ -278,6 +300,7 @@ class AdmissionController:
 
         if self._queues_dirty:
             self.mirror.set_queues(store.queues)
+            self.charges.recharge()  # a namespace's queue may have changed
             self._queues_dirty = False
         if self._capacity_dirty:
             self.mirror.set_capacity(store.capacity(self.settings.overcommit))
@@ -293,6 +316,8 @@ class AdmissionController:
             left -= 1
         if self.warming and not consumers and not units:
             self.warming = False
+        self.charges.flush(store, self.index, self.mirror, self.unit,
+                           limit=self.settings.batch if budget is not None else None)
 
         chosen = [] if self.warming else self.mirror.admit_all()
         for unit in chosen:
@@ -330,6 +355,7 @@ class AdmissionController:
         for start in range(0, len(keys), chunk):
             self._units.update(keys[start:start + chunk])
             await asyncio.sleep(0)
+        self.charges.everything(store)
         self._queues_dirty = self._capacity_dirty = True
         self._all = False
         self._next_resync = self.clock() + self.settings.resync_interval
@@ -344,24 +370,26 @@ class AdmissionController:
         # group) stands for it: a unit without the uid may be anyone's.
         mine = [u for u in existing if u.consumer is not None and u.consumer.uid == uid]
         if mine:
-            # Only a waiting Job's unit follows its consumer (parallelism);
-            # a pod's requests and a group's members are fixed once created.
+            # A waiting unit's spec is its consumer's (a Job's parallelism
+            # changed, or a tenant edited the unit): put it back; it is not
+            # admitted meanwhile (`_drifted`).
             unit = mine[0]
-            if consumer.kind == "Job" and unit.phase == "Enqueued" \
-                    and not self.writes.busy(unit.key) \
+            if follows_consumer(unit) and not self.writes.busy(unit.key) \
                     and not self.writes.outdated(unit):
-                wanted = desired_unit(self.store, self.index, consumer)
+                wanted = self._desired(consumer)
                 drift = spec_drift(unit, wanted) if wanted is not None else None
                 if drift is not None:
                     self.writer.update_spec(unit, drift)
             return
-        desired = desired_unit(self.store, self.index, consumer)
+        desired = self._desired(consumer)
         if desired is None:
             return
-        taken = self.unit(desired.key)
-        if taken is not None:
-            # A namesake unit: a reservation, or the unit of a deleted
-            # predecessor the garbage collector has not removed yet.
+        if self.unit(desired.key) is not None:
+            # A namesake unit (a reservation, or the unit of a deleted
+            # predecessor the garbage collector has not removed yet) is never
+            # this consumer's: its own goes under a name of its own.
+            desired = replace(desired, name=alternate_name(desired))
+        if self.unit(desired.key) is not None:
             if desired.key not in self._blocked_names:
                 self._blocked_names.add(desired.key)
                 log.warning("cannot create QueueUnit %s for %s: the name is taken",
@@ -372,6 +400,9 @@ class AdmissionController:
 
     def _reconcile_unit(self, key: str, now: float) -> None:
         unit = self.unit(key)
+        if unqueued_pod(key) is not None:
+            return  # a pod's unqueued usage (arbiter.loop.charges), not a unit
+        self.charges.unit(key)
         if unit is None:
             self.mirror.set(key, None, None)
             self.writer.forget(key)
@@ -384,6 +415,8 @@ class AdmissionController:
             where = disposition(unit, consumer)
             if where == "pending" and (outdated or self.writes.retry_at(key) > now):
                 where = None  # wait for the watch, or for the retry time
+            elif where == "pending" and self._drifted(unit):
+                where = None  # admitted only once its spec is its consumer's again
             elif where == "pending" and unit.requeue_at is not None and unit.requeue_at > now:
                 where = None  # an admission check sent it back: wait out its delay
                 self.writes.timer(unit.requeue_at, key)
@@ -417,6 +450,24 @@ class AdmissionController:
             return
         writer.step(unit, step)
 
+    def _desired(self, consumer: ConsumerKey) -> DesiredUnit | None:
+        if consumer not in self._wanted:
+            self._wanted[consumer] = desired_unit(self.store, self.index, consumer)
+        return self._wanted[consumer]
+
+    def _drifted(self, unit: UnitRecord) -> bool:
+        """A waiting unit whose spec (pod sets, queue, priority) is not what
+        its consumer asks now, or whose consumer asks for no unit at all:
+        what is admitted is the consumer's demand, never a tenant's edit of
+        the unit (the correcting write is `_reconcile_consumer`'s)."""
+        if not follows_consumer(unit):
+            return False
+        key = consumer_key(unit)
+        wanted = self._desired(key) if key is not None else None
+        if wanted is None or unit.consumer is None or wanted.consumer_uid != unit.consumer.uid:
+            return True
+        return spec_drift(unit, wanted) is not None
+
     def _backoff_delay(self, attempts: int) -> float:
         return backoff_delay(attempts, base=self.settings.backoff_base,
                              cap=self.settings.backoff_max, jitter=self.rng.random())
@@ -441,7 +492,7 @@ class AdmissionController:
                     await asyncio.sleep(1.0)
                 if on_cycle is not None:
                     on_cycle()
-                if self._consumers or self._units:
+                if self._consumers or self._units or self.charges.pending():
                     await asyncio.sleep(0)  # more to do: just let others run first
                 else:
                     await self._sleep()
@@ -466,7 +517,7 @@ class AdmissionController:
 
     def _pending_work(self) -> bool:
         return bool(self._units or self._consumers or self._all or self._queues_dirty
-                    or self._capacity_dirty)
+                    or self._capacity_dirty or self.charges.pending())
 
     async def settle(self, *, rounds: int = 100) -> None:
         """Run cycles until no write is in flight and nothing changed (tests)."""

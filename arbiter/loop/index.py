@@ -172,6 +172,8 @@ def consumer_state(
         pod = store.pod_by_name(key.namespace, key.name)
         return pod_state(pod, ref.uid), ((pod,) if pod is not None else ())
     pods = tuple(index.group_pods(store, key.namespace, key.name))
+    if unit.members:  # admitted: only the pods recorded then are the group's
+        pods = tuple(p for p in pods if p.uid in unit.members)
     return group_state(pods), pods
 
 

@@ -30,6 +30,24 @@ from arbiter.loop.units import Disposition, disposition
 
 State = Literal["pending", "parked", "admitted", "orphan"]
 
+# Engine keys of unqueued usage (arbiter.loop.charges): one admitted entry
+# per pod, `unqueued:<namespace>/<pod>/<uid>` (no unit has a colon in its key).
+UNQUEUED_PREFIX = "unqueued:"
+
+
+def unqueued_key(namespace: str, pod: str, uid: str) -> str:
+    return f"{UNQUEUED_PREFIX}{namespace}/{pod}/{uid}"
+
+
+def unqueued_pod(key: str) -> tuple[str, str, str] | None:
+    """(namespace, name, uid) of the pod an unqueued entry stands for; None
+    for a unit's key."""
+    if not key.startswith(UNQUEUED_PREFIX):
+        return None
+    namespace, _, rest = key.removeprefix(UNQUEUED_PREFIX).partition("/")
+    name, _, uid = rest.partition("/")
+    return namespace, name, uid
+
 
 def _essence(record: QueueRecord | None) -> tuple[QueueSpec, str] | None:
     return None if record is None else (queue_spec(record), record.state)
@@ -68,6 +86,9 @@ class EngineMirror:
         self._pending_demand: dict[str, dict[str, int]] = {}
         self.waiting: Counter[str] = Counter()  # pending + parked, by queue
         self.admitted: Counter[str] = Counter()  # admitted + orphan, by queue
+        # Unqueued usage (arbiter.loop.charges), by queue: pods and their requests.
+        self.unqueued_pods: Counter[str] = Counter()
+        self.unqueued: dict[str, Resources] = {}
         # Nodes, Pools and what runs on each node (DESIGN §10).
         self.nodes = NodeModel(lambda: self.engine)
         # Pending units that may be admitted with fewer pods (DESIGN §12),
@@ -174,6 +195,8 @@ class EngineMirror:
             self.engine.set_capacity(self.engine_capacity())
         if state in ("pending", "parked"):
             self.waiting[unit.queue] += 1
+        elif key.startswith(UNQUEUED_PREFIX):
+            self._count_unqueued(unit, 1)
         else:
             self.admitted[unit.queue] += 1
 
@@ -189,10 +212,28 @@ class EngineMirror:
         elif state == "orphan":
             self._orphan_demand = self._orphan_demand - unit.demand
             self.engine.set_capacity(self.engine_capacity())
+        if key.startswith(UNQUEUED_PREFIX):
+            self._count_unqueued(unit, -1)
+            return
         counter = self.waiting if state in ("pending", "parked") else self.admitted
         counter[unit.queue] -= 1
         if counter[unit.queue] <= 0:
             del counter[unit.queue]
+
+    def set_unqueued(self, key: str, unit: Unit | None,
+                     placement: Placement | None = None) -> None:
+        """Count (or stop counting) one pod's unqueued usage as admitted."""
+        self.set(key, "admitted" if unit is not None else None, unit, placement)
+
+    def _count_unqueued(self, unit: Unit, sign: int) -> None:
+        queue = unit.queue
+        self.unqueued_pods[queue] += sign
+        total = self.unqueued.get(queue, EMPTY) + unit.demand.scale(sign)
+        if self.unqueued_pods[queue] <= 0:
+            del self.unqueued_pods[queue]
+            self.unqueued.pop(queue, None)
+        else:
+            self.unqueued[queue] = total
 
     def _count_pending(self, unit: Unit, sign: int) -> None:
         total = self._pending_demand.get(unit.queue)

@@ -93,6 +93,7 @@ class NodeModel:
         self._shapes: dict[str, tuple[object, ...]] = {}
         self._pools: list[Pool] = []
         self._pods: dict[str, _Bound] = {}  # by pod uid
+        self._keys: dict[str, str] = {}  # pod uid -> its unqueued entry's key
         self._by_unit: dict[str, set[str]] = {}  # unit key -> uids of its bound pods
         self._used: dict[str, dict[str, int]] = {}  # node -> requests of uncovered pods
         self._covered: set[str] = set()  # units whose pods the engine counts by plan
@@ -142,9 +143,21 @@ class NodeModel:
             self._pools = wanted
             self._rebuild_engine = True
 
+    def charge(self, uid: str, key: str | None, pod: PodRecord | None) -> None:
+        """Count bound pod `uid` under engine key `key` (its unqueued usage,
+        `arbiter.loop.charges`, planned at its node), or under its consumer's
+        unit again (None)."""
+        if key is None:
+            self._keys.pop(uid, None)
+        else:
+            self._keys[uid] = key
+        self.on_pod(uid, pod)
+
     def on_pod(self, uid: str, pod: PodRecord | None) -> bool:
         """A pod changed; whether a node's usage or a plan may change."""
         new = _bound(pod)
+        if new is not None and uid in self._keys:
+            new = _Bound(self._keys[uid], new.node, new.requests)
         old = self._pods.get(uid)
         if old == new:
             return False

@@ -65,7 +65,7 @@ from arbiter.loop.decisions import Decision, log_decision
 from arbiter.loop.events import EventSink
 from arbiter.loop.evict import Evictor
 from arbiter.loop.inflight import InFlightWrites
-from arbiter.loop.mirror import EngineMirror
+from arbiter.loop.mirror import EngineMirror, unqueued_pod
 from arbiter.loop.units import Consumer, consumer_key
 
 log = logging.getLogger(__name__)
@@ -346,6 +346,10 @@ async def carry_out(loop: LoopAccess, reclaimer: Reclaimer, victim: Victim,
     key = victim.unit.key
     evictor = Evictor(loop.actions.api, loop.actions)
     try:
+        pod = unqueued_pod(key)
+        if pod is not None:
+            await _evict_unqueued(reclaimer, evictor, victim, pod, message, loop.clock())
+            return
         async with loop.writes.locked(key):
             record = loop.unit(key)
             if record is None or (not record.admitted and not record.reserved
@@ -439,3 +443,20 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
         loop.writes.assume(written.record)
         record = written.record
     _announce(loop, victim, record, f"{message}; evicted", "evict")
+
+
+async def _evict_unqueued(reclaimer: Reclaimer, evictor: Evictor, victim: Victim,
+                          pod: tuple[str, str, str], message: str, now: float) -> None:
+    """Unqueued usage (`arbiter.loop.charges`): a pod no admitted unit
+    covers has no unit to requeue; the pod itself is evicted."""
+    namespace, name, uid = pod
+    outcome = await evictor.evict_pod(namespace, name, uid)
+    if outcome == "blocked":
+        reclaimer.blocked_for(victim.unit.key, now)
+        return
+    reason = RECLAIM_REASON if victim.reason == "reclaim" else PREEMPT_REASON
+    if outcome == "evicted":
+        await evictor.mark_disruption(namespace, name, uid, reason, f"{message}; evicted", now)
+        metrics.preempted_units_total.labels(victim.unit.queue, victim.reason).inc()
+        log.warning("evicted unqueued pod %s/%s of queue %s: %s", namespace, name,
+                    victim.unit.queue, message)

@@ -58,6 +58,10 @@ class QueueView:
     # On a parent (DESIGN §11): its subtree's (allocated, deserved).
     subtree: tuple[Resources, Resources] | None = None
     parent: str = ""  # spec.parent ("" at the top)
+    # Bound pods charged to this queue that no admitted unit covers
+    # (DESIGN §13; part of `allocated` already), and how many.
+    unqueued: Resources = EMPTY
+    unqueued_pods: int = 0
 
     def status(self) -> dict[str, Any]:
         """Queue `.status` without conditions (those carry transition times).
@@ -72,6 +76,8 @@ class QueueView:
             "pending": self.pending,
             "admitted": self.admitted,
             "pendingUnits": [entry.to_json() for entry in self.pending_units],
+            "unqueued": self.unqueued.to_quantities(),
+            "unqueuedPods": self.unqueued_pods,
         }
         if self.pools:
             status["pools"] = [dict(share) for share in self.pools]
@@ -147,6 +153,8 @@ def queue_views(
             pools=pools.get(name, ()) if pools is not None else (),
             subtree=subtrees.get(name),
             parent=queue.parent or "",
+            unqueued=mirror.unqueued.get(name, EMPTY),
+            unqueued_pods=mirror.unqueued_pods.get(name, 0),
         )
     return views
 
@@ -236,11 +244,12 @@ class QueueMetrics:
     """Sets the per-queue gauges; label sets of queues that went are removed."""
 
     def __init__(self) -> None:
-        self._amounts = ResourceGauges(metrics.queue_allocated, metrics.queue_deserved)
+        self._amounts = ResourceGauges(metrics.queue_allocated, metrics.queue_deserved,
+                                       metrics.queue_unqueued)
         self._parents: dict[str, str] = {}  # the parent label each queue's info carries
 
     def update(self, views: Mapping[str, QueueView]) -> None:
-        gone = self._amounts.update({name: (view.allocated, view.deserved)
+        gone = self._amounts.update({name: (view.allocated, view.deserved, view.unqueued)
                                      for name, view in views.items()})
         for name in gone:
             _remove(metrics.queue_dominant_share, name)

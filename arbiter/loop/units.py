@@ -38,6 +38,7 @@ from arbiter.api import (
     UnitPhase,
     parse_rfc3339,
 )
+from arbiter.api import unit_name as api_unit_name
 from arbiter.cache.ownership import ConsumerKey, ConsumerKind, gate_consumer
 from arbiter.cache.records import JobRecord, PodRecord, PodSet, PriorityClassRecord, UnitRecord
 from arbiter.core.model import MAIN_POD_SET, demand_of
@@ -209,6 +210,14 @@ def group_unit(namespace: str, group: str, pods: Iterable[PodRecord]) -> Desired
     )
 
 
+def alternate_name(unit: DesiredUnit) -> str:
+    """The name a consumer's unit takes when its own is taken by a unit that
+    is not its (matched by uid): the usual name and the consumer's uid (a
+    group's: its first pod's)."""
+    uid = unit.consumer_uid or (unit.owners[0].uid if unit.owners else "")
+    return api_unit_name(unit.name, uid[:8] or "x")
+
+
 def _resource_list(resources: Resources) -> dict[str, str]:
     return resources.to_quantities()
 
@@ -270,13 +279,41 @@ def manifest(unit: DesiredUnit) -> dict[str, Any]:
 
 def spec_drift(unit: UnitRecord, desired: DesiredUnit) -> dict[str, Any] | None:
     """A merge patch bringing a waiting unit's spec in line with its consumer
-    (a Job's parallelism changed, say); None when nothing differs."""
+    (a Job's parallelism changed, or a tenant edited the unit); None when
+    nothing differs."""
     patch: dict[str, Any] = {}
     if unit.pod_sets != desired.pod_sets:
         patch["podSets"] = pod_sets_json(desired.pod_sets)
     if unit.queue != desired.queue:
         patch["queue"] = desired.queue
+    if unit.priority != desired.priority:
+        patch["priority"] = desired.priority
     return patch or None
+
+
+def follows_consumer(unit: UnitRecord) -> bool:
+    """A waiting unit whose spec is derived from its consumer now: a Job's,
+    and a pod's or a group's before its first admission (its pods are then
+    released: what they ask is fixed)."""
+    ref = unit.consumer
+    if ref is None or unit.phase != "Enqueued":
+        return False
+    return ref.kind == "Job" or (ref.kind in ("Pod", "PodGroup") and unit.admissions == 0)
+
+
+def group_members(unit: UnitRecord, pods: Iterable[PodRecord]) -> tuple[str, ...]:
+    """The uids a pod group's unit admits: the pods it admitted before, else
+    its gated pods, oldest first, as far as its admitted demand covers them."""
+    if unit.members:
+        return unit.members
+    budget = demand_of(unit.admitted_pod_sets)
+    chosen = []
+    for pod in sorted((p for p in pods if p.gated and not p.terminating),
+                      key=lambda p: (p.created, p.name, p.uid)):
+        if pod.requests.fits_in(budget):
+            budget = budget - pod.requests
+            chosen.append(pod.uid)
+    return tuple(sorted(chosen))
 
 
 # -- what the consumer is doing -------------------------------------------------------

@@ -28,7 +28,7 @@ from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision
 from arbiter.loop.events import EventSink
 from arbiter.loop.inflight import InFlightWrites
-from arbiter.loop.units import Consumer, DesiredUnit, Step, consumer_key
+from arbiter.loop.units import Consumer, DesiredUnit, Step, consumer_key, group_members
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,10 @@ class UnitWriter:
         pods than asked: partial admission); with `checks`, only reserve its
         quota until they pass (arbiter.loop.checks)."""
         self.admitting.add(unit.key)
-        self.writes.spawn(functools.partial(self._admit, unit, chosen, plan, checks),
+        # A group's pods as of now (this cycle's store): only they are admitted.
+        members = group_members(unit, self.consumer(unit)[1]) \
+            if unit.consumer is not None and unit.consumer.kind == "PodGroup" else ()
+        self.writes.spawn(functools.partial(self._admit, unit, chosen, plan, checks, members),
                           key=unit.key)
 
     def step(self, unit: UnitRecord, step: Step) -> None:
@@ -181,7 +184,7 @@ class UnitWriter:
             self.touch(unit.key)
 
     async def _admit(self, unit: UnitRecord, chosen: Unit, plan: Placement | None,
-                     checks: tuple[str, ...] = ()) -> None:
+                     checks: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None:
         """Status first (the admission record), then release the consumer
         (not yet when the unit waits on admission checks)."""
         key = unit.key
@@ -193,7 +196,7 @@ class UnitWriter:
                 unit = self.unit(key) or unit
                 now = self.clock()
                 written = await self.actions.admit(unit, now, plan, checks=checks,
-                                                   replicas=replicas)
+                                                   replicas=replicas, members=members)
             if written is None:
                 # Changed under us (or gone): decide again on the newer version.
                 self.writes.conflicted(unit)

@@ -178,3 +178,15 @@ def test_table_shows_the_tree_of_queues() -> None:
     lines = render_table(rows, ASCII).splitlines()[1:]
     assert [line[: len(line) - len(line.lstrip())] + line.split()[0] for line in lines] == [
         "org", "  ai", "  product", "    web", "stray", "zeta", "c1", "  c2"]
+
+
+def test_unqueued_usage_gets_a_column_only_when_some_queue_has_any() -> None:
+    """Issue #25: pods no admitted unit covers, from Queue status.unqueued."""
+    quiet = queue_row(_queue("a", allocated={"cpu": "2"}), CAPACITY)
+    assert "UNQUEUED" not in render_table([quiet])
+    charged = queue_row(_queue("b", allocated={"cpu": "3"}, unqueued={"cpu": "2"},
+                               unqueuedPods=2), CAPACITY)
+    assert charged.unqueued == Resources.parse({"cpu": "2"}) and charged.unqueued_pods == 2
+    lines = render_table([quiet, charged]).splitlines()
+    assert lines[0].rstrip().endswith("UNQUEUED")
+    assert lines[1].rstrip().endswith("-") and lines[2].rstrip().endswith("2 pods: cpu 2")

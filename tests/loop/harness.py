@@ -16,6 +16,7 @@ from arbiter.api import (
     QUEUE_LABEL,
     format_rfc3339,
 )
+from arbiter.cache.convert import JOB_NAME_LABEL, JOB_UID_LABEL
 from arbiter.cache.records import UnitRecord
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.kubeapi import job_path, pod_path, unit_path
@@ -181,6 +182,38 @@ class Cluster:
             await self.pod(namespace, f"{prefix}-{index:03d}", queue, cpu=cpu)
 
     # -- what a kubelet / the Job controller would do ------------------------------------
+    async def job_pod(self, namespace: str, job: str, name: str, *, node: str,
+                      cpu: str = "1") -> dict[str, Any]:
+        """A running pod the Job controller made for `job` (controller ownerRef
+        by uid), bound to `node`."""
+        owner = self.api.objects[job_path(namespace, job)]["metadata"]
+        queue = owner.get("labels", {}).get(QUEUE_LABEL, "")
+        return await self.api.create(f"/api/v1/namespaces/{namespace}/pods", {
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {QUEUE_LABEL: queue, JOB_NAME_LABEL: job,
+                                    JOB_UID_LABEL: owner["uid"]},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                              "name": job, "uid": owner["uid"],
+                                              "controller": True}]},
+            "spec": {"nodeName": node,
+                     "containers": [{"name": "c", "image": "x",
+                                     "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": "Running"},
+        })
+
+    async def orphan_delete(self, path: str) -> None:
+        """`kubectl delete --cascade=orphan`: the garbage collector takes the
+        object's uid off its dependents' ownerReferences, then it goes."""
+        uid = self.api.objects[path]["metadata"]["uid"]
+        for key, obj in list(self.api.objects.items()):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if any(ref.get("uid") == uid for ref in refs):
+                def drop(o: dict[str, Any]) -> None:
+                    o["metadata"]["ownerReferences"] = [
+                        r for r in o["metadata"]["ownerReferences"] if r.get("uid") != uid]
+                self.api.edit(key, drop)
+        await self.api.delete(path)
+
     def run_job(self, namespace: str, name: str) -> None:
         job = self.api.objects[job_path(namespace, name)]
         count = job["spec"].get("parallelism", 1)

@@ -176,20 +176,25 @@ async def test_a_consumer_deleted_before_release_is_no_error() -> None:
     assert c.controller.stats.writes_failed == 0
 
 
-async def test_a_namesake_reservation_blocks_creation_without_harm() -> None:
+async def test_a_namesake_reservation_is_not_the_jobs_unit() -> None:
+    """Issue #25 row 3: a reservation named `job-<name>` is not the Job's
+    unit (no consumerRef uid): the Job gets its own, under another name."""
     c = Cluster()
     await c.nodes(2)
     await c.queue("q")
     await c.api.create(unit_path("ns"), {
         "metadata": {"name": "job-train", "namespace": "ns"},
         "spec": {"queue": "q", "podSets": [{"name": "main", "count": 1,
-                                            "requests": {"cpu": "1"}}]},
+                                            "requests": {"cpu": "10m"}}]},
     })
-    await c.job("ns", "train", "q")
+    job = await c.job("ns", "train", "q", cpu="1")
     await c.settle()
-    assert c.suspended("ns", "train")  # it has no unit of its own
     assert c.phase("ns", "job-train") == "Dequeued"  # the reservation was admitted
-    assert len(c.api.of_kind("queueunits")) == 1
+    own = f"job-train-{job['metadata']['uid'][:8]}"
+    assert c.unit_obj("ns", own)["spec"]["consumerRef"]["uid"] == job["metadata"]["uid"]
+    assert c.unit_obj("ns", own)["spec"]["podSets"][0]["requests"] == {"cpu": "1"}
+    assert c.phase("ns", own) == "Dequeued" and not c.suspended("ns", "train")
+    assert len(c.api.of_kind("queueunits")) == 2
 
 
 async def test_a_failed_unit_creation_is_retried_on_a_timer() -> None:

@@ -312,6 +312,7 @@ def pod_from_api(obj: Obj) -> PodRecord:
         queue=labels.get(QUEUE_LABEL) or None,
         gated=any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or []),
         job_name=owner.name if owner is not None and owner.kind == "Job" else None,
+        job_uid=owner.uid if owner is not None and owner.kind == "Job" else "",
         pod_group=labels.get(POD_GROUP_LABEL) or None,
         pod_group_size=group_size,
         priority=int(spec.get("priority", 0) or 0),

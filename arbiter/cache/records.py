@@ -202,6 +202,8 @@ class PodRecord:
     gated: bool = False
     # Owning Job's name when the pod's controller is a batch/v1 Job.
     job_name: str | None = None
+    # ... and that Job's uid: a unit stands for the Job of this uid only.
+    job_uid: str = ""
     pod_group: str | None = None
     pod_group_size: int | None = None
     priority: int = 0

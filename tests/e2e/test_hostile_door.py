@@ -107,9 +107,10 @@ def test_loop_unit_names_and_specs_are_arbiters(sandbox: Sandbox,
     # Row 7: the Job waits (more than the cluster has); its unit's podSets
     # cut down to 10m would be admitted small.
     tenant_ok(sandbox, "create", "-f", "-", body=job(name, ns, cpu="4", runs_for="10m"))
-    unit = wait_for("the loop's unit", lambda: next(
+    unit = wait_for("the loop's unit, waiting", lambda: next(
         (u for u in get(sandbox, "queueunits", "-n", ns)["items"]
-         if u["metadata"]["name"] == f"job-{name}"), None))
+         if u["metadata"]["name"] == f"job-{name}" and (u.get("status") or {}).get("phase")),
+        None))
     assert unit["status"]["phase"] == "Enqueued"
     patch = {"spec": {"podSets": [{"name": "main", "count": 1,
                                    "requests": {"cpu": "10m"}}]}}

@@ -253,6 +253,11 @@ def test_resize_may_lower_requests_but_not_raise_them() -> None:
     smaller = copy.deepcopy(pod)
     smaller["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
     assert _pod_update(pod, smaller, sub="resize").allowed
+    broken = copy.deepcopy(pod)
+    broken["spec"]["containers"] = 5
+    decision = _pod_update(pod, broken, sub="resize")
+    assert (decision.allowed, decision.code) == (False, 422)
+    assert decision.message == 'pod "team-a/web": spec.containers: must be a list'
 
 
 def test_dra_claims_are_denied_naming_the_field() -> None:

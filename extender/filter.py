@@ -70,8 +70,15 @@ def admission_problem(
             "create the Queue or fix the label"
         )
     problems: list[str] = []
-    key, unit = holding_unit(pod, state.store.units)
-    if unit is None:
+    key, named = holding_unit(pod, state.store.units)
+    unit = state.unit_of(pod)
+    if unit is None and named is not None:
+        problems.append(
+            f'queue "{queue.name}" has not admitted this pod: QueueUnit {key} stands for '
+            "another consumer of that name (by uid), not this pod's; delete and recreate it "
+            "to queue it"
+        )
+    elif unit is None:
         unlabelled = (
             f"the pod has no {QUEUE_LABEL} label, so it was created past arbiter's webhook; "
             if pod.queue is None else "was it created while arbiter was down? "

@@ -5,7 +5,10 @@ request may walk all pods. `ExtenderState` subscribes to the store's change
 notifications and keeps running sums that a request reads in O(1) per node:
 
 - what each node's bound pods request (bin-packing),
-- what each queue's bound pods request (the `capability` check),
+- what each queue's bound pods request (the `capability` check): a pod is
+  charged to the queue of the unit that holds it, matched by uid
+  (`unit_of`), else to its namespace's queue; never by its own labels,
+  which are the tenant's to write,
 - on which nodes each gang (a Job's or a pod group's pods) already runs
   (locality),
 - the cluster's total allocatable (the pod's dominant resource),
@@ -27,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from arbiter.cache.ownership import holding_unit, pod_consumer
+from arbiter.cache.ownership import gate_consumer, holding_unit, pod_consumer
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.resources import Resources
@@ -65,6 +68,8 @@ class _Held:
     queue: str | None
     gang: str | None
     requests: Resources
+    # The keys of the units that could hold the pod (`ExtenderState._unit_pods`).
+    unit_keys: frozenset[str]
 
 
 def _add_one(table: dict[str, dict[str, int]], outer: str, inner: str, delta: int) -> None:
@@ -103,6 +108,9 @@ class ExtenderState:
         self.binpack_weight = binpack_weight
         self.assumed = AssumedPods(assume_ttl, clock)
         self._held: dict[str, _Held] = {}
+        # unit key -> uids of held pods a unit of that name could hold: a
+        # unit's arrival or change re-charges exactly those pods.
+        self._unit_pods: dict[str, set[str]] = {}
         # resource -> node -> amount: prioritize reads one resource for many
         # nodes, so it gets a plain dict per resource (C-speed lookups).
         self._used_by_resource: dict[str, dict[str, int]] = {}
@@ -131,6 +139,7 @@ class ExtenderState:
     # -- maintenance -----------------------------------------------------------
     def rebuild(self) -> None:
         self._held.clear()
+        self._unit_pods.clear()
         self._used_by_resource.clear()
         self._queue_used.clear()
         self._gang_nodes.clear()
@@ -157,16 +166,29 @@ class ExtenderState:
             self._update_node(key)
         elif kind == "Queue":
             self._retain_selectors()
+        elif kind == "QueueUnit":
+            for uid in tuple(self._unit_pods.get(key, ())):
+                self._update_pod(uid)
 
     def _retain_selectors(self) -> None:
         # O(queues) per Queue event, never per request.
         self.node_sets.retain(queue.node_selector for queue in self.store.queues.values())
 
-    @staticmethod
-    def _holding(pod: PodRecord | None) -> _Held | None:
+    def _holding(self, pod: PodRecord | None) -> _Held | None:
         if pod is None or not pod.node_name or pod.phase in TERMINAL_PHASES:
             return None
-        return _Held(pod.node_name, pod.queue, gang_key(pod), pod.requests)
+        return _Held(pod.node_name, self.charged_queue(pod), gang_key(pod), pod.requests,
+                     frozenset((pod_consumer(pod).unit_key, gate_consumer(pod).unit_key)))
+
+    def _index(self, uid: str, held: _Held, sign: int) -> None:
+        for key in held.unit_keys:
+            uids = self._unit_pods.setdefault(key, set())
+            if sign > 0:
+                uids.add(uid)
+            else:
+                uids.discard(uid)
+                if not uids:
+                    del self._unit_pods[key]
 
     def _update_pod(self, uid: str) -> None:
         pod = self.store.pods.get(uid)
@@ -179,8 +201,10 @@ class ExtenderState:
             return
         if old is not None:
             self._apply(old, -1)
+            self._index(uid, old, -1)
         if new is not None:
             self._apply(new, 1)
+            self._index(uid, new, 1)
             self._held[uid] = new
         else:
             self._held.pop(uid, None)
@@ -251,7 +275,33 @@ class ExtenderState:
         return self.node_sets.labels(name)
 
     def unit_of(self, pod: PodRecord) -> UnitRecord | None:
-        return holding_unit(pod, self.store.units)[1]
+        """The unit that holds `pod`, when it stands for this very pod: for a
+        Job's pod, the Job of the pod's controller uid; for a plain pod, the
+        pod's uid. A unit found by name alone (a stale one of a deleted Job
+        or pod of that name) holds nothing. A pod group's unit records no
+        uid: its pods are the ones labelled so at creation (the label
+        cannot change), in the unit's own namespace."""
+        unit = holding_unit(pod, self.store.units)[1]
+        consumer = None if unit is None else unit.consumer
+        if consumer is None:
+            return None
+        if consumer.kind == "Job":
+            uid = pod.job_uid
+        elif consumer.kind == "Pod":
+            uid = pod.uid
+        else:
+            return unit
+        return unit if uid and consumer.uid == uid else None
+
+    def charged_queue(self, pod: PodRecord) -> str | None:
+        """The queue a bound pod counts against: its unit's, else (no unit
+        stands for it: it was never queued) its namespace's queue."""
+        unit = self.unit_of(pod)
+        if unit is not None:
+            return unit.queue
+        if not self.is_managed(pod):
+            return None
+        return self.store.resolve_queue(pod.namespace, None)
 
     def is_managed(self, pod: PodRecord) -> bool:
         """Arbiter manages every pod in a managed namespace, labelled or not:
@@ -261,8 +311,12 @@ class ExtenderState:
         return self.store.is_managed_namespace(pod.namespace)
 
     def queue_of(self, pod: PodRecord) -> str | None:
-        """The pod's queue as the webhook resolves it: its label, else its
-        namespace's (`ClusterStore.resolve_queue`)."""
+        """The queue a pod being placed is checked against: its unit's;
+        without one (it will be refused) the queue the webhook resolves,
+        its label, else its namespace's (`ClusterStore.resolve_queue`)."""
+        unit = self.unit_of(pod)
+        if unit is not None:
+            return unit.queue
         if pod.queue is not None:
             return pod.queue
         return self.store.resolve_queue(pod.namespace, None)

@@ -65,6 +65,7 @@ OWN_WRITES_SKIP: dict[str, str] = {
     "queueunit-status.validate.arbiter.dev": "all",
     "jobs.validate.arbiter.dev": "updates",
     "pod-gates.validate.arbiter.dev": "all",
+    "pod-labels.validate.arbiter.dev": "all",
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
+from arbiter.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
 from webhook import jobflows, jobs, pods, queues, queueunits
 from webhook.review import AdmissionEnv, AdmissionRequest, Decision
 
@@ -25,6 +25,19 @@ HELD_POD_CONDITION = (
     "has(oldObject.spec.schedulingGates) && "
     f"oldObject.spec.schedulingGates.exists(g, g.name == '{ADMISSION_GATE}')"
 )
+
+
+def _label(side: str, key: str) -> str:
+    """CEL: the value of label `key` on `side` ("object", "oldObject"), '' when unset."""
+    return (f"(has({side}.metadata.labels) && '{key}' in {side}.metadata.labels ? "
+            f"{side}.metadata.labels['{key}'] : '')")
+
+
+# UPDATE of any pod reaches arbiter when it changes the labels that say
+# which queue (and pod group) it is charged to.
+POD_LABELS_CONDITION = " || ".join(
+    f"{_label('oldObject', key)} != {_label('object', key)}"
+    for key in (QUEUE_LABEL, POD_GROUP_LABEL))
 # UPDATE of a Job reaches arbiter only when arbiter manages it (queue label).
 MANAGED_JOB_CONDITION = (
     "request.operation == 'CREATE' || (has(oldObject.metadata.labels) && "
@@ -82,7 +95,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     _endpoint("validate", "pods", pods.GROUP, pods.KIND, pods.validate,
               version="v1", operations=(CREATE,),
               also=(Hook("pod-gates.validate.arbiter.dev", (UPDATE,),
-                         ("held-by-arbiter", HELD_POD_CONDITION)),)),
+                         ("held-by-arbiter", HELD_POD_CONDITION)),
+                    Hook("pod-labels.validate.arbiter.dev", (UPDATE,),
+                         ("queue-labels-change", POD_LABELS_CONDITION)),
+                    # In-place resize (Kubernetes 1.33+) is its own subresource.
+                    Hook("pod-resize.validate.arbiter.dev", (UPDATE,), subresource="resize"))),
     _endpoint("mutate", "jobs", jobs.GROUP, jobs.KIND, jobs.mutate,
               version="v1", operations=(CREATE,)),
     _endpoint("validate", "jobs", jobs.GROUP, jobs.KIND, jobs.validate,

@@ -4,24 +4,24 @@ Mutating (CREATE): resolve the queue, label the Job and its pod template
 (so the Job's pods arrive labelled and are not gated again) and set
 `spec.suspend: true`.
 
-Validating: CREATE is denied like a pod without a usable queue, or when
+Validating: CREATE is denied like a pod without a usable queue, when
 its `arbiter.dev/min-parallelism` (partial admission, DESIGN §12) is not a
-whole number from 1 to its parallelism. UPDATE of
-a Job arbiter manages (it carries the queue label) may not remove the
-label, may not move an admitted Job to another queue, may only move a
-waiting Job to an existing, Open queue, and may not flip `spec.suspend`
-from true to false unless arbiter asks or the Job's QueueUnit
-(`job-<name>`) is admitted.
+whole number from 1 to its parallelism, when its pod template claims DRA
+devices (`resourceClaims`: not charged yet), and, from anyone but
+arbiter, when it arrives unsuspended (a later mutating webhook dropped
+arbiter's patch). UPDATE of a Job arbiter manages (it carries the queue
+label) may not remove the label, may not move an admitted Job to another
+queue, may only move a waiting Job to an existing, Open queue, may not
+flip `spec.suspend` from true to false unless arbiter asks or the Job's
+QueueUnit (`job-<name>`) is admitted for this Job's uid, and may not raise
+`spec.parallelism` once admitted (lowering is fine; a waiting Job may
+change freely and the loop queues its new size).
 """
 
 from __future__ import annotations
 
-from arbiter.api import (
-    ADMITTED_PHASES,
-    MIN_PARALLELISM_ANNOTATION,
-    QUEUE_LABEL,
-    job_unit_name,
-)
+from arbiter.api import MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
+from webhook.held import admitted_job_unit, claims_problem
 from webhook.patch import set_label
 from webhook.queueing import check_new_work, check_open, not_ready
 from webhook.review import (
@@ -36,6 +36,7 @@ from webhook.review import (
     deny,
     get_map,
     get_metadata,
+    is_int,
     namespaced_object,
     require_object,
     text_field,
@@ -98,17 +99,46 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
 
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation == "CREATE":
-        job, meta, labels, namespace = namespaced_object(request, KIND)
-        spec = get_map(job, "spec", "request.object.spec")  # checked everywhere, as in mutate
-        if not env.store.is_managed_namespace(namespace):
-            return ALLOW
-        problem = min_parallelism_problem(meta, spec)
-        if problem is not None:
-            return deny(problem)
-        return check_new_work(env, namespace, labels, "Job")
+        return _validate_create(request, env)
     if request.operation == "UPDATE":
         return _validate_update(request, env)
     return ALLOW
+
+
+def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    job, meta, labels, namespace = namespaced_object(request, KIND)
+    spec = get_map(job, "spec", "request.object.spec")  # checked everywhere, as in mutate
+    if not env.store.is_managed_namespace(namespace):
+        return ALLOW
+    problem = min_parallelism_problem(meta, spec) or _template_problem(spec)
+    if problem is not None:
+        return deny(problem)
+    decision = check_new_work(env, namespace, labels, "Job")
+    if not decision.allowed or env.is_arbiter(request):
+        return decision
+    if not _suspended(spec, "request.object.spec"):
+        # arbiter's mutating webhook suspended it; a later one undid that.
+        name = request.name or text_field(meta, "name")
+        return deny(
+            f'Job "{namespace}/{name}" has spec.suspend false: a Job in a managed namespace '
+            "is created suspended and only kube-arbiter starts it once its queue admits it "
+            "(did another mutating webhook drop kube-arbiter's patch?)"
+        )
+    return decision
+
+
+def _template_problem(spec: Obj | None) -> str | None:
+    """What the pod template may not carry (DRA claims), or None."""
+    template = None if spec is None else get_map(spec, "template",
+                                                 "request.object.spec.template")
+    pod_spec = None if template is None else get_map(template, "spec",
+                                                     "request.object.spec.template.spec")
+    return claims_problem(pod_spec, "spec.template.spec")
+
+
+def _parallelism(spec: Obj | None) -> int | None:
+    value = 1 if spec is None else spec.get("parallelism", 1)
+    return value if is_int(value) else None
 
 
 def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
@@ -126,9 +156,10 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     waiting = not_ready(env, ("Queue", "QueueUnit"))
     if waiting is not None:
         return waiting
-    unit = env.store.units.get(f"{namespace}/{job_unit_name(name)}")
+    unit = admitted_job_unit(env, namespace, name, text_field(old_meta, "uid"))
     old_suspended = _suspended(old_spec, "request.oldObject.spec")
-    admitted = (unit is not None and unit.phase in ADMITTED_PHASES) or not old_suspended
+    new_suspended = _suspended(new_spec, "request.object.spec")
+    admitted = unit is not None or not old_suspended
     new_queue = (new_labels or {}).get(QUEUE_LABEL)
     job = f'Job "{namespace}/{name}"'
     if not new_queue:
@@ -145,11 +176,18 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         denial = check_open(env, new_queue, namespace, new_labels, "Job")
         if denial is not None:
             return denial
-    if old_suspended and not _suspended(new_spec, "request.object.spec") and not (
-        unit is not None and unit.phase in ADMITTED_PHASES
-    ):
+    if old_suspended and not new_suspended and unit is None:
         return deny(
             f'{job} is waiting for queue "{old_queue}" to admit it: only kube-arbiter may set '
             "spec.suspend to false"
+        )
+    before, after = _parallelism(old_spec), _parallelism(new_spec)
+    if admitted and before is not None and after is not None and after > before:
+        # The queue was charged for `before` pods; a waiting (suspended) Job
+        # may grow freely: the loop re-reads its demand before admitting it.
+        return deny(
+            f"{job} was admitted by queue \"{old_queue}\" for spec.parallelism {before}: "
+            f"spec.parallelism cannot be raised ({after}) after admission; lower it, or "
+            "delete and recreate the Job to queue the larger size"
         )
     return ALLOW

@@ -6,24 +6,32 @@ that already carries the queue label is not gated: the Job webhook put the
 label into the Job's pod template, the Job is the unit of admission, and
 its pods exist only once arbiter has unsuspended it. Both facts are on the
 pod and anyone may write them, so the owner is checked against the cache:
-the Job must be there, with the same uid, managed (its queue label set).
-That is safe against the cache lagging: the Job controller creates pods
-only once arbiter unsuspended the Job, which it does from the cache. A pod
-that claims a Job arbiter does not know is gated like a plain pod, and the
-loop admits it as one (its own QueueUnit; see `arbiter.cache.ownership`). Until the cache has
-listed Jobs, such pods get a retryable denial instead of a guess.
+the Job must be there, with the same uid, managed (its queue label set)
+and admitted (`managed_job_pod`). A pod that claims a Job arbiter does not
+know is gated like a plain pod, and the loop admits it as one (its own
+QueueUnit; see `arbiter.cache.ownership`). Until the cache has listed Jobs
+and units, such pods get a retryable denial instead of a guess.
 
-Validating: CREATE is denied when no queue resolves, the queue does not
-exist or is Closed. UPDATE (sent only for pods that held the gate, see
-manifests/webhooks.yaml) may not lift the gate or move the pod to another
-queue unless arbiter itself asks.
+Validating, in a managed namespace (a kubelet's mirror pods aside):
+CREATE is denied with `spec.nodeName` set (past the queue and the
+scheduler), with DRA `spec.resourceClaims` (not charged yet), when no
+queue resolves, the queue does not exist or is Closed, and, from anyone
+but arbiter, without the gate (a later mutating webhook dropped it).
+UPDATE may not lift the gate, nor change the queue or pod-group label of
+any pod; `pods/resize` may not raise requests (the queue was charged for
+the old size). The configurations send only those UPDATEs (held pods,
+changed labels, resizes: see `webhook.endpoints`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
+from arbiter.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
+from arbiter.core.jsonvalues import brief
+from arbiter.core.podrequests import effective_pod_requests
+from arbiter.core.quantities import QuantityError, format_quantity
+from webhook.held import admitted_job_unit, claims_problem
 from webhook.patch import set_label
 from webhook.queueing import check_new_work, not_ready
 
@@ -43,6 +51,7 @@ from webhook.review import (
     get_metadata,
     namespaced_object,
     require_object,
+    text_field,
 )
 
 GROUP, KIND = "", "Pod"
@@ -66,23 +75,36 @@ def job_owner(meta: Obj | None,
 
 def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
                     labels: dict[str, str] | None) -> bool | Decision:
-    """Whether the pod belongs to a Job arbiter holds (so it is not gated).
+    """Whether the pod belongs to a Job arbiter admitted (so it is not gated).
 
-    True only when the pod carries the queue label and its controller is a
-    Job that is in the cache with the same uid and a queue; a denial while
-    the cache has not listed Jobs yet and the pod claims one.
+    True only when the pod carries its Job's queue label and its controller
+    is a managed Job in the cache with the same uid, admitted: unsuspended
+    (only arbiter unsuspends a Job it holds), or its unit admitted for that
+    uid. A denial while the cache has not listed Jobs and units yet, and
+    for a pod that claims a Job its queue still holds: the Job controller
+    creates no pods for a suspended Job, so the pod is forged or late, and
+    a retryable denial (the controller retries) is right for both, where a
+    gate would queue it again as a plain pod beside its Job.
     """
     if not (labels and labels.get(QUEUE_LABEL)):
         return False
     owner = job_owner(meta)
     if owner is None:
         return False
-    waiting = not_ready(env, ("Job",))
+    waiting = not_ready(env, ("Job", "QueueUnit"))
     if waiting is not None:
         return waiting
     name, uid = owner
     job = env.store.jobs.get(f"{namespace}/{name}")
-    return job is not None and bool(uid) and job.uid == uid and job.queue is not None
+    if job is None or not uid or job.uid != uid or job.queue != labels.get(QUEUE_LABEL):
+        return False
+    if not job.suspended or admitted_job_unit(env, namespace, name, uid) is not None:
+        return True
+    return deny(
+        f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '
+        f'controller, but queue "{job.queue}" has not admitted it yet; the Job controller '
+        "creates its pods once kube-arbiter starts the Job"
+    )
 
 
 def _gates(spec: Obj | None, where: str) -> list[Any] | None:
@@ -116,24 +138,20 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         return job_pod
     ops: list[PatchOp] = []
     set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
-    warnings: list[str] = []
-    if not job_pod:
-        if spec is not None and spec.get("nodeName"):
-            # The apiserver forbids scheduling gates on a pod bound at creation.
-            warnings.append(
-                "spec.nodeName is set: the pod bypasses the scheduler and is not held "
-                f'for queue "{queue}"'
-            )
-        elif spec is None:
-            ops.append({"op": "add", "path": "/spec",
-                        "value": {"schedulingGates": [{"name": ADMISSION_GATE}]}})
-        elif gates is None:
-            ops.append({"op": "add", "path": "/spec/schedulingGates",
-                        "value": [{"name": ADMISSION_GATE}]})
-        elif not any(g.get("name") == ADMISSION_GATE for g in gates):
-            ops.append({"op": "add", "path": "/spec/schedulingGates/-",
-                        "value": {"name": ADMISSION_GATE}})
-    return allow(ops, warnings)
+    if job_pod or (spec is not None and spec.get("nodeName")):
+        # A bound pod cannot be gated (the apiserver forbids it); validation
+        # denies it unless a kubelet creates it (a static pod's mirror).
+        return allow(ops)
+    if spec is None:
+        ops.append({"op": "add", "path": "/spec",
+                    "value": {"schedulingGates": [{"name": ADMISSION_GATE}]}})
+    elif gates is None:
+        ops.append({"op": "add", "path": "/spec/schedulingGates",
+                    "value": [{"name": ADMISSION_GATE}]})
+    elif not any(g.get("name") == ADMISSION_GATE for g in gates):
+        ops.append({"op": "add", "path": "/spec/schedulingGates/-",
+                    "value": {"name": ADMISSION_GATE}})
+    return allow(ops)
 
 
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
@@ -144,17 +162,45 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     return ALLOW
 
 
+def _pod_name(request: AdmissionRequest, namespace: str, meta: Obj | None) -> str:
+    name = request.name or text_field(meta, "name") or text_field(meta, "generateName")
+    return f'pod "{namespace}/{name}"'
+
+
 def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
-    _, meta, labels, namespace = namespaced_object(request, KIND)
-    if not env.store.is_managed_namespace(namespace):
+    pod, meta, labels, namespace = namespaced_object(request, KIND)
+    if not env.store.is_managed_namespace(namespace) or request.is_node():
+        # Kubelets create only the mirrors of their static pods (the Node
+        # authorizer sees to it); the mirror annotation alone is anyone's.
         return ALLOW
+    spec = get_map(pod, "spec", "request.object.spec")
+    if spec is not None and spec.get("nodeName"):
+        return deny(
+            f"{_pod_name(request, namespace, meta)}: spec.nodeName is set, which would bypass "
+            "its queue and the scheduler: in a managed namespace the scheduler places a pod "
+            "once its queue admits it; leave spec.nodeName out (choose nodes with "
+            "nodeSelector or affinity)"
+        )
+    problem = claims_problem(spec, "spec")
+    if problem is not None:
+        return deny(f"{_pod_name(request, namespace, meta)}: {problem}")
     job_pod = managed_job_pod(env, namespace, meta, labels)
     if isinstance(job_pod, Decision):
         return job_pod
     if job_pod:
-        # A pod of a Job arbiter accepted: the Job was checked (and admitted).
+        # A pod of a Job arbiter admitted: the Job was checked (and admitted).
         return ALLOW
-    return check_new_work(env, namespace, labels, "pod")
+    decision = check_new_work(env, namespace, labels, "pod")
+    if not decision.allowed or env.is_arbiter(request):
+        return decision
+    if not has_gate(spec, "request.object.spec"):
+        # arbiter's mutating webhook gated it; a later one undid that.
+        return deny(
+            f"{_pod_name(request, namespace, meta)} has no {ADMISSION_GATE} scheduling gate: a "
+            "pod in a managed namespace is held until its queue admits it (did another "
+            "mutating webhook drop kube-arbiter's patch?)"
+        )
+    return decision
 
 
 def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
@@ -162,20 +208,50 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     old, old_meta, old_labels, namespace = namespaced_object(request, KIND, old=True)
     if not env.store.is_managed_namespace(namespace) or env.is_arbiter(request):
         return ALLOW
-    if not has_gate(get_map(old, "spec", "request.oldObject.spec"), "request.oldObject.spec"):
+    pod = _pod_name(request, namespace, old_meta)
+    old_spec = get_map(old, "spec", "request.oldObject.spec")
+    new_spec = get_map(new, "spec", "request.object.spec")
+    if request.sub_resource == "resize":
+        return _validate_resize(pod, old_spec, new_spec)
+    if request.sub_resource:
         return ALLOW
     _, new_labels = get_metadata(new, "request.object")
     queue = (old_labels or {}).get(QUEUE_LABEL, "")
-    name = request.name or (old_meta or {}).get("name", "")
-    if not has_gate(get_map(new, "spec", "request.object.spec"), "request.object.spec"):
+    for key in (QUEUE_LABEL, POD_GROUP_LABEL):
+        before, after = (old_labels or {}).get(key), (new_labels or {}).get(key)
+        if before != after:
+            # The queue that admitted a pod, and the group it was admitted
+            # with, are settled at creation; the label is the tenant's to write.
+            return deny(
+                f'{pod} is in queue "{queue}": its {key} label cannot change '
+                f"({brief(before, 60)} to {brief(after, 60)}); delete and recreate the pod "
+                "to queue it elsewhere"
+            )
+    if has_gate(old_spec, "request.oldObject.spec") \
+            and not has_gate(new_spec, "request.object.spec"):
         return deny(
-            f'pod "{namespace}/{name}" is waiting for queue "{queue}" to admit it: only '
+            f'{pod} is waiting for queue "{queue}" to admit it: only '
             f"kube-arbiter may remove the {ADMISSION_GATE} scheduling gate"
         )
-    new_queue = (new_labels or {}).get(QUEUE_LABEL, "")
-    if new_queue != queue:
-        return deny(
-            f'pod "{namespace}/{name}" is held for queue "{queue}": its {QUEUE_LABEL} label '
-            "cannot change; delete and recreate the pod in the other queue"
-        )
     return ALLOW
+
+
+def _validate_resize(pod: str, old_spec: Obj | None, new_spec: Obj | None) -> Decision:
+    """pods/resize may lower what a pod requests, never raise it: its queue
+    was charged for the old size (raising it would be demand never admitted)."""
+    try:
+        before = effective_pod_requests(old_spec or {})
+        after = effective_pod_requests(new_spec or {})
+    except QuantityError as error:
+        return deny(f"{pod}: {error}", code=422)
+    raised = sorted(name for name, amount in after.items() if amount > before.get_amount(name))
+    if not raised:
+        return ALLOW
+    shown = ", ".join(
+        f"{name} {format_quantity(name, before.get_amount(name))} to "
+        f"{format_quantity(name, after[name])}" for name in raised[:4])
+    return deny(
+        f"{pod}: pods/resize may not raise spec.containers[].resources requests in a managed "
+        f"namespace ({shown}): its queue admitted it at its old size; delete and recreate the "
+        "pod to queue the larger size"
+    )

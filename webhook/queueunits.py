@@ -9,7 +9,9 @@ count, valid quantities; users (not arbiter) may only reserve in an
 existing, Open queue, may not change the queue or pod sets of an
 admitted unit, and may not set or change `spec.consumerRef`: the unit
 named by it is the one the loop admits in the consumer's stead, so only
-arbiter (which creates those units) may write it.
+arbiter (which creates those units) may write it. Users may not create
+units under the loop's names (`job-`, `pod-`, `group-`), nor change any
+of the spec of a unit the loop made (one with a consumerRef or a loop name).
 
 Status (UPDATE of the status subresource): the status is arbiter's record
 of admission, which a new leader trusts (a forged `Dequeued` with an
@@ -23,7 +25,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import ADMITTED_PHASES, API_GROUP, MAX_POD_SETS, QUEUE_LABEL, QUEUE_UNIT
+from arbiter.api import (
+    ADMITTED_PHASES,
+    API_GROUP,
+    MAX_POD_SETS,
+    QUEUE_LABEL,
+    QUEUE_UNIT,
+    group_unit_name,
+    job_unit_name,
+    pod_unit_name,
+)
 from arbiter.core.jsonvalues import brief, json_equal
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import Resources
@@ -47,6 +58,11 @@ from webhook.review import (
 
 GROUP, KIND = API_GROUP, QUEUE_UNIT.kind
 SHORTHAND_POD_SET = "main"
+# The names the loop gives the units it makes ("job-", "pod-", "group-"):
+# the webhook and the extender find a consumer's unit by them, so a user's
+# reservation may not take one.
+LOOP_PREFIXES: tuple[str, ...] = tuple(
+    name("") for name in (job_unit_name, pod_unit_name, group_unit_name))
 
 
 def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
@@ -167,6 +183,9 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
                     code=422)
     if env.is_arbiter(request):
         return ALLOW
+    refused = _loop_unit_problem(request, name, spec)
+    if refused is not None:
+        return deny(f'QueueUnit "{namespace}/{name}": {refused}', code=403)
     if consumer is not None and not _same_consumer(request, consumer):
         return deny(f'QueueUnit "{namespace}/{name}": spec.consumerRef is set by kube-arbiter '
                     "only; leave it out of units you create", code=403)
@@ -177,6 +196,30 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if waiting is not None:
         return waiting
     return check_open(env, queue, namespace, labels, "QueueUnit") or ALLOW
+
+
+def _loop_unit_problem(request: AdmissionRequest, name: str, spec: Obj) -> str | None:
+    """Why a user may not write this unit: a new one under a loop name, or
+    a change to the spec of one the loop made (its pod sets, queue and
+    priority are its consumer's; a smaller copy would be admitted small)."""
+    if request.operation == "CREATE":
+        if name.startswith(LOOP_PREFIXES):
+            shown = ", ".join(f'"{prefix}"' for prefix in LOOP_PREFIXES)
+            return (f"metadata.name: names starting with {shown} are kube-arbiter's (the "
+                    "units it makes for Jobs, pods and pod groups); name your reservation "
+                    "otherwise")
+        return None
+    old = require_object(request, old=True)
+    old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+    assert isinstance(old_spec, dict)
+    if old_spec.get("consumerRef") is None and not name.startswith(LOOP_PREFIXES):
+        return None  # a user's reservation
+    changed = sorted(str(key)[:60] for key in spec.keys() | old_spec.keys()
+                     if not json_equal(spec.get(key), old_spec.get(key)))
+    if not changed:
+        return None
+    return (f"spec.{changed[0]} cannot change: kube-arbiter made this unit for its consumer "
+            "and writes its spec (pod sets, queue, priority) from the consumer only")
 
 
 def _same_consumer(request: AdmissionRequest, consumer: Any) -> bool:

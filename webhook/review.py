@@ -25,6 +25,9 @@ REVIEW_KIND = "AdmissionReview"
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 OPERATIONS: frozenset[str] = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+# How kubelets authenticate (the Node authorizer's identities).
+NODE_USER_PREFIX = "system:node:"
+NODES_GROUP = "system:nodes"
 Obj = dict[str, Any]
 
 
@@ -106,6 +109,11 @@ class AdmissionRequest:
     dry_run: bool = False
     # "status" for a write to the status subresource, else "".
     sub_resource: str = ""
+    groups: tuple[str, ...] = ()
+
+    def is_node(self) -> bool:
+        """Whether a kubelet sent it (the node authorizer's identities)."""
+        return self.username.startswith(NODE_USER_PREFIX) or NODES_GROUP in self.groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,11 +210,11 @@ def parse_review(body: bytes, expected_group: str, expected_kind: str) -> Admiss
         raise MalformedReview(f"request.operation {brief(operation)} is not one of "
                               "CREATE, UPDATE, DELETE, CONNECT")
     user = request.get("userInfo")
-    if user is None:
-        username = ""
-    elif isinstance(user, dict):
+    username, groups = "", tuple[str, ...]()
+    if isinstance(user, dict):
         username = _text(user.get("username"), "request.userInfo.username")
-    else:
+        groups = _groups(user.get("groups"))
+    elif user is not None:
         raise MalformedReview("request.userInfo must be an object")
     dry_run = request.get("dryRun", False)
     if dry_run is not None and not isinstance(dry_run, bool):
@@ -224,7 +232,16 @@ def parse_review(body: bytes, expected_group: str, expected_kind: str) -> Admiss
         old_object=_object(request.get("oldObject"), "request.oldObject"),
         dry_run=bool(dry_run),
         sub_resource=_text(request.get("subResource"), "request.subResource"),
+        groups=groups,
     )
+
+
+def _groups(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
+        raise MalformedReview("request.userInfo.groups must be a list of strings")
+    return tuple(value)
 
 
 def render(uid: str, decision: Decision, *, mutating: bool) -> bytes:

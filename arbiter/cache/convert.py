@@ -37,6 +37,7 @@ from arbiter.cache.records import (
     PriorityClassRecord,
     QueueCheck,
     QueueRecord,
+    RuntimeClassRecord,
     Taint,
     Toleration,
     UnitAdmission,
@@ -366,6 +367,8 @@ def job_from_api(obj: Obj) -> JobRecord:
         parallelism=int(parallelism if parallelism is not None else 1),
         pod_requests=pod_requests,
         priority_class=template_spec.get("priorityClassName") or None,
+        runtime_class=None if template_spec.get("overhead")
+        else template_spec.get("runtimeClassName") or None,
         outcome=_job_outcome(status),
         active=int(status.get("active", 0) or 0),
         ready=int(status.get("ready", 0) or 0),
@@ -456,6 +459,15 @@ def _uids(value: Any) -> tuple[str, ...]:
     return tuple(sorted(item for item in value if isinstance(item, str) and item))
 
 
+def runtime_class_from_api(obj: Obj) -> RuntimeClassRecord:
+    overhead = (obj.get("overhead") or {}).get("podFixed")
+    try:
+        fixed = Resources.parse(overhead, field="overhead.podFixed")
+    except QuantityError as error:
+        raise ConversionError(str(error)) from error
+    return RuntimeClassRecord(name=_meta(obj).get("name", ""), overhead=fixed)
+
+
 def priority_class_from_api(obj: Obj) -> PriorityClassRecord:
     return PriorityClassRecord(
         name=_meta(obj).get("name", ""),
@@ -480,5 +492,6 @@ __all__ = [
     "pool_from_api",
     "priority_class_from_api",
     "queue_from_api",
+    "runtime_class_from_api",
     "unit_from_api",
 ]

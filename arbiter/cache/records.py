@@ -227,6 +227,9 @@ class JobRecord:
     # Effective requests of one pod of the template.
     pod_requests: Resources = EMPTY
     priority_class: str | None = None
+    # The template's runtimeClassName when the template states no overhead:
+    # its pods get the RuntimeClass's overhead (added to the unit's demand).
+    runtime_class: str | None = None
     outcome: JobOutcome | None = None
     active: int = 0
     ready: int = 0
@@ -316,6 +319,14 @@ class UnitRecord:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeClassRecord:
+    """A RuntimeClass: only what its pods add to their requests."""
+
+    name: str
+    overhead: Resources = EMPTY
 
 
 @dataclass(frozen=True, slots=True)

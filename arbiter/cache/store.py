@@ -31,6 +31,7 @@ from arbiter.cache.records import (
     PoolRecord,
     PriorityClassRecord,
     QueueRecord,
+    RuntimeClassRecord,
     UnitRecord,
 )
 from arbiter.core.resources import Resources
@@ -38,13 +39,13 @@ from arbiter.core.resources import Resources
 log = logging.getLogger(__name__)
 
 Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
-               "JobFlow", "JobTemplate", "Pool", "AdmissionCheck"]
+               "JobFlow", "JobTemplate", "Pool", "AdmissionCheck", "RuntimeClass"]
 # The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
 # JobFlow controller and webhook) are not among them. Pool is: admitting
 # before the Pools are known would place work into the wrong pool; so is
 # AdmissionCheck: before they are known a unit could skip its checks.
 KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit",
-                           "PriorityClass", "Pool", "AdmissionCheck")
+                           "PriorityClass", "Pool", "AdmissionCheck", "RuntimeClass")
 # Kinds filed under namespace/name; Pods are filed by uid, the rest by name.
 NAMESPACED_KINDS: frozenset[Kind] = frozenset({"Job", "QueueUnit", "JobFlow", "JobTemplate"})
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -66,6 +67,7 @@ _CONVERTERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
     "QueueUnit": convert.unit_from_api, "PriorityClass": convert.priority_class_from_api,
     "JobFlow": jobflow_from_api, "JobTemplate": jobtemplate_from_api,
     "Pool": convert.pool_from_api, "AdmissionCheck": convert.admission_check_from_api,
+    "RuntimeClass": convert.runtime_class_from_api,
 }
 
 DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
@@ -121,6 +123,7 @@ class ClusterStore:
     jobs: dict[str, JobRecord] = field(default_factory=dict)  # by namespace/name
     units: dict[str, UnitRecord] = field(default_factory=dict)  # by namespace/name
     priority_classes: dict[str, PriorityClassRecord] = field(default_factory=dict)
+    runtime_classes: dict[str, RuntimeClassRecord] = field(default_factory=dict)
     jobflows: dict[str, JobFlowRecord] = field(default_factory=dict)  # by namespace/name
     jobtemplates: dict[str, JobTemplateRecord] = field(default_factory=dict)  # by namespace/name
     pools: dict[str, PoolRecord] = field(default_factory=dict)
@@ -361,6 +364,7 @@ class ClusterStore:
             "PriorityClass": self.priority_classes,
             "JobFlow": self.jobflows, "JobTemplate": self.jobtemplates,
             "Pool": self.pools, "AdmissionCheck": self.admission_checks,
+            "RuntimeClass": self.runtime_classes,
         }
         return tables[kind]
 

@@ -46,6 +46,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("Pod", "/api/v1/pods"),
     Resource("Job", "/apis/batch/v1/jobs"),
     Resource("PriorityClass", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+    Resource("RuntimeClass", "/apis/node.k8s.io/v1/runtimeclasses"),
     *(Resource(kind.kind, kind.path) for kind in API_KINDS),
 )
 _EVENT_TYPES: frozenset[str] = frozenset({"ADDED", "MODIFIED", "DELETED"})

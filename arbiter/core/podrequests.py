@@ -39,16 +39,22 @@ def _container_requests(container: Any, field: str) -> Resources:
     return defaulted_requests(container.get("resources"), f"{field}.resources")
 
 
+def _containers(spec: Mapping[str, Any], key: str) -> list[Any]:
+    value = spec.get(key) or []
+    if not isinstance(value, list):
+        raise QuantityError(f"spec.{key}: must be a list")
+    return value
+
+
 def effective_pod_requests(spec: Mapping[str, Any]) -> Resources:
     """Requests of one pod from its `spec`; raises QuantityError naming the field."""
-    containers = spec.get("containers") or []
     total = EMPTY
-    for index, container in enumerate(containers):
+    for index, container in enumerate(_containers(spec, "containers")):
         total = total + _container_requests(container, f"spec.containers[{index}]")
 
     sidecars = EMPTY
     init_peak = EMPTY
-    for index, container in enumerate(spec.get("initContainers") or []):
+    for index, container in enumerate(_containers(spec, "initContainers")):
         requests = _container_requests(container, f"spec.initContainers[{index}]")
         if container.get("restartPolicy") == "Always":
             # A sidecar keeps running next to everything started after it.

@@ -185,7 +185,8 @@ def desired_unit(
         return None
     if consumer.kind == "Job":
         job = store.jobs.get(f"{consumer.namespace}/{consumer.name}")
-        return job_unit(job, store.priority_classes) if job is not None else None
+        return job_unit(job, store.priority_classes, store.runtime_classes) \
+            if job is not None else None
     if consumer.kind == "Pod":
         pod = store.pod_by_name(consumer.namespace, consumer.name)
         return pod_unit(pod) if pod is not None else None

@@ -40,7 +40,14 @@ from arbiter.api import (
 )
 from arbiter.api import unit_name as api_unit_name
 from arbiter.cache.ownership import ConsumerKey, ConsumerKind, gate_consumer
-from arbiter.cache.records import JobRecord, PodRecord, PodSet, PriorityClassRecord, UnitRecord
+from arbiter.cache.records import (
+    JobRecord,
+    PodRecord,
+    PodSet,
+    PriorityClassRecord,
+    RuntimeClassRecord,
+    UnitRecord,
+)
 from arbiter.core.model import MAIN_POD_SET, demand_of
 from arbiter.core.resources import EMPTY, Resources
 
@@ -117,11 +124,15 @@ def min_parallelism(job: JobRecord) -> int | None:
     return min(int(text), job.parallelism)
 
 
-def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> DesiredUnit | None:
+def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord],
+             runtimes: Mapping[str, RuntimeClassRecord] | None = None) -> DesiredUnit | None:
     """The unit a managed Job needs; None when it needs none (no queue,
-    finished, or nothing to run)."""
+    finished, or nothing to run). Its pods request what the template says
+    plus their RuntimeClass's overhead, as the apiserver will give them."""
     if job.queue is None or job.outcome is not None or job.parallelism <= 0:
         return None
+    runtime = (runtimes or {}).get(job.runtime_class or "")
+    requests = job.pod_requests if runtime is None else job.pod_requests + runtime.overhead
     consumer = ConsumerKey("Job", job.namespace, job.name)
     return DesiredUnit(
         namespace=job.namespace,
@@ -130,7 +141,7 @@ def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> Desi
         consumer=consumer,
         consumer_uid=job.uid,
         consumer_api_version="batch/v1",
-        pod_sets=(PodSet(MAIN_POD_SET, job.parallelism, job.pod_requests,
+        pod_sets=(PodSet(MAIN_POD_SET, job.parallelism, requests,
                          min_parallelism(job)),),
         priority=priority_of_class(job.priority_class, classes),
         priority_class=job.priority_class,

@@ -29,6 +29,7 @@ _KINDS: dict[str, Kind] = {
     "nodes": "Node",
     "namespaces": "Namespace",
     "priorityclasses": "PriorityClass",
+    "runtimeclasses": "RuntimeClass",
     "pools": "Pool",
     "admissionchecks": "AdmissionCheck",
 }

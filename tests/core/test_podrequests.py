@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from arbiter.core.podrequests import effective_pod_requests
+from arbiter.core.quantities import QuantityError
 
 
 def container(requests: dict[str, Any] | None = None,
@@ -51,3 +54,9 @@ def test_pod_level_limits_default_pod_level_requests() -> None:
     spec = {"resources": {"limits": {"cpu": "6"}, "requests": {"memory": "2Gi"}},
             "containers": [container({"cpu": "1", "memory": "1Gi"})]}
     assert dict(effective_pod_requests(spec)) == {"cpu": 6000, "memory": 2 * 2**30}
+
+
+def test_containers_that_are_not_lists_name_the_field() -> None:
+    for key in ("containers", "initContainers"):
+        with pytest.raises(QuantityError, match=rf"^spec\.{key}: must be a list$"):
+            effective_pod_requests({key: 5})

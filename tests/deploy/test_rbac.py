@@ -35,6 +35,8 @@ CLUSTER: set[Grant] = {
     ("authorization.k8s.io", "subjectaccessreviews", "create", ""),
     ("scheduling.k8s.io", "priorityclasses", "list", ""),
     ("scheduling.k8s.io", "priorityclasses", "watch", ""),
+    ("node.k8s.io", "runtimeclasses", "list", ""),
+    ("node.k8s.io", "runtimeclasses", "watch", ""),
     ("arbiter.dev", "queues", "get", ""), ("arbiter.dev", "queues", "list", ""),
     ("arbiter.dev", "queues", "watch", ""), ("arbiter.dev", "queues/status", "patch", ""),
     *{("arbiter.dev", "queueunits", verb, "") for verb in

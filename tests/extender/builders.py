@@ -23,6 +23,17 @@ def uid() -> str:
     return f"00000000-0000-4000-8000-{next(_uids):012d}"
 
 
+def consumer_uid(kind: str, namespace: str, name: str) -> str:
+    """The uid of a Job or pod, the same every time it is named: a unit built
+    for it (`unit`) stands for it by that uid, as the loop's units do."""
+    return f"{kind.lower()}-{namespace}-{name}-uid"
+
+
+# The consumer a loop-made unit stands for, by its name's prefix.
+_CONSUMER_KINDS = {"job-": ("Job", "batch/v1"), "pod-": ("Pod", "v1"),
+                   "group-": ("PodGroup", "arbiter.dev/v1alpha1")}
+
+
 def node(name: str, cpu: str = "4", memory: str = "16Gi", labels: Mapping[str, str] | None = None,
          ready: bool = True) -> dict[str, Any]:
     resources = {"cpu": cpu, "memory": memory, "pods": "110"}
@@ -86,9 +97,23 @@ def unit(namespace: str, name: str, queue_name: str, *, phase: str = "Running",
             "queue": queue_name,
             "priority": priority,
             "podSets": [{"name": "main", "count": count, "requests": {"cpu": cpu}}],
+            **_consumer_ref(namespace, name),
         },
         "status": status,
     }
+
+
+def _consumer_ref(namespace: str, name: str) -> dict[str, Any]:
+    """spec.consumerRef of a unit the loop made under `name` (none for a reservation)."""
+    for prefix, (kind, api_version) in _CONSUMER_KINDS.items():
+        if name.startswith(prefix):
+            consumer = name.removeprefix(prefix)
+            ref = {"apiVersion": api_version, "kind": kind, "namespace": namespace,
+                   "name": consumer}
+            if kind != "PodGroup":
+                ref["uid"] = consumer_uid(kind, namespace, consumer)
+            return {"consumerRef": ref}
+    return {}
 
 
 def pod(name: str, *, namespace: str = "team-a", queue_name: str | None = "a",
@@ -108,14 +133,15 @@ def pod(name: str, *, namespace: str = "team-a", queue_name: str | None = "a",
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
-        "uid": pod_uid or uid(),
+        "uid": pod_uid or consumer_uid("Pod", namespace, name),
         "resourceVersion": "4242",
         "creationTimestamp": "2025-01-01T00:00:00Z",
         "labels": labels,
     }
     if job is not None:
         metadata["ownerReferences"] = [{
-            "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid(),
+            "apiVersion": "batch/v1", "kind": "Job", "name": job,
+            "uid": consumer_uid("Job", namespace, job),
             "controller": True, "blockOwnerDeletion": True,
         }]
     spec: dict[str, Any] = {

@@ -229,6 +229,7 @@ def test_unmanaged_pod_with_full_nodes_gets_them_all_back(world: World) -> None:
 
 def test_both_problems_are_reported(world: World) -> None:
     for i in range(4):
+        world.unit("team-a", f"pod-run-{i}", "a", phase="Running")
         world.pod(f"run-{i}", node_name=f"node-{i}", phase="Running")
     outcome = run(world, b.pod("late"))
     reason = outcome.result["FailedAndUnresolvableNodes"]["node-0"]

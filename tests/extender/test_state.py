@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from arbiter.cache.ownership import holding_unit
 from arbiter.cache.store import ClusterStore
 from extender.state import ExtenderState, gang_key, unit_key
 from tests.extender import builders as b
@@ -29,6 +30,11 @@ pod_events = st.lists(
 )
 
 
+# Which queue each pod's unit is in: pods are charged by their unit (matched
+# by uid), never by their own queue label, which the events vary at random.
+UNIT_QUEUES = {"job-j1": "a", "job-j2": "b", **{f"pod-p{i}": "ab"[i % 2] for i in range(6)}}
+
+
 def recount(store: ClusterStore) -> tuple[dict[str, Counter[str]], dict[str, Counter[str]],
                                           dict[str, Counter[str]]]:
     nodes: dict[str, Counter[str]] = {}
@@ -38,8 +44,8 @@ def recount(store: ClusterStore) -> tuple[dict[str, Counter[str]], dict[str, Cou
         if not pod.node_name or pod.phase in ("Succeeded", "Failed"):
             continue
         nodes.setdefault(pod.node_name, Counter()).update(dict(pod.requests))
-        if pod.queue:
-            queues.setdefault(pod.queue, Counter()).update(dict(pod.requests))
+        queue = UNIT_QUEUES[holding_unit(pod, store.units)[0].split("/")[1]]
+        queues.setdefault(queue, Counter()).update(dict(pod.requests))
         gang = gang_key(pod)
         if gang:
             gangs.setdefault(gang, Counter())[pod.node_name] += 1
@@ -50,10 +56,11 @@ def recount(store: ClusterStore) -> tuple[dict[str, Counter[str]], dict[str, Cou
 @given(events=pod_events)
 def test_sums_match_a_recount(events: list[tuple[Any, ...]]) -> None:
     world = World()
-    uids = [b.uid() for _ in range(6)]
+    for name, queue in UNIT_QUEUES.items():
+        world.unit("team-a", name, queue)
     for action, index, node, phase, queue, job, milli in events:
         obj = b.pod(f"p{index}", queue_name=queue, node_name=node, phase=phase, job=job,
-                    cpu=f"{milli}m", pod_uid=uids[index])
+                    cpu=f"{milli}m")
         world.store.apply("Pod", "DELETED" if action == "delete" else "ADDED", obj)
     nodes, queues, gangs = recount(world.store)
     for name in NODES:

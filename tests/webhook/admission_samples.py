@@ -129,6 +129,13 @@ def kubectl_run_pod(name: str, namespace: str, *, labels: Json | None = None,
     }
 
 
+def held(pod: Json) -> Json:
+    """`pod` with arbiter's gate, as the validating webhook sees a pod the
+    mutating webhook held."""
+    pod["spec"].setdefault("schedulingGates", []).append({"name": ADMISSION_GATE})
+    return pod
+
+
 def job_pod(job: str, namespace: str, *, queue: str | None, job_uid: str = "") -> Json:
     """A pod the Job controller creates (generateName, controller ownerReference)."""
     job_uid = job_uid or str(uuid.uuid4())

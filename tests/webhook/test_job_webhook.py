@@ -20,12 +20,22 @@ from tests.webhook.admission_samples import (
 )
 from webhook import jobs
 
+TRAIN_UID = "7f0c2a4e-train-0000-0000-000000000001"
 
-def _store(unit_phase: str | None = None) -> ClusterStore:
+
+def _job_unit(name: str, job_name: str, phase: str, uid: str = TRAIN_UID) -> Json:
+    """The unit the loop made for Job `job_name` of `uid`."""
+    return unit_obj(name, "team-a", {
+        "queue": "team-a",
+        "consumerRef": {"apiVersion": "batch/v1", "kind": "Job", "namespace": "team-a",
+                        "name": job_name, "uid": uid},
+        "podSets": [{"name": "main", "count": 1, "requests": {"cpu": "1"}}]}, phase=phase)
+
+
+def _store(unit_phase: str | None = None, unit_uid: str = TRAIN_UID) -> ClusterStore:
     units = []
     if unit_phase is not None:
-        units.append(unit_obj("job-train", "team-a", {"queue": "team-a", "podSets": [
-            {"name": "main", "count": 1, "requests": {"cpu": "1"}}]}, phase=unit_phase))
+        units.append(_job_unit("job-train", "train", unit_phase, unit_uid))
     return make_store(
         queues=[queue_obj("team-a", namespaces=["team-a"]), queue_obj("gpu"),
                 queue_obj("closed", state="Closed")],
@@ -73,9 +83,12 @@ def test_validate_create_denials() -> None:
     assert jobs.validate(parse(review("Job", "CREATE", fine)), env).allowed
 
 
-def _held(suspend: bool = True, queue: str = "team-a") -> Json:
-    return job("train", "team-a", labels={QUEUE_LABEL: queue}, suspend=suspend,
-               template_labels={QUEUE_LABEL: "team-a"}, validating=True)
+def _held(suspend: bool = True, queue: str = "team-a", parallelism: int = 1) -> Json:
+    obj = job("train", "team-a", labels={QUEUE_LABEL: queue}, suspend=suspend,
+              template_labels={QUEUE_LABEL: "team-a"}, validating=True)
+    obj["metadata"]["uid"] = TRAIN_UID
+    obj["spec"]["parallelism"] = parallelism
+    return obj
 
 
 def test_user_may_not_unsuspend_waiting_job() -> None:
@@ -137,13 +150,13 @@ def test_unsuspend_finds_the_unit_under_the_loops_name_for_a_long_job_name() -> 
     assert unit != f"job-{long_name}"
     store = make_store(queues=[queue_obj("team-a", namespaces=["team-a"])],
                        namespaces=[namespace_obj("team-a")],
-                       units=[unit_obj(unit, "team-a", {"queue": "team-a", "podSets": [
-                           {"name": "main", "count": 1, "requests": {"cpu": "1"}}]},
-                           phase="Dequeued")])
+                       units=[_job_unit(unit, long_name, "Dequeued")])
 
     def held(suspend: bool) -> Json:
-        return job(long_name, "team-a", labels={QUEUE_LABEL: "team-a"}, suspend=suspend,
-                   template_labels={QUEUE_LABEL: "team-a"}, validating=True)
+        obj = job(long_name, "team-a", labels={QUEUE_LABEL: "team-a"}, suspend=suspend,
+                  template_labels={QUEUE_LABEL: "team-a"}, validating=True)
+        obj["metadata"]["uid"] = TRAIN_UID
+        return obj
 
     request = parse(review("Job", "UPDATE", held(False), old=held(True)))
     assert jobs.validate(request, env_for(store)).allowed

@@ -11,6 +11,7 @@ from tests.webhook.admission_samples import (
     Json,
     env_for,
     gates,
+    held,
     job,
     job_pod,
     kubectl_run_pod,
@@ -163,12 +164,16 @@ def test_unmanaged_namespaces_are_never_touched() -> None:
         assert pods.validate(parse(review("Pod", "CREATE", valid)), env_for(store)).allowed
 
 
-def test_pod_bound_to_a_node_is_labelled_not_gated() -> None:
+def test_pod_bound_to_a_node_is_labelled_not_gated_and_denied() -> None:
     pod = kubectl_run_pod("pinned", "team-a")
     pod["spec"]["nodeName"] = "node-1"
     decision = pods.mutate(parse(review("Pod", "CREATE", pod)), env_for(_store()))
-    assert gates(patched(pod, decision)) == []
-    assert decision.warnings and "nodeName" in decision.warnings[0]
+    # The apiserver refuses a gate on a bound pod: validation says no instead.
+    result = patched(pod, decision)
+    assert gates(result) == [] and result["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    denied = pods.validate(parse(review("Pod", "CREATE", result)), env_for(_store()))
+    assert not denied.allowed
+    assert denied.message.startswith('pod "team-a/pinned": spec.nodeName is set')
 
 
 def test_validate_denies_namespace_without_queue_with_fix() -> None:
@@ -197,7 +202,8 @@ def test_validate_denies_closed_queue() -> None:
 
 
 def test_validate_allows_open_queue() -> None:
-    pod = kubectl_run_pod("web", "team-a", labels={QUEUE_LABEL: "team-a"}, validating=True)
+    pod = held(kubectl_run_pod("web", "team-a", labels={QUEUE_LABEL: "team-a"},
+                               validating=True))
     assert pods.validate(parse(review("Pod", "CREATE", pod)), env_for(_store())).allowed
 
 

@@ -11,6 +11,7 @@ from arbiter.cache.store import ClusterStore
 from tests.webhook.admission_samples import (
     ARBITER_USER,
     env_for,
+    held,
     job,
     kubectl_run_pod,
     make_store,
@@ -207,7 +208,7 @@ def test_work_labelled_for_a_parent_is_denied_naming_its_children() -> None:
     decision = queueunits.validate(parse(review("QueueUnit", "CREATE", unit)), env_for(store))
     assert not decision.allowed and 'children ("b")' in decision.message
     # The leaf takes work; once b is gone, a is a leaf again.
-    leaf = kubectl_run_pod("web", "team-x", labels={QUEUE_LABEL: "b"})
+    leaf = held(kubectl_run_pod("web", "team-x", labels={QUEUE_LABEL: "b"}))
     assert pods.validate(parse(review("Pod", "CREATE", leaf)), env_for(store)).allowed
     store.apply("Queue", "DELETED", queue_obj("b"))
     assert store.queue_children == {"root": {"a"}}

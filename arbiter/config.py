@@ -54,6 +54,14 @@ class ServeConfig:
     # host only, "token" bearer tokens reviewed with the apiserver).
     metrics_port: int = 9445
     debug_api: str = "off"
+    # Per listener (webhook, extender, metrics): open connections, and the
+    # seconds a TLS handshake, the first request head and an idle
+    # keep-alive connection may take (arbiter.httpserve.ListenerLimits).
+    listener_max_connections: int = 512
+    listener_max_connections_per_source: int = 128
+    listener_handshake_timeout: float = 5.0
+    listener_header_timeout: float = 10.0
+    listener_idle_timeout: float = 60.0
     # Webhook server and certificates (webhook/, certs/, arbiter/app.py).
     # Secret (in `namespace`) that stores the CA and serving certificate, so
     # replicas share them and restarts keep the caBundle; None: cert_dir only.

@@ -156,6 +156,19 @@ def add_parser(subparsers: Any) -> None:
              "empty: any certificate that CA signed")
     number("--metrics-port", int, defaults.metrics_port,
         help="HTTPS port of /metrics, /healthz, /readyz and the debug API")
+    number("--listener-max-connections", int, defaults.listener_max_connections,
+        help="open connections per listener (webhook, extender, metrics); at the cap a new "
+             "connection closes the oldest one that has not sent a request yet")
+    number("--listener-max-connections-per-source", int,
+        defaults.listener_max_connections_per_source,
+        help="open connections per listener from one client IP; past it that IP's new "
+             "connections are refused")
+    number("--listener-handshake-timeout", float, defaults.listener_handshake_timeout,
+        help="seconds a client may take to finish the TLS handshake")
+    number("--listener-header-timeout", float, defaults.listener_header_timeout,
+        help="seconds from the handshake until the first request's head is complete")
+    number("--listener-idle-timeout", float, defaults.listener_idle_timeout,
+        help="seconds a keep-alive connection may sit between requests")
     add("--debug-api", default=_env("debug_api", defaults.debug_api),
         choices=["off", "loopback", "token"],
         help="the read-only /debug API on the metrics port: off; loopback (clients on "
@@ -198,6 +211,11 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         extender_port=args.extender_port,
         metrics_port=args.metrics_port,
         debug_api=args.debug_api,
+        listener_max_connections=args.listener_max_connections,
+        listener_max_connections_per_source=args.listener_max_connections_per_source,
+        listener_handshake_timeout=args.listener_handshake_timeout,
+        listener_header_timeout=args.listener_header_timeout,
+        listener_idle_timeout=args.listener_idle_timeout,
         extender_client_ca=Path(args.extender_client_ca) if args.extender_client_ca else None,
         extender_client_names=_csv(args.extender_client_names or ""),
         extender_locality_weight=args.extender_locality_weight,

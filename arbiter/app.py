@@ -211,6 +211,7 @@ def loop_settings(config: ServeConfig) -> LoopSettings:
         status_qps=config.status_qps,
         max_writes=config.loop_concurrency,
         reclaim_grace=config.reclaim_grace,
+        reclaim_pdb_timeout=config.reclaim_pdb_timeout,
     )
 
 

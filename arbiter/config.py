@@ -28,6 +28,8 @@ class ServeConfig:
     identity: str = ""
     # Seconds a reclaiming queue waits before taking resources back.
     reclaim_grace: float = 30.0
+    # Seconds PodDisruptionBudgets may block a reclaim before pods are deleted.
+    reclaim_pdb_timeout: float = 300.0
     # Seconds an admitted unit may take to start Running before backoff.
     admission_timeout: float = 300.0
     # Minimum seconds between two status writes of one object.

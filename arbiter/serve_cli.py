@@ -128,6 +128,10 @@ def add_parser(subparsers: Any) -> None:
     number("--reclaim-grace", float, defaults.reclaim_grace,
         help="seconds a queue below its deserved share waits before resources are "
              "reclaimed for it (short bursts do not thrash)")
+    number("--reclaim-pdb-timeout", float, defaults.reclaim_pdb_timeout,
+        help="seconds PodDisruptionBudgets may block taking a pod back for a starving "
+             "queue; then the pod is deleted instead of evicted, with an Event (negative: "
+             "never, and a PodDisruptionBudget can stop reclaim for good)")
     number("--admission-timeout", float, defaults.admission_timeout,
         help="seconds an admitted unit may take to start running before it is backed off "
              "and requeued")
@@ -201,6 +205,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         identity=args.identity,
         lease_name=args.lease_name,
         reclaim_grace=args.reclaim_grace,
+        reclaim_pdb_timeout=args.reclaim_pdb_timeout,
         admission_timeout=args.admission_timeout,
         status_interval=args.status_interval,
         status_qps=args.status_qps,

@@ -276,7 +276,7 @@ def _transition_time_change(was: dict[str, Any], now: dict[str, Any], where: str
     if json_equal(was.get("state"), now.get("state")):
         return f"{where}.lastTransitionTime may change only together with its state"
     when = parse_rfc3339(stamp) if isinstance(stamp, str) else None
-    if when is None:
+    if when is None or not isinstance(stamp, str):
         return f"{where}.lastTransitionTime: {brief(stamp)} is not an RFC 3339 time"
     if when > time.time() + CLOCK_SKEW:
         return f"{where}.lastTransitionTime: {stamp[:40]} is in the future"

@@ -58,6 +58,8 @@ REMOVED_AFTERWARDS = (
     ("secret", CERT_SECRET, NAMESPACE),
     ("clusterrolebinding", "kube-arbiter", None),
     ("clusterrole", "kube-arbiter", None),
+    ("validatingadmissionpolicybinding", "arbiter-admission-check-approvers", None),
+    ("validatingadmissionpolicy", "arbiter-admission-check-approvers", None),
 )
 
 
@@ -115,8 +117,9 @@ def test_dry_run_then_apply_accept_every_object(sandbox: Sandbox, applied: Appli
     expected = _ids(applied.objects)
     # Namespace, 6 CRDs (Queue, QueueUnit, JobTemplate, JobFlow, Pool, AdmissionCheck),
     # ServiceAccount, ClusterRole(+Binding), Role(+Binding), Service,
-    # Deployment, PDB and the two webhook configurations.
-    assert len(expected) == 17
+    # Deployment, PDB, the two webhook configurations and the approvers'
+    # ValidatingAdmissionPolicy (+Binding).
+    assert len(expected) == 19
     assert {kind for kind, _ in expected} >= {
         "Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
         "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",

@@ -64,6 +64,10 @@ class ServeConfig:
     listener_handshake_timeout: float = 5.0
     listener_header_timeout: float = 10.0
     listener_idle_timeout: float = 60.0
+    # Per namespace (webhook.limits): resource names one unit may request;
+    # QueueUnits a namespace may hold before new work there is denied.
+    max_resource_names: int = 16
+    max_units_per_namespace: int = 10_000
     # Webhook server and certificates (webhook/, certs/, arbiter/app.py).
     # Secret (in `namespace`) that stores the CA and serving certificate, so
     # replicas share them and restarts keep the caBundle; None: cert_dir only.

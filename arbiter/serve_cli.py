@@ -173,6 +173,11 @@ def add_parser(subparsers: Any) -> None:
         help="seconds from the handshake until the first request's head is complete")
     number("--listener-idle-timeout", float, defaults.listener_idle_timeout,
         help="seconds a keep-alive connection may sit between requests")
+    number("--max-resource-names", int, defaults.max_resource_names,
+        help="resources one pod, Job pod template or QueueUnit may request; more is denied")
+    number("--max-units-per-namespace", int, defaults.max_units_per_namespace,
+        help="QueueUnits a namespace may hold; past it new Jobs, pods and QueueUnits there "
+             "are denied")
     add("--debug-api", default=_env("debug_api", defaults.debug_api),
         choices=["off", "loopback", "token"],
         help="the read-only /debug API on the metrics port: off; loopback (clients on "
@@ -221,6 +226,8 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         listener_handshake_timeout=args.listener_handshake_timeout,
         listener_header_timeout=args.listener_header_timeout,
         listener_idle_timeout=args.listener_idle_timeout,
+        max_resource_names=args.max_resource_names,
+        max_units_per_namespace=args.max_units_per_namespace,
         extender_client_ca=Path(args.extender_client_ca) if args.extender_client_ca else None,
         extender_client_names=_csv(args.extender_client_names or ""),
         extender_locality_weight=args.extender_locality_weight,

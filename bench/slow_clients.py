@@ -241,6 +241,11 @@ def main() -> int:
               f"p50 {percentile(latencies, 0.5) * 1e3:.1f} ms, "
               f"p99 {percentile(latencies, 0.99) * 1e3:.1f} ms, max {worst * 1e3:.1f} ms "
               f"(goal < 100); failed {len(failures)}")
+    settled = latencies[int(len(latencies) * (RAMP_SECONDS + 1.0) / (args.seconds + 1.0)):]
+    if settled:
+        print(f"  after the {RAMP_SECONDS:g} s ramp ({len(settled)}): "
+              f"p50 {percentile(settled, 0.5) * 1e3:.1f} ms, "
+              f"p99 {percentile(settled, 0.99) * 1e3:.1f} ms, max {max(settled) * 1e3:.1f} ms")
     for failure in failures[:5]:
         print(f"  {failure}")
     return 1 if growth >= 50 or failures or worst >= 0.1 else 0

@@ -446,6 +446,8 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
             f"their eviction for {now - (since or now):.0f}s (--reclaim-pdb-timeout)")
     if blocked:
         delay = reclaimer.blocked_for(record.key, now)
+        # Look again when the backoff ends: nothing else may wake the loop.
+        loop.writes.timer(now + delay, WAKE_KEY)
         if loop.events is not None:
             loop.events.unit_event(
                 record, "Warning", "EvictionBlocked",

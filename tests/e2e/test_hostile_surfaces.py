@@ -28,13 +28,13 @@ from tests.e2e.helpers import (
     CPUS,
     arbiter_with,
     create,
-    get,
     pod,
     scenario,
     suffix,
     wait_for,
 )
 from tests.e2e.test_admission_checks import admission_check, phase_is, wide_job
+from tests.e2e.test_reclaim import events, running
 
 GRACE = 5.0
 PDB_TIMEOUT = 15.0
@@ -45,16 +45,6 @@ def short_timeouts(sandbox: Sandbox) -> Iterator[None]:
     with arbiter_with(sandbox, ["--reclaim-grace", str(GRACE),
                                 "--reclaim-pdb-timeout", str(PDB_TIMEOUT)]):
         yield
-
-
-def running(sandbox: Sandbox, ns: str) -> list[str]:
-    return sorted(p["metadata"]["name"] for p in get(sandbox, "pods", "-n", ns)["items"]
-                  if (p.get("status") or {}).get("phase") == "Running"
-                  and not p["metadata"].get("deletionTimestamp"))
-
-
-def events(sandbox: Sandbox, ns: str, reason: str) -> list[dict[str, Any]]:
-    return [e for e in get(sandbox, "events", "-n", ns)["items"] if e["reason"] == reason]
 
 
 def test_a_pdb_over_all_of_a_tenants_pods_does_not_freeze_reclaim(sandbox: Sandbox) -> None:
@@ -70,8 +60,9 @@ def test_a_pdb_over_all_of_a_tenants_pods_does_not_freeze_reclaim(sandbox: Sandb
                          "metadata": {"name": "all", "namespace": qa},
                          "spec": {"minAvailable": CPUS,
                                   "selector": {"matchLabels": {"app": "hold"}}}})
-        wait_for("the PDB allows no disruption", lambda: get(
-            sandbox, "pdb", "all", "-n", qa).get("status", {}).get("currentHealthy") == CPUS)
+        # The sandbox runs no disruption controller: the apiserver answers
+        # every eviction of a pod a PDB covers with 429 until that controller
+        # has processed it, which is what minAvailable = all answers too.
         started = time.monotonic()
         create(sandbox, *(pod(f"p{i:02d}", qb) for i in range(CPUS)))
         wait_for("evictions blocked", lambda: events(sandbox, qa, "EvictionBlocked"),
@@ -95,7 +86,7 @@ def _grant(sandbox: Sandbox, ns: str, check: str, group: str) -> str:
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": {"name": "approver", "namespace": ns},
          "rules": [{"apiGroups": ["arbiter.dev"], "resources": ["queueunits/status"],
-                    "verbs": ["patch"]},
+                    "verbs": ["get", "patch"]},
                    {"apiGroups": ["arbiter.dev"], "resources": ["queueunits"],
                     "verbs": ["get"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -148,7 +139,8 @@ def test_an_approver_answers_only_the_check_rbac_names(sandbox: Sandbox) -> None
             now = format_rfc3339(time.time())
             other = _answer(sandbox, ns, "job-big", 1, theirs, group, state="Ready",
                             lastTransitionTime=now)
-            assert other.returncode != 0 and f"not: {theirs}" in other.stderr, other.stderr
+            assert other.returncode != 0, other.stdout
+            assert "RBAC lets you approve" in other.stderr, other.stderr
             far = format_rfc3339(time.time() + 10 * 365 * 86400)
             ahead = _answer(sandbox, ns, "job-big", 0, mine, group, lastTransitionTime=far)
             assert ahead.returncode != 0 and "lastTransitionTime" in ahead.stderr, ahead.stderr

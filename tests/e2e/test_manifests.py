@@ -200,6 +200,8 @@ ALLOWED = [
     ("create", "queueunits.arbiter.dev", "-n", "default"),
     ("patch", "queues.arbiter.dev", "--subresource=status"),
     ("patch", "queueunits.arbiter.dev", "-n", "default", "--subresource=status"),
+    # Reclaim past a PodDisruptionBudget that blocked it too long (evict.py).
+    ("delete", "pods", "-n", "default"),
     ("update", "leases.coordination.k8s.io/kube-arbiter", "-n", NAMESPACE),
     ("create", "leases.coordination.k8s.io", "-n", NAMESPACE),
     ("update", f"secrets/{CERT_SECRET}", "-n", NAMESPACE),
@@ -210,7 +212,6 @@ DENIED = [
     ("delete", "nodes"),
     ("patch", "nodes"),
     ("create", "pods", "-n", "default"),
-    ("delete", "pods", "-n", "default"),
     ("get", "secrets", "-n", "kube-system"),
     ("list", "secrets", "-n", NAMESPACE),
     ("get", "secrets/other", "-n", NAMESPACE),

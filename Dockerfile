@@ -32,7 +32,7 @@ COPY --from=build /opt/arbiter /opt/arbiter
 USER 65532:65532
 # HTTPS: webhooks, scheduler extender, /metrics, /healthz (liveness),
 # /readyz (readiness: the cache has synced).
-EXPOSE 9443 9444
+EXPOSE 9443 9444 9445
 # For `docker run` (Kubernetes uses the Deployment's probes instead): the
 # event loop answers /healthz. The certificate is arbiter's own, so not
 # verified here.

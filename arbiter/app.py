@@ -38,7 +38,7 @@ from aiohttp import web
 from arbiter import debug
 from arbiter.cache.store import ClusterStore
 from arbiter.config import ServeConfig
-from arbiter.httpserve import HANDLER_ARGS
+from arbiter.httpserve import HANDLER_ARGS, GuardedSite, ListenerLimits
 from arbiter.jobflow.controller import run_leader as run_jobflow_controller
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.leader import LeaseTiming
@@ -146,13 +146,15 @@ async def start_listeners(ctx: ServerContext, tls: ReloadingTLS, *,
         "extender": (build_extender_app(ctx), config.extender_port, extender_tls(ctx, tls)),
         "metrics": (build_metrics_app(ctx), config.metrics_port, tls.context),
     }
+    limits = listener_limits(config)
     runners: dict[str, web.AppRunner] = {}
     try:
         for name, (application, port, context) in listeners.items():
-            runner = web.AppRunner(application, access_log=None, shutdown_timeout=20.0)
+            runner = web.AppRunner(application, access_log=None, shutdown_timeout=20.0,
+                                   keepalive_timeout=limits.idle_timeout)
             await runner.setup()
             runners[name] = runner
-            site = web.TCPSite(runner, config.host, port, ssl_context=context, backlog=1024)
+            site = GuardedSite(runner, config.host, port, tls=context, limits=limits, name=name)
             await site.start()
             log.info("serving", extra={"listener": name, "host": config.host,
                                        "port": runner.addresses[0][1]})
@@ -161,6 +163,16 @@ async def start_listeners(ctx: ServerContext, tls: ReloadingTLS, *,
             await runner.cleanup()
         raise
     return runners
+
+
+def listener_limits(config: ServeConfig) -> ListenerLimits:
+    return ListenerLimits(
+        max_connections=config.listener_max_connections,
+        max_connections_per_source=config.listener_max_connections_per_source,
+        handshake_timeout=config.listener_handshake_timeout,
+        header_timeout=config.listener_header_timeout,
+        idle_timeout=config.listener_idle_timeout,
+    )
 
 
 def background_tasks(ctx: ServerContext, leadership: Leadership) -> dict[str, Task]:
@@ -199,6 +211,7 @@ def loop_settings(config: ServeConfig) -> LoopSettings:
         status_qps=config.status_qps,
         max_writes=config.loop_concurrency,
         reclaim_grace=config.reclaim_grace,
+        reclaim_pdb_timeout=config.reclaim_pdb_timeout,
     )
 
 

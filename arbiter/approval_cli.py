@@ -6,7 +6,10 @@ The answer is one JSON Patch on the unit's status subresource, guarded by
 check it answers), so a unit that moved on meanwhile is never touched. RBAC
 can grant exactly this: `patch` on `queueunits/status`, plus reading the
 unit and the AdmissionChecks to find which of its checks are approvals
-(`examples/approvers-rbac.yaml`).
+(`examples/approvers-rbac.yaml`), and which checks a person may answer:
+verb `approve` on the AdmissionCheck by name, which the apiserver enforces
+(manifests/approvals.yaml). Without `--check`, only the approval checks
+the user may approve are answered (a SelfSubjectAccessReview each).
 """
 
 from __future__ import annotations
@@ -21,10 +24,17 @@ from typing import Any
 
 from kubernetes_asyncio import config as kube_config
 
-from arbiter.api import ADMISSION_CHECK, APPROVAL_CONTROLLER, CheckState, format_rfc3339
+from arbiter.api import (
+    ADMISSION_CHECK,
+    API_GROUP,
+    APPROVAL_CONTROLLER,
+    CheckState,
+    format_rfc3339,
+)
 from arbiter.kubeapi import ApiError, ClusterApi, Invalid, KubeApi, NotFound, unit_path
 
 VERBS: Mapping[str, CheckState] = {"approve": "Ready", "reject": "Rejected"}
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
 
 class ApprovalError(Exception):
@@ -59,9 +69,21 @@ async def _approval_checks(api: ClusterApi, entries: Sequence[Mapping[str, Any]]
             check = await api.get(f"{ADMISSION_CHECK.path}/{name}")
         except NotFound:
             continue
-        if (check.get("spec") or {}).get("controllerName") == APPROVAL_CONTROLLER:
+        if (check.get("spec") or {}).get("controllerName") == APPROVAL_CONTROLLER \
+                and await _may_approve(api, name):
             names.append(name)
     return names
+
+
+async def _may_approve(api: ClusterApi, check: str) -> bool:
+    """Whether RBAC lets the caller `approve` the AdmissionCheck `check`
+    (True when the review says nothing: the apiserver's policy decides)."""
+    review = await api.create(SSAR_PATH, {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"group": API_GROUP, "resource": "admissionchecks",
+                                        "name": check, "verb": "approve"}}})
+    status = review.get("status")
+    return not isinstance(status, Mapping) or status.get("allowed") is not False
 
 
 async def answer(api: ClusterApi, namespace: str, name: str, state: CheckState, *,
@@ -83,7 +105,7 @@ async def answer(api: ClusterApi, namespace: str, name: str, state: CheckState, 
     known = {e.get("name") for e in entries}
     if not names or not set(names) <= known:
         wanted = f"check {check}" if check is not None else \
-            f"a check of controller {APPROVAL_CONTROLLER}"
+            f"a check of controller {APPROVAL_CONTROLLER} you may approve"
         raise ApprovalError(f"QueueUnit {namespace}/{name} does not wait on {wanted} "
                             f"(its checks: {', '.join(sorted(map(str, known)))})")
     ops = approval_ops(entries, names, state, message, time.time() if now is None else now)

@@ -28,6 +28,8 @@ class ServeConfig:
     identity: str = ""
     # Seconds a reclaiming queue waits before taking resources back.
     reclaim_grace: float = 30.0
+    # Seconds PodDisruptionBudgets may block a reclaim before pods are deleted.
+    reclaim_pdb_timeout: float = 300.0
     # Seconds an admitted unit may take to start Running before backoff.
     admission_timeout: float = 300.0
     # Minimum seconds between two status writes of one object.
@@ -54,6 +56,18 @@ class ServeConfig:
     # host only, "token" bearer tokens reviewed with the apiserver).
     metrics_port: int = 9445
     debug_api: str = "off"
+    # Per listener (webhook, extender, metrics): open connections, and the
+    # seconds a TLS handshake, the first request head and an idle
+    # keep-alive connection may take (arbiter.httpserve.ListenerLimits).
+    listener_max_connections: int = 512
+    listener_max_connections_per_source: int = 128
+    listener_handshake_timeout: float = 5.0
+    listener_header_timeout: float = 10.0
+    listener_idle_timeout: float = 60.0
+    # Per namespace (webhook.limits): resource names one unit may request;
+    # QueueUnits a namespace may hold before new work there is denied.
+    max_resource_names: int = 16
+    max_units_per_namespace: int = 10_000
     # Webhook server and certificates (webhook/, certs/, arbiter/app.py).
     # Secret (in `namespace`) that stores the CA and serving certificate, so
     # replicas share them and restarts keep the caBundle; None: cert_dir only.

@@ -43,6 +43,7 @@ from arbiter.loop.mirror import EngineMirror, engine_unit, submitted
 from arbiter.loop.runtime import Leadership
 from arbiter.loop.status import queue_views, split_key
 from arbiter.loop.units import disposition
+from arbiter.ratelimit import KeyedBuckets, TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,15 @@ SLICE = 500
 # Seconds a token's positive review is reused; tokens remembered at most.
 TOKEN_TTL = 60.0
 MAX_TOKENS = 1000
-# Reviews of tokens not in the cache, per second and in a burst: a flood of
-# distinct random tokens must not become a flood of TokenReviews.
+# Reviews of tokens not known good, per second and in a burst, per client
+# address; and for all addresses together (the apiserver's share). A flood
+# of random tokens spends its own source's budget (or at worst the shared
+# one), never the re-review of a token already known good.
 REVIEW_RATE = 5.0
 REVIEW_BURST = 20
+TOTAL_REVIEW_RATE = 20.0
+TOTAL_REVIEW_BURST = 80
+MAX_SOURCES = 1024
 
 PREFIX = "/debug"
 DEFAULT_LIMIT = 100
@@ -145,8 +151,8 @@ async def _mirror(view: KeptView, leadership: Leadership) -> tuple[EngineMirror,
     return await view.refreshed(), False
 
 
-# A bearer token -> whether it may read the debug API.
-TokenCheck = Callable[[str], Awaitable[bool]]
+# A bearer token and the caller's address -> whether it may read the debug API.
+TokenCheck = Callable[[str, str], Awaitable[bool]]
 
 
 class ReviewsThrottled(Exception):
@@ -158,33 +164,40 @@ class TokenReviewer:
     then SubjectAccessReview (may they `get` Queues). Answers are cached
     for `ttl` seconds by the token's SHA-256 (positive and negative alike,
     so a flood of one bad token costs one review a minute); concurrent
-    requests with one token share one review; reviews of new tokens are
-    rate-limited (`ReviewsThrottled` past the budget), and a full cache
-    drops its oldest answer, so a flood of random tokens neither loads the
-    apiserver nor evicts the tokens in use."""
+    requests with one token share one review.
+
+    Reviews of tokens not known good are rate-limited per client address
+    and in all (`ReviewsThrottled` past either budget). A token once found
+    good is re-reviewed when its answer expires without spending any
+    budget (there are at most `max_tokens` such, each once per `ttl`), and
+    good and bad answers are kept apart, so a flood of random tokens, from
+    one address or many, neither loads the apiserver nor locks out or
+    evicts a token in use."""
 
     def __init__(self, api: Any, *, ttl: float = TOKEN_TTL,
                  clock: Callable[[], float] = time.monotonic,
                  rate: float = REVIEW_RATE, burst: int = REVIEW_BURST,
+                 total_rate: float = TOTAL_REVIEW_RATE, total_burst: int = TOTAL_REVIEW_BURST,
                  max_tokens: int = MAX_TOKENS) -> None:
         self.api = api
         self.ttl = ttl
         self.clock = clock
-        self.rate = rate
-        self.burst = burst
         self.max_tokens = max_tokens
-        self._budget = float(burst)
-        self._refilled = clock()
-        # Insertion-ordered: re-inserted on every review, so first is oldest.
-        self._answers: dict[str, tuple[float, bool]] = {}
+        self._per_source = KeyedBuckets(rate, burst, MAX_SOURCES)
+        self._total = TokenBucket(total_rate, total_burst, clock())
+        # digest -> (expiry, allowed), good and bad apart; insertion-ordered
+        # (re-inserted on every review), so the first is the oldest.
+        self._good: dict[str, float] = {}
+        self._bad: dict[str, float] = {}
         self._reviewing: dict[str, asyncio.Future[bool]] = {}
 
-    async def __call__(self, token: str) -> bool:
+    async def __call__(self, token: str, source: str = "") -> bool:
         digest = hashlib.sha256(token.encode()).hexdigest()
         now = self.clock()
-        cached = self._answers.get(digest)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        for answers, allowed in ((self._good, True), (self._bad, False)):
+            expiry = answers.get(digest)
+            if expiry is not None and expiry > now:
+                return allowed
         running = self._reviewing.get(digest)
         if running is not None:
             try:
@@ -193,7 +206,8 @@ class TokenReviewer:
                 if running.cancelled():  # its caller went away: deny, the client retries
                     return False
                 raise
-        self._take_budget(now)
+        if digest not in self._good:
+            self._take_budget(source, now)
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._reviewing[digest] = future
         try:
@@ -208,19 +222,18 @@ class TokenReviewer:
         finally:
             del self._reviewing[digest]
         future.set_result(allowed)
-        self._answers.pop(digest, None)
-        while len(self._answers) >= self.max_tokens:
-            del self._answers[next(iter(self._answers))]
-        self._answers[digest] = (now + self.ttl, allowed)
+        self._good.pop(digest, None)
+        self._bad.pop(digest, None)
+        answers = self._good if allowed else self._bad
+        while len(answers) >= self.max_tokens:
+            del answers[next(iter(answers))]
+        answers[digest] = now + self.ttl
         return allowed
 
-    def _take_budget(self, now: float) -> None:
-        self._budget = min(float(self.burst),
-                           self._budget + (now - self._refilled) * self.rate)
-        self._refilled = now
-        if self._budget < 1.0:
+    def _take_budget(self, source: str, now: float) -> None:
+        # The source's budget first: a throttled source spends none of the total.
+        if not self._per_source.take(source, now) or not self._total.take(now):
             raise ReviewsThrottled
-        self._budget -= 1.0
 
     async def _review(self, token: str) -> bool:
         try:
@@ -267,7 +280,8 @@ def access_guard(access: DebugAccess, check_token: TokenCheck | None) -> Any:
             if scheme.lower() != "bearer" or not token.strip():
                 return _json({"error": "a bearer token is required"}, 401)
             try:
-                allowed = check_token is not None and await check_token(token.strip())
+                allowed = check_token is not None and await check_token(
+                    token.strip(), request.remote or "")
             except ReviewsThrottled:
                 response = _json({"error": "too many new tokens to review; retry later"}, 429)
                 response.headers["Retry-After"] = "1"

@@ -20,12 +20,18 @@ compresses what it sends, so this is for other clients only.
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
+import math
+import ssl
 import zlib
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 from aiohttp import web
 from prometheus_client import Counter
+
+from arbiter import metrics
 
 # Seconds a whole body may take to arrive; the apiserver's webhook timeout
 # is at most 30 s and kube-scheduler's extender timeout is shorter still.
@@ -124,3 +130,234 @@ class CachedCounter:
         if child is None:
             child = self._children[labels] = self._counter.labels(*labels)
         child.inc()
+
+
+# -- listeners that hold (connection cap, handshake / header / idle timeouts) ---------------
+@dataclass(frozen=True, slots=True)
+class ListenerLimits:
+    """What clients may hold of a listener.
+
+    max_connections_per_source: open connections (handshaking ones
+        included) from one client IP; past it, that source's new
+        connections are refused at once (a refusal costs an accept, no
+        handshake), so one slow source fights only itself.
+    max_connections: open connections in all; at the cap a new connection
+        closes the oldest one that has not started a request yet
+        (handshaking, or its request head still arriving), else the oldest
+        idle one; when every connection is mid-request the new one is
+        refused. Slow clients from many sources therefore cannot keep the
+        apiserver or kube-scheduler out: they are the first to go.
+    handshake_timeout: seconds a TLS handshake may take.
+    header_timeout: seconds from the handshake until the first request's
+        head is complete.
+    idle_timeout: seconds a connection may sit between requests (or with a
+        later request's head still arriving: aiohttp's keep-alive timer).
+    """
+
+    max_connections: int = 512
+    max_connections_per_source: int = 128
+    handshake_timeout: float = 5.0
+    header_timeout: float = 10.0
+    idle_timeout: float = 60.0
+
+
+class ConnectionGuard:
+    """The protocol factory of one listener: applies `ListenerLimits` and
+    performs the TLS handshake itself (see `_Connection`), so that it holds
+    every connection's socket from the moment it is accepted and can close
+    it at any stage; aiohttp's handler is only made once the handshake is
+    done."""
+
+    def __init__(self, server: web.Server, tls: ssl.SSLContext | None,
+                 limits: ListenerLimits, name: str) -> None:
+        self.server = server
+        self.tls = tls
+        self.limits = limits
+        self.name = name
+        # Insertion-ordered: the oldest first.
+        self.open: dict[_Connection, None] = {}
+        self.per_source: dict[str, int] = {}
+
+    def __call__(self) -> asyncio.Protocol:
+        return _Connection(self)
+
+    def admit(self, connection: _Connection) -> bool:
+        if self.per_source.get(connection.source, 0) >= self.limits.max_connections_per_source:
+            _CLOSED.inc(self.name, "refused-source")
+            return False
+        if len(self.open) >= self.limits.max_connections:
+            victim = self._victim()
+            if victim is None:
+                _CLOSED.inc(self.name, "refused")
+                return False
+            victim.abort("evicted")
+        self.open[connection] = None
+        self.per_source[connection.source] = self.per_source.get(connection.source, 0) + 1
+        return True
+
+    def forget(self, connection: _Connection) -> bool:
+        """Drop `connection`; False when it was not open."""
+        if connection not in self.open:
+            return False
+        del self.open[connection]
+        left = self.per_source[connection.source] - 1
+        if left:
+            self.per_source[connection.source] = left
+        else:
+            del self.per_source[connection.source]
+        return True
+
+    def _victim(self) -> _Connection | None:
+        idle = None
+        for connection in self.open:
+            if not connection.served():
+                return connection
+            if idle is None and not connection.busy():
+                idle = connection
+        return idle
+
+    def close_unopened(self) -> None:
+        """Close every connection aiohttp does not know of yet (its
+        shutdown closes the others)."""
+        for connection in [c for c in self.open if c.handler is None]:
+            connection.abort("stopped")
+
+
+class _TLS(asyncio.sslproto.SSLProtocol):
+    """asyncio's TLS protocol with a smaller read buffer: its 256 KiB,
+    allocated per connection, made 2,000 idle TLS clients cost 500 MiB. One
+    TLS record is at most 16 KiB, so 32 KiB only means more reads for large
+    bodies."""
+
+    max_size = 32 * 1024
+
+
+class _Connection(asyncio.Protocol):
+    """One accepted connection. Before the handshake it is the raw socket's
+    protocol; with TLS, it then hands the socket to a `_TLS` protocol and
+    becomes that protocol's application protocol. Once open it hands
+    everything to aiohttp's handler.
+
+    The TLS protocol is made here rather than by `create_server(ssl=...)`
+    so that the guard holds the socket of a connection still in its
+    handshake (to close it at the cap) and so that its buffer is `_TLS`'s."""
+
+    def __init__(self, guard: ConnectionGuard) -> None:
+        self.guard = guard
+        self.raw: asyncio.Transport | None = None
+        self.source = ""
+        self.handler: Any = None  # aiohttp's RequestHandler once open
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are no asyncio.Transport subclasses.
+        if self.raw is not None:
+            # From the TLS protocol: the handshake is done.
+            self._open(cast(asyncio.Transport, transport))
+            return
+        raw = self.raw = cast(asyncio.Transport, transport)
+        peer = raw.get_extra_info("peername")
+        self.source = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        guard = self.guard
+        if not guard.admit(self):
+            raw.abort()
+            return
+        if guard.tls is None:
+            self._open(raw)
+            return
+        loop = asyncio.get_running_loop()
+        handshake = loop.create_future()
+        handshake.add_done_callback(self._handshake_done)
+        tls = _TLS(loop, self, guard.tls, handshake, server_side=True,
+                   # typeshed wants an int here; asyncio takes any seconds.
+                   ssl_handshake_timeout=math.ceil(guard.limits.handshake_timeout))
+        raw.set_protocol(tls)
+        tls.connection_made(raw)
+
+    def _handshake_done(self, handshake: asyncio.Future[None]) -> None:
+        if handshake.cancelled() or handshake.exception() is not None:
+            self._forget("handshake-failed")
+
+    def _open(self, transport: asyncio.Transport) -> None:
+        self.handler = self.guard.server()
+        self.handler.connection_made(transport)
+        self.timer = asyncio.get_running_loop().call_later(
+            self.guard.limits.header_timeout, self._header_deadline)
+
+    def _header_deadline(self) -> None:
+        self.timer = None
+        if not self.served():
+            self.abort("header-timeout")
+
+    def served(self) -> bool:
+        """Whether a request head has arrived on this connection."""
+        # aiohttp counts the request heads it parsed per connection.
+        return self.handler is not None and getattr(self.handler, "_request_count", 1) > 0
+
+    def busy(self) -> bool:
+        return self.handler is not None and bool(getattr(self.handler, "_request_in_progress",
+                                                         True))
+
+    def abort(self, reason: str) -> None:
+        self._forget(reason)
+        if self.raw is not None:
+            self.raw.abort()
+
+    def _forget(self, reason: str | None) -> None:
+        if self.guard.forget(self) and reason is not None:
+            _CLOSED.inc(self.guard.name, reason)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    # Application-protocol callbacks (from the TLS protocol, or the socket).
+    def data_received(self, data: bytes) -> None:
+        if self.handler is not None:
+            self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None if self.handler is None else self.handler.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._forget(None)
+        if self.handler is not None:
+            self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.handler is not None:
+            self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.handler is not None:
+            self.handler.resume_writing()
+
+
+class GuardedSite(web.TCPSite):
+    """A TCP site whose connections a `ConnectionGuard` accepts."""
+
+    __slots__ = ("_limits", "_listener", "_tls", "guard")
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *,
+                 tls: ssl.SSLContext | None, limits: ListenerLimits, name: str,
+                 backlog: int = 1024) -> None:
+        super().__init__(runner, host, port, backlog=backlog)
+        self._tls = tls
+        self._limits = limits
+        self._listener = name
+        self.guard: ConnectionGuard | None = None
+
+    async def start(self) -> None:
+        self._runner._reg_site(self)
+        server = self._runner.server
+        assert isinstance(server, web.Server)
+        self.guard = ConnectionGuard(server, self._tls, self._limits, self._listener)
+        self._server = await asyncio.get_running_loop().create_server(
+            self.guard, self._host, self._port, backlog=self._backlog, reuse_address=True)
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.guard is not None:
+            self.guard.close_unopened()
+
+
+_CLOSED = CachedCounter(metrics.listener_connections_closed_total)  # listener, reason

@@ -178,6 +178,9 @@ class ClusterApi(Protocol):
 
     async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> Obj: ...
 
+    async def delete_guarded(self, path: str, uid: str) -> None:
+        """DELETE, only if the object still has `uid` (else Conflict)."""
+
 
 # -- paths ---------------------------------------------------------------------------
 
@@ -256,3 +259,7 @@ class KubeApi:
 
     async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> Obj:
         return await self._request("PATCH", path, ops, "application/json-patch+json")
+
+    async def delete_guarded(self, path: str, uid: str) -> None:
+        await self._request("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                             "preconditions": {"uid": uid}})

@@ -101,6 +101,13 @@ unit_unplaceable_total = Counter(
 )
 
 # Server.
+listener_connections_closed_total = Counter(
+    "arbiter_listener_connections_closed_total",
+    "Connections a listener closed by its limits (refused, evicted, handshake-failed, "
+    "header-timeout)",
+    ["listener", "reason"],
+    registry=REGISTRY,
+)
 webhook_requests_total = Counter(
     "arbiter_webhook_requests_total",
     "AdmissionReviews answered",

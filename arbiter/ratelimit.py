@@ -26,6 +26,28 @@ class TokenBucket:
         return False
 
 
+class KeyedBuckets:
+    """A `TokenBucket` per key (a client's address, say): one key spending
+    its budget leaves the others theirs. Past `max_keys` the least recently
+    used key is forgotten (it starts again with a full burst)."""
+
+    def __init__(self, rate: float, burst: float, max_keys: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.max_keys = max_keys
+        # Insertion-ordered, re-inserted on use: the first is the least recent.
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def take(self, key: str, now: float) -> bool:
+        bucket = self._buckets.pop(key, None)
+        if bucket is None:
+            bucket = TokenBucket(self.rate, self.burst, now)
+            while len(self._buckets) >= self.max_keys:
+                del self._buckets[next(iter(self._buckets))]
+        self._buckets[key] = bucket
+        return bucket.take(now)
+
+
 class Throttle:
     """Per-object: write only changed content, at most once per `interval`."""
 

@@ -128,6 +128,10 @@ def add_parser(subparsers: Any) -> None:
     number("--reclaim-grace", float, defaults.reclaim_grace,
         help="seconds a queue below its deserved share waits before resources are "
              "reclaimed for it (short bursts do not thrash)")
+    number("--reclaim-pdb-timeout", float, defaults.reclaim_pdb_timeout,
+        help="seconds PodDisruptionBudgets may block taking a pod back for a starving "
+             "queue; then the pod is deleted instead of evicted, with an Event (negative: "
+             "never, and a PodDisruptionBudget can stop reclaim for good)")
     number("--admission-timeout", float, defaults.admission_timeout,
         help="seconds an admitted unit may take to start running before it is backed off "
              "and requeued")
@@ -156,6 +160,24 @@ def add_parser(subparsers: Any) -> None:
              "empty: any certificate that CA signed")
     number("--metrics-port", int, defaults.metrics_port,
         help="HTTPS port of /metrics, /healthz, /readyz and the debug API")
+    number("--listener-max-connections", int, defaults.listener_max_connections,
+        help="open connections per listener (webhook, extender, metrics); at the cap a new "
+             "connection closes the oldest one that has not sent a request yet")
+    number("--listener-max-connections-per-source", int,
+        defaults.listener_max_connections_per_source,
+        help="open connections per listener from one client IP; past it that IP's new "
+             "connections are refused")
+    number("--listener-handshake-timeout", float, defaults.listener_handshake_timeout,
+        help="seconds a client may take to finish the TLS handshake")
+    number("--listener-header-timeout", float, defaults.listener_header_timeout,
+        help="seconds from the handshake until the first request's head is complete")
+    number("--listener-idle-timeout", float, defaults.listener_idle_timeout,
+        help="seconds a keep-alive connection may sit between requests")
+    number("--max-resource-names", int, defaults.max_resource_names,
+        help="resources one pod, Job pod template or QueueUnit may request; more is denied")
+    number("--max-units-per-namespace", int, defaults.max_units_per_namespace,
+        help="QueueUnits a namespace may hold; past it new Jobs, pods and QueueUnits there "
+             "are denied")
     add("--debug-api", default=_env("debug_api", defaults.debug_api),
         choices=["off", "loopback", "token"],
         help="the read-only /debug API on the metrics port: off; loopback (clients on "
@@ -188,6 +210,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         identity=args.identity,
         lease_name=args.lease_name,
         reclaim_grace=args.reclaim_grace,
+        reclaim_pdb_timeout=args.reclaim_pdb_timeout,
         admission_timeout=args.admission_timeout,
         status_interval=args.status_interval,
         status_qps=args.status_qps,
@@ -198,6 +221,13 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         extender_port=args.extender_port,
         metrics_port=args.metrics_port,
         debug_api=args.debug_api,
+        listener_max_connections=args.listener_max_connections,
+        listener_max_connections_per_source=args.listener_max_connections_per_source,
+        listener_handshake_timeout=args.listener_handshake_timeout,
+        listener_header_timeout=args.listener_header_timeout,
+        listener_idle_timeout=args.listener_idle_timeout,
+        max_resource_names=args.max_resource_names,
+        max_units_per_namespace=args.max_units_per_namespace,
         extender_client_ca=Path(args.extender_client_ca) if args.extender_client_ca else None,
         extender_client_names=_csv(args.extender_client_names or ""),
         extender_locality_weight=args.extender_locality_weight,

@@ -62,7 +62,9 @@ class ServerContext:
 
     @property
     def admission_env(self) -> AdmissionEnv:
-        return AdmissionEnv(store=self.store, own_usernames=self.own_usernames)
+        return AdmissionEnv(store=self.store, own_usernames=self.own_usernames,
+                            max_resource_names=self.config.max_resource_names,
+                            max_units_per_namespace=self.config.max_units_per_namespace)
 
     def ready(self) -> bool:
         installs = bool(self.config.webhook_url) and self.api is not None

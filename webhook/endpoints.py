@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from arbiter.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
 from webhook import jobflows, jobs, pods, queues, queueunits
+from webhook.limits import limited
 from webhook.review import AdmissionEnv, AdmissionRequest, Decision
 
 Decide = Callable[[AdmissionRequest, AdmissionEnv], Decision]
@@ -92,7 +93,7 @@ CREATE, UPDATE, DELETE = "CREATE", "UPDATE", "DELETE"
 ENDPOINTS: tuple[Endpoint, ...] = (
     _endpoint("mutate", "pods", pods.GROUP, pods.KIND, pods.mutate,
               version="v1", operations=(CREATE,)),
-    _endpoint("validate", "pods", pods.GROUP, pods.KIND, pods.validate,
+    _endpoint("validate", "pods", pods.GROUP, pods.KIND, limited(pods.validate, "Pod"),
               version="v1", operations=(CREATE,),
               also=(Hook("pod-gates.validate.arbiter.dev", (UPDATE,),
                          ("held-by-arbiter", HELD_POD_CONDITION)),
@@ -102,7 +103,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                     Hook("pod-resize.validate.arbiter.dev", (UPDATE,), subresource="resize"))),
     _endpoint("mutate", "jobs", jobs.GROUP, jobs.KIND, jobs.mutate,
               version="v1", operations=(CREATE,)),
-    _endpoint("validate", "jobs", jobs.GROUP, jobs.KIND, jobs.validate,
+    _endpoint("validate", "jobs", jobs.GROUP, jobs.KIND, limited(jobs.validate, "Job"),
               version="v1", operations=(CREATE, UPDATE),
               condition=("managed-by-arbiter", MANAGED_JOB_CONDITION)),
     _endpoint("validate", "queues", queues.GROUP, queues.KIND, queues.validate,
@@ -110,7 +111,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     _endpoint("mutate", "queueunits", queueunits.GROUP, queueunits.KIND, queueunits.mutate,
               version="v1alpha1", operations=(CREATE, UPDATE)),
     _endpoint("validate", "queueunits", queueunits.GROUP, queueunits.KIND,
-              queueunits.validate, version="v1alpha1", operations=(CREATE, UPDATE),
+              limited(queueunits.validate, "QueueUnit"), version="v1alpha1",
+              operations=(CREATE, UPDATE),
               also=(Hook("queueunit-status.validate.arbiter.dev", (UPDATE,),
                          subresource="status"),)),
     _endpoint("validate", "jobflows", jobflows.GROUP, jobflows.KIND, jobflows.validate,

@@ -18,11 +18,16 @@ of admission, which a new leader trusts (a forged `Dequeued` with an
 admission entry would be released). Others (admission-check controllers,
 `arbiter approve|reject`) may change only the `state`, `message` and
 `lastTransitionTime` of the entries of `status.admissionChecks`, and only
-while the unit is Reserved.
+while the unit is Reserved; `lastTransitionTime` only together with the
+entry's state and never to a time ahead of now (it starts a check's
+timeout: a time far ahead would disable it). Which entries a user may
+answer at all is RBAC's (verb `approve` on `admissionchecks`, named):
+the ValidatingAdmissionPolicy in manifests/approvals.yaml.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from arbiter.api import (
@@ -33,6 +38,7 @@ from arbiter.api import (
     QUEUE_UNIT,
     group_unit_name,
     job_unit_name,
+    parse_rfc3339,
     pod_unit_name,
 )
 from arbiter.core.jsonvalues import brief, json_equal
@@ -254,6 +260,9 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv, namespace: st
 
 # What a check's controller may set on its entry of status.admissionChecks.
 CHECK_ENTRY_FIELDS = frozenset({"state", "message", "lastTransitionTime"})
+# Seconds a check's new lastTransitionTime may be ahead of this server's
+# clock (clock skew between the answering client and arbiter).
+CLOCK_SKEW = 60.0
 
 
 def _validate_status(request: AdmissionRequest, env: AdmissionEnv, unit: Obj,
@@ -290,4 +299,22 @@ def _foreign_status_change(old: Any, new: Any) -> str | None:
         for key in was.keys() | now.keys():
             if key not in CHECK_ENTRY_FIELDS and not json_equal(was.get(key), now.get(key)):
                 return f"status.admissionChecks[{index}].{str(key)[:60]} cannot change"
+        refused = _transition_time_change(was, now, f"status.admissionChecks[{index}]")
+        if refused is not None:
+            return refused
+    return None
+
+
+def _transition_time_change(was: dict[str, Any], now: dict[str, Any], where: str) -> str | None:
+    """Why an entry's new lastTransitionTime is refused, or None."""
+    stamp = now.get("lastTransitionTime")
+    if json_equal(was.get("lastTransitionTime"), stamp):
+        return None
+    if json_equal(was.get("state"), now.get("state")):
+        return f"{where}.lastTransitionTime may change only together with its state"
+    when = parse_rfc3339(stamp) if isinstance(stamp, str) else None
+    if when is None or not isinstance(stamp, str):
+        return f"{where}.lastTransitionTime: {brief(stamp)} is not an RFC 3339 time"
+    if when > time.time() + CLOCK_SKEW:
+        return f"{where}.lastTransitionTime: {stamp[:40]} is in the future"
     return None

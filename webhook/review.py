@@ -124,6 +124,10 @@ class AdmissionEnv:
     # Usernames arbiter itself authenticates as (a live view: the server
     # learns them at startup).
     own_usernames: Set[str] = frozenset()
+    # Per-namespace limits (webhook.limits): resource names a unit may
+    # request, QueueUnits a namespace may hold before new work is denied.
+    max_resource_names: int = 16
+    max_units_per_namespace: int = 10_000
 
     def is_arbiter(self, request: AdmissionRequest) -> bool:
         return request.username in self.own_usernames

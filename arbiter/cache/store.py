@@ -146,6 +146,8 @@ class ClusterStore:
     _counted_allocatable: dict[str, int] = field(default_factory=dict, init=False)
     _unmanaged_by_node: dict[str, dict[str, int]] = field(default_factory=dict, init=False)
     _counted_unmanaged: dict[str, int] = field(default_factory=dict, init=False)
+    # namespace -> how many QueueUnits it holds (the webhook's per-namespace limit).
+    units_per_namespace: dict[str, int] = field(default_factory=dict, init=False)
 
     # -- queries -------------------------------------------------------------
     def is_managed_namespace(self, namespace: str) -> bool:
@@ -331,7 +333,7 @@ class ClusterStore:
         elif kind == "Pool":
             self.upsert_pool(record)
         else:
-            self._put(self.table(kind), key, record)
+            self._put_record(kind, key, record)
             self._notify(kind, key)
 
     # The same dispatch as apply's upsert, one verb per kind: explicit calls keep
@@ -346,8 +348,19 @@ class ClusterStore:
         elif kind == "Pool":
             self.delete_pool(key)
         else:
-            self._put(self.table(kind), key, None)
+            self._put_record(kind, key, None)
             self._notify(kind, key)
+
+    def _put_record(self, kind: Kind, key: str, record: Any) -> None:
+        table = self.table(kind)
+        if kind == "QueueUnit" and (key in table) != (record is not None):
+            namespace = key.partition("/")[0]
+            count = self.units_per_namespace.get(namespace, 0) + (1 if record is not None else -1)
+            if count:
+                self.units_per_namespace[namespace] = count
+            else:
+                self.units_per_namespace.pop(namespace, None)
+        self._put(table, key, record)
 
     @staticmethod
     def _put(table: dict[str, Any], key: str, record: Any) -> None:

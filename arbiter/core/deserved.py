@@ -19,9 +19,12 @@ guarantee G and capability K (absent resources unlimited):
   the first of: it reaches its demand (w * t = d); it reaches its capability
   in some resource; a resource it is growing in is exhausted (the sum over
   all queues reaches C_r); or it would start growing in a resource that is
-  already exhausted. A resource the cluster has none of is exhausted from
-  the start, so a queue demanding it keeps its floor (its units can never be
-  admitted anyway).
+  already exhausted.
+* A resource the cluster has none of (C_r = 0) takes no part: it is left
+  out of every demand, floor and share, and deserves 0. So a unit naming
+  one (it can never be admitted) does not freeze its queue's share of what
+  the cluster has, and a tenant naming thousands of made-up resources costs
+  the computation nothing.
 * Every amount is floored to an integer (millicores, bytes, counts), so the
   result is <= demand, <= capability, and sums to <= capacity. The DRF
   paper's example comes out exactly: capacity 9 CPU / 18Gi, A tasks
@@ -103,7 +106,8 @@ def deserved(
     specs = {spec.name: spec for spec in queues}
     fills: dict[str, _Filling] = {}
     for name, spec in specs.items():
-        wanted = {r: v for r, v in demand.get(name, EMPTY).items() if v > 0}
+        wanted = {r: v for r, v in demand.get(name, EMPTY).items()
+                  if v > 0 and capacity.get_amount(r) > 0}
         floor: dict[str, Fraction] = {}
         for r, v in wanted.items():
             g = min(v, spec.guarantee.get_amount(r))

@@ -72,6 +72,7 @@ import heapq
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
+from itertools import compress
 
 from arbiter.core.model import (
     QUEUE_POLICIES,
@@ -277,8 +278,9 @@ class AdmissionEngine(NodeFit):
         return tuple(out)
 
     def _vector(self, values: list[int]) -> Resources:
-        names = self._names
-        return Resources({names[i]: v for i, v in enumerate(values) if v})
+        # compress/filter skip the zeros in C: a vector has a slot for every
+        # resource name ever seen (thousands, if tenants make them up).
+        return Resources(zip(compress(self._names, values), filter(None, values), strict=True))
 
     def _recompute_shift(self) -> None:
         top = max(self._cap, default=1)
@@ -721,9 +723,10 @@ class AdmissionEngine(NodeFit):
         q = self._queues.get(queue)
         if q is None:
             return Fraction(0)
-        cap = self._cap
+        cap, alloc = self._cap, q.alloc
         return max(
-            (Fraction(a, cap[i]) for i, a in enumerate(q.alloc) if a and cap[i] > 0),
+            (Fraction(alloc[i], cap[i]) for i in compress(range(len(alloc)), alloc)
+             if cap[i] > 0),
             default=Fraction(0),
         )
 

@@ -101,6 +101,8 @@ class LoopSettings:
     # Seconds a queue starves below its deserved share before it reclaims
     # (arbiter.loop.reclaim).
     reclaim_grace: float = 30.0
+    # Seconds PodDisruptionBudgets may block a reclaim before pods are deleted.
+    reclaim_pdb_timeout: float = 300.0
 
 
 @dataclass(slots=True)
@@ -169,7 +171,8 @@ class AdmissionController:
             clock=clock, interval=self.settings.status_interval, qps=self.settings.status_qps,
             waiting_event_depth=self.settings.waiting_event_depth,
             position_depth=self.settings.position_depth)
-        self.reclaimer = Reclaimer(ReclaimSettings(grace=self.settings.reclaim_grace))
+        self.reclaimer = Reclaimer(ReclaimSettings(
+            grace=self.settings.reclaim_grace, pdb_timeout=self.settings.reclaim_pdb_timeout))
         self.reclaim_access = LoopAccess(
             writes=self.writes, actions=self.actions, unit=self.unit, consumer=self.consumer,
             touch=self.touch, events=events, clock=clock)

@@ -13,8 +13,13 @@ preemption (the decisions are `arbiter.core.reclaim`'s, the timing
   A reservation (a QueueUnit without a consumer) is requeued the same way.
 - A **plain pod or pod group** is evicted through the Eviction API
   (`policy/v1`, the pod's `eviction` subresource, with a uid precondition):
-  PodDisruptionBudgets are honoured; a 429 means the eviction is blocked
-  *for now* and is retried later, never forced. The apiserver marks an
+  PodDisruptionBudgets are honoured for a while: a 429 means the eviction
+  is blocked *for now* and is retried later, with backoff. A budget must not
+  let a tenant keep more than its share forever, though (a PDB with
+  `minAvailable` = all its pods would): once a unit's evictions have been
+  blocked for `--reclaim-pdb-timeout`, its blocked pods are deleted
+  instead (with a uid precondition), and a `PodDisruptionBudgetOverridden`
+  Event on the unit and its pod says so. The apiserver marks an
   evicted pod with a `DisruptionTarget` condition (reason
   `EvictionByEvictionAPI`); arbiter then rewrites it (best effort: the pod
   may be gone already) with its own reason and a message naming the queue
@@ -111,6 +116,14 @@ class Evictor:
                          error.message or error.reason)
                 return "blocked"
             raise
+        return "evicted"
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> EvictResult:
+        """Delete the pod past its PodDisruptionBudget (uid-guarded)."""
+        try:
+            await self.api.delete_guarded(pod_path(namespace, name), uid)
+        except (NotFound, Conflict):
+            return "gone"
         return "evicted"
 
     async def mark_disruption(self, namespace: str, name: str, uid: str, reason: str,

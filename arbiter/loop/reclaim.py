@@ -88,6 +88,9 @@ class ReclaimSettings:
     inflight_ttl: float = 120.0  # forget an eviction whose effect never showed
     blocked_base: float = 5.0
     blocked_max: float = 120.0
+    # Seconds a unit's evictions may be blocked by PodDisruptionBudgets
+    # before its pods are deleted instead (arbiter.loop.evict); negative: never.
+    pdb_timeout: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,7 @@ class Reclaimer:
         # key -> when taken (their room counts as free for node fit too).
         self.draining: dict[str, float] = {}
         self.blocked: dict[str, tuple[float, int]] = {}  # key -> (until, times)
+        self.blocked_since: dict[str, float] = {}  # key -> first blocked
         self.next_look = -math.inf
         self._stamps: dict[str, tuple[str | None, float]] = {}
         self.last: Look = Look()
@@ -182,6 +186,7 @@ class Reclaimer:
         for key in [k for k, (until, _) in self.blocked.items()
                     if until <= now and mirror.state(k) != "admitted"]:
             del self.blocked[key]
+            self.blocked_since.pop(key, None)
 
     def look(
         self,
@@ -321,6 +326,7 @@ class Reclaimer:
     def blocked_for(self, key: str, now: float) -> float:
         """A blocked eviction: leave `key` alone for a while (doubling)."""
         _, times = self.blocked.get(key, (0.0, 0))
+        self.blocked_since.setdefault(key, now)
         delay = min(self.settings.blocked_max, self.settings.blocked_base * 2.0 ** times)
         self.blocked[key] = (now + delay, times + 1)
         self.inflight.pop(key, None)
@@ -421,8 +427,15 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
     now = loop.clock()
     blocked: list[str] = []
     evicted: list[PodRecord] = []
+    since = reclaimer.blocked_since.get(record.key)
+    timeout = reclaimer.settings.pdb_timeout
+    overdue = since is not None and timeout >= 0 and now - since >= timeout
+    forced: list[str] = []
     for pod in targets:
         outcome = await evictor.evict_pod(pod.namespace, pod.name, pod.uid)
+        if outcome == "blocked" and overdue:
+            forced.append(pod.name)
+            outcome = await evictor.delete_pod(pod.namespace, pod.name, pod.uid)
         if outcome == "blocked":
             blocked.append(pod.name)
         elif outcome == "evicted":
@@ -430,8 +443,15 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
     reason = RECLAIM_REASON if victim.reason == "reclaim" else PREEMPT_REASON
     for pod in evicted:
         await evictor.mark_disruption(pod.namespace, pod.name, pod.uid, reason, message, now)
+    if forced and loop.events is not None:
+        loop.events.unit_event(
+            record, "Warning", "PodDisruptionBudgetOverridden",
+            f"{message}; pod(s) {', '.join(forced)} deleted: a PodDisruptionBudget blocked "
+            f"their eviction for {now - (since or now):.0f}s (--reclaim-pdb-timeout)")
     if blocked:
         delay = reclaimer.blocked_for(record.key, now)
+        # Look again when the backoff ends: nothing else may wake the loop.
+        loop.writes.timer(now + delay, WAKE_KEY)
         if loop.events is not None:
             loop.events.unit_event(
                 record, "Warning", "EvictionBlocked",

@@ -278,6 +278,12 @@ class InMemoryApi:
         return self._store(target, self._scoped(old, new, status, _collection(target)),
                            "MODIFIED")
 
+    async def delete_guarded(self, path: str, uid: str) -> None:
+        obj = self._get(path)
+        if obj["metadata"].get("uid") != uid:
+            raise Conflict(409, "Conflict", "uid precondition failed")
+        await self.delete(path)
+
     # -- test conveniences (not part of ClusterApi) ----------------------------------
     async def delete(self, path: str) -> None:
         """Delete an object, then (like the garbage collector) every object

@@ -63,7 +63,8 @@ def test_base_holds_cluster_objects_only() -> None:
     assert sorted(set(kinds)) == sorted([
         "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
         "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Role",
-        "RoleBinding", "Service", "ServiceAccount", "ValidatingWebhookConfiguration"])
+        "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"])
     namespaced = [o for o in base_objects() if o["kind"] in (
         "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding",
         "PodDisruptionBudget")]
@@ -116,11 +117,14 @@ def test_deployment_configuration_matches_the_server_and_the_image() -> None:
     assert port == ServeConfig().port
     extender_port = int(variables["ARBITER_EXTENDER_PORT"])
     assert extender_port == ServeConfig().extender_port
+    metrics_port = int(variables["ARBITER_METRICS_PORT"])
+    assert metrics_port == ServeConfig().metrics_port
     assert main["ports"] == [
         {"name": "https", "containerPort": port, "protocol": "TCP"},
-        {"name": "extender", "containerPort": extender_port, "protocol": "TCP"}]
+        {"name": "extender", "containerPort": extender_port, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"}]
     _, (_, final) = stages()
-    assert final.last("EXPOSE").value == f"{port} {extender_port}"
+    assert final.last("EXPOSE").value == f"{port} {extender_port} {metrics_port}"
     # The certificate directory is a writable volume (the root is read-only).
     mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
     assert variables["ARBITER_CERT_DIR"] in mounts
@@ -147,7 +151,8 @@ def test_service_pdb_and_webhooks_point_at_the_pods() -> None:
     assert _labels_match(service["spec"]["selector"], pod_labels)
     assert service["spec"]["ports"] == [
         {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"},
-        {"name": "extender", "port": 9444, "targetPort": "extender", "protocol": "TCP"}]
+        {"name": "extender", "port": 9444, "targetPort": "extender", "protocol": "TCP"},
+        {"name": "metrics", "port": 9445, "targetPort": "metrics", "protocol": "TCP"}]
     pdb = one("PodDisruptionBudget")
     assert _labels_match(pdb["spec"]["selector"]["matchLabels"], pod_labels)
     assert pdb["spec"]["minAvailable"] == 1
@@ -183,7 +188,8 @@ def test_servicemonitor_scrapes_the_service_and_verifies_its_certificate() -> No
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [
         service["metadata"]["namespace"]]
     [endpoint] = monitor["spec"]["endpoints"]
-    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["port"] == "metrics"
+    assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
     assert (endpoint["scheme"], endpoint["path"]) == ("https", "/metrics")
     tls = endpoint["tlsConfig"]
     assert tls["ca"]["secret"] == {"name": env(one("Deployment"))["ARBITER_CERT_SECRET"],

@@ -58,6 +58,8 @@ REMOVED_AFTERWARDS = (
     ("secret", CERT_SECRET, NAMESPACE),
     ("clusterrolebinding", "kube-arbiter", None),
     ("clusterrole", "kube-arbiter", None),
+    ("validatingadmissionpolicybinding", "arbiter-admission-check-approvers", None),
+    ("validatingadmissionpolicy", "arbiter-admission-check-approvers", None),
 )
 
 
@@ -115,8 +117,9 @@ def test_dry_run_then_apply_accept_every_object(sandbox: Sandbox, applied: Appli
     expected = _ids(applied.objects)
     # Namespace, 6 CRDs (Queue, QueueUnit, JobTemplate, JobFlow, Pool, AdmissionCheck),
     # ServiceAccount, ClusterRole(+Binding), Role(+Binding), Service,
-    # Deployment, PDB and the two webhook configurations.
-    assert len(expected) == 17
+    # Deployment, PDB, the two webhook configurations and the approvers'
+    # ValidatingAdmissionPolicy (+Binding).
+    assert len(expected) == 19
     assert {kind for kind, _ in expected} >= {
         "Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
         "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
@@ -197,6 +200,8 @@ ALLOWED = [
     ("create", "queueunits.arbiter.dev", "-n", "default"),
     ("patch", "queues.arbiter.dev", "--subresource=status"),
     ("patch", "queueunits.arbiter.dev", "-n", "default", "--subresource=status"),
+    # Reclaim past a PodDisruptionBudget that blocked it too long (evict.py).
+    ("delete", "pods", "-n", "default"),
     ("update", "leases.coordination.k8s.io/kube-arbiter", "-n", NAMESPACE),
     ("create", "leases.coordination.k8s.io", "-n", NAMESPACE),
     ("update", f"secrets/{CERT_SECRET}", "-n", NAMESPACE),
@@ -207,7 +212,6 @@ DENIED = [
     ("delete", "nodes"),
     ("patch", "nodes"),
     ("create", "pods", "-n", "default"),
-    ("delete", "pods", "-n", "default"),
     ("get", "secrets", "-n", "kube-system"),
     ("list", "secrets", "-n", NAMESPACE),
     ("get", "secrets/other", "-n", NAMESPACE),

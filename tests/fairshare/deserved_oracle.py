@@ -45,7 +45,9 @@ def deserved_reference(
     specs = {spec.name: spec for spec in queues}
     fills: dict[str, _Filling] = {}
     for name, spec in specs.items():
-        wanted = {r: v for r, v in demand.get(name, EMPTY).items() if v > 0}
+        # A resource the cluster has none of takes no part in shares.
+        wanted = {r: v for r, v in demand.get(name, EMPTY).items()
+                  if v > 0 and capacity.get_amount(r) > 0}
         floor: dict[str, Fraction] = {}
         for r, v in wanted.items():
             g = min(v, spec.guarantee.get_amount(r))

@@ -87,7 +87,20 @@ def test_resource_the_cluster_lacks_and_no_demand() -> None:
         "ghost": Resources({"cpu": 5000}),  # no such queue: ignored
     }
     result = deserved(capacity, queues, demand)
-    assert result == {"gpu": EMPTY, "cpu": Resources({"cpu": 8000}), "idle": EMPTY}
+    # The GPU the cluster lacks takes no part in shares (issue #25 row 9):
+    # gpu's share is its cpu demand, as if it named no GPU; it deserves no GPU.
+    assert result == {"gpu": Resources({"cpu": 1000}), "cpu": Resources({"cpu": 7000}),
+                      "idle": EMPTY}
+
+
+def test_made_up_resources_cost_nothing_and_change_nothing() -> None:
+    capacity = Resources({"cpu": 8000})
+    queues = [QueueSpec("a"), QueueSpec("b")]
+    plain = {"a": Resources({"cpu": 6000}), "b": Resources({"cpu": 6000})}
+    hostile = {"a": Resources({"cpu": 6000, **{f"example.com/r-{i}": 1 for i in range(5000)}}),
+               "b": plain["b"]}
+    assert deserved(capacity, queues, hostile) == deserved(capacity, queues, plain) == {
+        "a": Resources({"cpu": 4000}), "b": Resources({"cpu": 4000})}
 
 
 def test_exact_fractions_floor() -> None:

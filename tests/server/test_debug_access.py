@@ -25,7 +25,8 @@ def _app(access: debug.DebugAccess, check: debug.TokenCheck | None) -> web.Appli
 async def test_token_mode_needs_a_token_the_check_accepts() -> None:
     seen: list[str] = []
 
-    async def check(token: str) -> bool:
+    async def check(token: str, source: str) -> bool:
+        assert source == "127.0.0.1"
         seen.append(token)
         return token == "good"
 
@@ -85,10 +86,47 @@ async def test_a_flood_of_new_tokens_is_throttled_and_evicts_no_token_in_use() -
     assert calls == ["good", "random-1", "random-2"]
     now[0] = 0.5  # one review refilled
     assert not await reviewer("random-4")
-    # The cache holds 3: the oldest answer ("good") made room for random-4,
-    # the newer ones stayed.
-    assert not await reviewer("random-2")
-    assert calls == ["good", "random-1", "random-2", "random-4"]
+    # Bad answers fill a cache of their own (3 here): a fourth drops the
+    # oldest bad one, never the good one.
+    now[0] = 1.0
+    assert not await reviewer("random-5")
+    assert await reviewer("good")
+    assert calls == ["good", "random-1", "random-2", "random-4", "random-5"]
+    assert len(reviewer._bad) == 3 and len(reviewer._good) == 1
+
+
+async def test_a_flood_from_one_source_leaves_other_sources_their_budget() -> None:
+    now = [0.0]
+    reviewer = debug.TokenReviewer(api=None, clock=lambda: now[0], rate=1.0, burst=2)
+    calls: list[str] = []
+    _counting(reviewer, calls)
+    for index in range(2):
+        assert not await reviewer(f"random-{index}", "10.0.0.66")
+    with pytest.raises(debug.ReviewsThrottled):
+        await reviewer("random-2", "10.0.0.66")
+    # Another address still gets its first review.
+    assert await reviewer("good-new", "10.0.0.7")
+
+
+async def test_a_known_good_token_is_re_reviewed_whatever_the_flood_spent() -> None:
+    # Issue #25 row 15: after its cache time, a valid token's re-review got
+    # 429 because random tokens had spent the one global budget.
+    now = [0.0]
+    reviewer = debug.TokenReviewer(api=None, clock=lambda: now[0], ttl=60.0, rate=1.0,
+                                   burst=2, total_rate=1.0, total_burst=2)
+    calls: list[str] = []
+    _counting(reviewer, calls)
+    assert await reviewer("good", "10.0.0.7")
+    now[0] = 61.0  # its answer expired; the same source floods, then others do
+    for source in ("10.0.0.7", "10.0.0.66", "10.0.0.67"):
+        with pytest.raises(debug.ReviewsThrottled):
+            for index in range(10):
+                await reviewer(f"random-{source}-{index}", source)
+    assert await reviewer("good", "10.0.0.7")
+    assert calls[-1] == "good"
+    # A new token now waits for the budget: the flood did spend that.
+    with pytest.raises(debug.ReviewsThrottled):
+        await reviewer("good-new", "10.0.0.8")
 
 
 async def test_concurrent_requests_with_one_token_share_one_review() -> None:
@@ -100,7 +138,7 @@ async def test_concurrent_requests_with_one_token_share_one_review() -> None:
 
 
 async def test_throttled_reviews_are_answered_429_with_retry_after() -> None:
-    async def check(token: str) -> bool:
+    async def check(token: str, source: str) -> bool:
         raise debug.ReviewsThrottled
 
     async with TestClient(TestServer(_app("token", check))) as client:

@@ -70,7 +70,7 @@ def admission_problem(
             "create the Queue or fix the label"
         )
     problems: list[str] = []
-    key, named = holding_unit(pod, state.store.units)
+    key, named = holding_unit(pod, state.store.units, state.store.unit_by_consumer_uid)
     unit = state.unit_of(pod)
     if unit is None and named is not None:
         problems.append(

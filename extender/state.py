@@ -281,7 +281,7 @@ class ExtenderState:
         or pod of that name) holds nothing. A pod group's unit records no
         uid: its pods are the ones labelled so at creation (the label
         cannot change), in the unit's own namespace."""
-        unit = holding_unit(pod, self.store.units)[1]
+        unit = holding_unit(pod, self.store.units, self.store.unit_by_consumer_uid)[1]
         consumer = None if unit is None else unit.consumer
         if consumer is None:
             return None

@@ -5,19 +5,17 @@ what a managed pod spec may not carry because arbiter cannot charge it.
 
 from __future__ import annotations
 
-from arbiter.api import ADMITTED_PHASES, job_unit_name
+from arbiter.api import ADMITTED_PHASES
 from arbiter.cache.records import UnitRecord
 from webhook.review import AdmissionEnv, Obj, get_list
 
 
-def admitted_job_unit(env: AdmissionEnv, namespace: str, name: str,
-                      uid: str) -> UnitRecord | None:
-    """The Job's admitted unit when it was admitted for the Job with this uid.
-
-    A unit named `job-<name>` proves nothing by its name: a reservation a
-    tenant made under that name, or the unit a deleted Job of that name
-    left behind, stands for no Job of this uid."""
-    unit = env.store.units.get(f"{namespace}/{job_unit_name(name)}")
+def admitted_job_unit(env: AdmissionEnv, namespace: str, uid: str) -> UnitRecord | None:
+    """The admitted unit standing for the Job of this uid, found by that uid
+    (the store's index), never by name: a unit named `job-<name>` may be the
+    one a deleted Job of that name left behind, and the loop names a Job's
+    unit apart when that name is taken."""
+    unit = env.store.unit_for_consumer(namespace, uid)
     if unit is None or unit.phase not in ADMITTED_PHASES or not uid:
         return None
     consumer = unit.consumer

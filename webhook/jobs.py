@@ -156,7 +156,7 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     waiting = not_ready(env, ("Queue", "QueueUnit"))
     if waiting is not None:
         return waiting
-    unit = admitted_job_unit(env, namespace, name, text_field(old_meta, "uid"))
+    unit = admitted_job_unit(env, namespace, text_field(old_meta, "uid"))
     old_suspended = _suspended(old_spec, "request.oldObject.spec")
     new_suspended = _suspended(new_spec, "request.object.spec")
     admitted = unit is not None or not old_suspended

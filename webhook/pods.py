@@ -98,7 +98,7 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
     job = env.store.jobs.get(f"{namespace}/{name}")
     if job is None or not uid or job.uid != uid or job.queue != labels.get(QUEUE_LABEL):
         return False
-    if not job.suspended or admitted_job_unit(env, namespace, name, uid) is not None:
+    if not job.suspended or admitted_job_unit(env, namespace, uid) is not None:
         return True
     return deny(
         f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '

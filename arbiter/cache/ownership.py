@@ -75,11 +75,20 @@ def gate_consumer(pod: PodRecord) -> ConsumerKey:
 
 
 def holding_unit(
-    pod: PodRecord, units: Mapping[str, UnitRecord]
+    pod: PodRecord, units: Mapping[str, UnitRecord],
+    by_consumer_uid: Mapping[str, str] | None = None,
 ) -> tuple[str, UnitRecord | None]:
     """The key of the unit that holds `pod`, and that unit if it exists: the
     unit its gate was (or will be) lifted by when that unit stands for it,
-    else its consumer's (`pod_consumer`). Two lookups at most."""
+    else its consumer's (`pod_consumer`). Found by uid first (`by_consumer_uid`:
+    the store's index of units by their consumer's uid), the pod's own and
+    then its Job's, so a unit the loop named apart is found too; else by name.
+    A few lookups at most."""
+    if by_consumer_uid:
+        for uid in (pod.uid, pod.job_uid):
+            key = by_consumer_uid.get(uid) if uid else None
+            if key is not None and key.partition("/")[0] == pod.namespace and key in units:
+                return key, units[key]
     consumer = pod_consumer(pod)
     if consumer.kind == "Job":
         gate = gate_consumer(pod)

@@ -148,6 +148,10 @@ class ClusterStore:
     _counted_unmanaged: dict[str, int] = field(default_factory=dict, init=False)
     # namespace -> how many QueueUnits it holds (the webhook's per-namespace limit).
     units_per_namespace: dict[str, int] = field(default_factory=dict, init=False)
+    # consumer uid -> key of the unit standing for it: a consumer's unit is
+    # found by uid, whatever its name (the loop names it `job-<name>-<uid>`
+    # when a unit of another consumer holds `job-<name>`).
+    unit_by_consumer_uid: dict[str, str] = field(default_factory=dict, init=False)
 
     # -- queries -------------------------------------------------------------
     def is_managed_namespace(self, namespace: str) -> bool:
@@ -353,14 +357,31 @@ class ClusterStore:
 
     def _put_record(self, kind: Kind, key: str, record: Any) -> None:
         table = self.table(kind)
-        if kind == "QueueUnit" and (key in table) != (record is not None):
+        if kind == "QueueUnit":
+            self._index_unit(key, table.get(key), record)
+        self._put(table, key, record)
+
+    def _index_unit(self, key: str, old: UnitRecord | None, new: UnitRecord | None) -> None:
+        if (old is None) != (new is None):
             namespace = key.partition("/")[0]
-            count = self.units_per_namespace.get(namespace, 0) + (1 if record is not None else -1)
+            count = self.units_per_namespace.get(namespace, 0) + (1 if new is not None else -1)
             if count:
                 self.units_per_namespace[namespace] = count
             else:
                 self.units_per_namespace.pop(namespace, None)
-        self._put(table, key, record)
+        old_uid = old.consumer.uid if old is not None and old.consumer is not None else ""
+        new_uid = new.consumer.uid if new is not None and new.consumer is not None else ""
+        if old_uid and old_uid != new_uid and self.unit_by_consumer_uid.get(old_uid) == key:
+            del self.unit_by_consumer_uid[old_uid]
+        if new_uid:
+            self.unit_by_consumer_uid[new_uid] = key
+
+    def unit_for_consumer(self, namespace: str, uid: str) -> UnitRecord | None:
+        """The unit standing for the consumer of this uid in `namespace`."""
+        key = self.unit_by_consumer_uid.get(uid) if uid else None
+        if key is None or key.partition("/")[0] != namespace:
+            return None
+        return self.units.get(key)
 
     @staticmethod
     def _put(table: dict[str, Any], key: str, record: Any) -> None:

@@ -71,3 +71,30 @@ def test_a_gated_pod_of_a_job_arbiter_does_not_hold_is_its_own_unit_for_both() -
     # A namesake's unit (another uid) does not hold it; its Job's would.
     other = pod("legacy-a", job_name="legacy", gated=False, uid="uid-other")
     assert holding_unit(other, {unit.key: unit}) == ("ns/job-legacy", None)
+
+
+def test_a_jobs_unit_named_apart_is_found_by_its_uid_in_the_store() -> None:
+    # A Job deleted with --cascade=orphan leaves `job-train` (its uid) behind;
+    # the new Job `train` gets `job-train-<uid>`. Its pods, the extender and
+    # the webhook must find the new unit, never the namesake.
+    from arbiter.cache.ownership import holding_unit
+    from arbiter.cache.records import OwnerRef, PodSet, UnitRecord
+    from arbiter.cache.store import ClusterStore
+
+    store = ClusterStore()
+    stale = UnitRecord(uid="u1", namespace="ns", name="job-train", queue="q",
+                       pod_sets=(PodSet("main", 1, CPU),),
+                       consumer=OwnerRef("Job", "train", "uid-old"), phase="Dequeued")
+    fresh = UnitRecord(uid="u2", namespace="ns", name="job-train-uid-new", queue="q",
+                       pod_sets=(PodSet("main", 1, CPU),),
+                       consumer=OwnerRef("Job", "train", "uid-new"), phase="Dequeued")
+    for unit in (stale, fresh):
+        store._put_record("QueueUnit", unit.key, unit)
+    worker = pod("w", job_name="train", job_uid="uid-new", gated=False)
+    assert holding_unit(worker, store.units, store.unit_by_consumer_uid) == (fresh.key, fresh)
+    assert store.unit_for_consumer("ns", "uid-old") is stale
+    assert store.unit_for_consumer("other-ns", "uid-new") is None
+    # Gone from the index with the unit; the name lookup is all that is left.
+    store._put_record("QueueUnit", fresh.key, None)
+    assert store.unit_for_consumer("ns", "uid-new") is None
+    assert holding_unit(worker, store.units, store.unit_by_consumer_uid) == (stale.key, stale)

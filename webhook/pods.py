@@ -99,7 +99,17 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
     if job is None or not uid or job.uid != uid or job.queue != labels.get(QUEUE_LABEL):
         return False
     if not job.suspended or admitted_job_unit(env, namespace, uid) is not None:
-        return True
+        # The Job's queue was charged for `parallelism` pods (which may not
+        # grow while it runs): a pod past that is not the Job controller's
+        # (it deletes its own excess), it is a tenant's passenger.
+        active = env.store.active_job_pods(uid)
+        if active < job.parallelism:
+            return True
+        return deny(
+            f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '
+            f"controller, but it already has {active} active pods, as many as its "
+            f"spec.parallelism ({job.parallelism}) that queue \"{job.queue}\" admitted"
+        )
     return deny(
         f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '
         f'controller, but queue "{job.queue}" has not admitted it yet; the Job controller '

@@ -137,6 +137,8 @@ class ClusterStore:
     pods_by_node: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     # namespace/name -> uid, to find pods by name
     pod_uid_by_name: dict[str, str] = field(default_factory=dict)
+    # Job uid -> uids of the pods whose controller ownerRef names it.
+    pods_by_job_uid: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     listeners: list[Listener] = field(default_factory=list)
     synced_kinds: set[Kind] = field(default_factory=set)
     # Capacity, kept as nodes and pods change so that reading it is O(1):
@@ -292,8 +294,12 @@ class ClusterStore:
         self._count_pod(record, +1)
         if old is not None and old.node_name and old.node_name != record.node_name:
             self.pods_by_node[old.node_name].discard(record.uid)
+        if old is not None and old.job_uid and old.job_uid != record.job_uid:
+            self._forget_job_pod(old.job_uid, record.uid)
         self.pods[record.uid] = record
         self.pod_uid_by_name[f"{record.namespace}/{record.name}"] = record.uid
+        if record.job_uid:
+            self.pods_by_job_uid[record.job_uid].add(record.uid)
         if record.node_name:
             self.pods_by_node[record.node_name].add(record.uid)
         self._notify("Pod", record.uid)
@@ -307,7 +313,27 @@ class ClusterStore:
             name_key = f"{old.namespace}/{old.name}"
             if self.pod_uid_by_name.get(name_key) == uid:
                 del self.pod_uid_by_name[name_key]
+            if old.job_uid:
+                self._forget_job_pod(old.job_uid, uid)
         self._notify("Pod", uid)
+
+    def _forget_job_pod(self, job_uid: str, pod_uid: str) -> None:
+        pods = self.pods_by_job_uid.get(job_uid)
+        if pods is not None:
+            pods.discard(pod_uid)
+            if not pods:
+                del self.pods_by_job_uid[job_uid]
+
+    def active_job_pods(self, job_uid: str) -> int:
+        """How many of the Job's pods are active as its controller counts
+        them: neither finished nor terminating. O(the Job's pods)."""
+        count = 0
+        for uid in self.pods_by_job_uid.get(job_uid, ()):
+            pod = self.pods.get(uid)
+            if pod is not None and not pod.terminating \
+                    and pod.phase not in ("Succeeded", "Failed"):
+                count += 1
+        return count
 
     def apply(self, kind: Kind, event_type: EventType, obj: Mapping[str, Any]) -> None:
         """Apply one watch event given as the raw object.

@@ -145,6 +145,32 @@ def test_pods_of_an_admitted_job_pass_ungated() -> None:
 
 
 # -- row 3 (door half): a stale or forged job-<name> unit --------------------------------
+def test_a_pod_past_an_admitted_jobs_parallelism_is_denied() -> None:
+    # The queue was charged for parallelism 2: a third pod naming the Job as
+    # its controller is a passenger, whoever creates it; one finished or
+    # terminating pod makes room for its replacement.
+    running = _job(suspend=False, parallelism=2)
+    running["spec"]["completions"] = 4
+    store = _store(jobs_=[running])
+    first, second, third = (job_pod("train", "team-a", queue="team-a", job_uid=JOB_UID)
+                            for _ in range(3))
+    for index, pod in enumerate((first, second)):
+        pod["metadata"]["name"] = f"train-{index}"
+        pod["metadata"]["uid"] = f"pod-uid-{index}"
+        pod["status"] = {"phase": "Running"}
+        store.apply("Pod", "ADDED", pod)
+    assert store.active_job_pods(JOB_UID) == 2
+    request = parse(review("Pod", "CREATE", third, user=JOB_CONTROLLER))
+    denied = pods.validate(request, env_for(store))
+    assert not denied.allowed
+    assert "already has 2 active pods, as many as its spec.parallelism (2)" in denied.message
+    first["status"] = {"phase": "Failed"}
+    store.apply("Pod", "MODIFIED", first)
+    assert pods.validate(request, env_for(store)).allowed
+    store.apply("Pod", "DELETED", second)
+    assert store.active_job_pods(JOB_UID) == 0
+
+
 def test_a_stale_unit_of_a_deleted_job_does_not_let_its_namesake_start() -> None:
     store = _store(units=[_unit("job-train", "Running", uid="the-deleted-jobs-uid")])
     request = parse(review("Job", "UPDATE", _job(suspend=False), old=_job(), user=TENANT))

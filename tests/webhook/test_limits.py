@@ -11,6 +11,7 @@ from arbiter.cache.store import ClusterStore
 from tests.webhook.admission_samples import (
     ARBITER_USER,
     env_for,
+    held,
     job,
     job_pod,
     kubectl_run_pod,
@@ -51,7 +52,7 @@ def _names(count: int) -> dict[str, str]:
 
 
 def _pod(count: int) -> dict[str, Any]:
-    pod = kubectl_run_pod("web", "team-a", validating=True)
+    pod = held(kubectl_run_pod("web", "team-a", validating=True))
     pod["spec"]["containers"][0]["resources"] = {"requests": _names(count)}
     return pod
 
@@ -91,10 +92,10 @@ def test_a_namespace_at_its_unit_limit_gets_new_work_denied() -> None:
         assert not decision.allowed, kind
         assert 'namespace "team-a" holds 3 QueueUnits' in decision.message
         assert "--max-units-per-namespace 3" in decision.message
-    # Pods of a Job arbiter holds are no new unit.
-    held = job("train", "team-a", labels={"arbiter.dev/queue": "team-a"}, suspend=True)
-    held["metadata"]["uid"] = "job-uid-1"
-    store.apply("Job", "ADDED", held)
+    # Pods of a Job arbiter admitted are no new unit.
+    admitted = job("train", "team-a", labels={"arbiter.dev/queue": "team-a"}, suspend=False)
+    admitted["metadata"]["uid"] = "job-uid-1"
+    store.apply("Job", "ADDED", admitted)
     pod = job_pod("train", "team-a", queue="team-a", job_uid="job-uid-1")
     assert _validate("Pod", pod, store, limit_units=3).allowed
     # The count follows deletions.

@@ -150,6 +150,9 @@ class ClusterStore:
     # computed on demand; dropped when a Queue's namespaces or that
     # namespace change.
     _admitting: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False)
+    # Counts the changes of which namespaces each Queue admits (the loop
+    # looks at every unit again after one).
+    access_generation: int = field(default=0, init=False)
 
     # -- queries -------------------------------------------------------------
     def is_managed_namespace(self, namespace: str) -> bool:
@@ -246,6 +249,7 @@ class ClusterStore:
         if old is None or (old.namespaces, old.namespace_selector) != (
                 record.namespaces, record.namespace_selector):
             self._admitting.clear()
+            self.access_generation += 1
         self._drop_queue_index(record.name)
         self.queues[record.name] = record
         for namespace in record.namespaces:
@@ -256,6 +260,7 @@ class ClusterStore:
 
     def delete_queue(self, name: str) -> None:
         self._admitting.clear()
+        self.access_generation += 1
         self._drop_queue_index(name)
         self.queues.pop(name, None)
         self._notify("Queue", name)

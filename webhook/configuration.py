@@ -1,8 +1,8 @@
 """The Mutating/ValidatingWebhookConfigurations arbiter owns.
 
 `desired_configurations` derives them from the endpoint table the server
-serves (`webhook.endpoints`), with the one definition of selectors and
-failure policy; manifests/webhooks.yaml is the same content pointing at the
+serves (`webhook.endpoints`), with the one definition of selectors (which
+follow `--managed-namespaces`) and failure policy; manifests/webhooks.yaml is the same content pointing at the
 Service (a test keeps the two equal). With `--webhook-url` the server
 installs them itself (`install`) and keeps their caBundle current after a
 certificate rotation (certs.publish).

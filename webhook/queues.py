@@ -117,6 +117,10 @@ def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list
     _check_parent(name, spec.get("parent"), env, errors)
     if not errors and guarantee:
         _warn_guarantees(name, guarantee, env, warnings)
+    if not errors and not spec.get("namespaces") and spec.get("namespaceSelector") is None:
+        warnings.append("spec.namespaces and spec.namespaceSelector are both empty: every "
+                        "managed namespace may use this queue (list or select namespaces to "
+                        "keep it to a team)")
     return errors, warnings
 
 

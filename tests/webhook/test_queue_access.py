@@ -225,6 +225,15 @@ def test_bad_namespace_selector_is_denied_naming_the_field(selector: Any, proble
     assert problem in decision.message, decision.message
 
 
+def test_an_open_queue_is_allowed_with_a_warning() -> None:
+    decision = _queue_check(queue_obj("q"))
+    assert decision.allowed
+    assert decision.warnings == ("spec.namespaces and spec.namespaceSelector are both empty: "
+                                 "every managed namespace may use this queue (list or select "
+                                 "namespaces to keep it to a team)",)
+    assert _queue_check(queue_obj("q", namespaces=["team-q"])).warnings == ()
+
+
 def test_valid_namespace_selector_is_allowed() -> None:
     selector = {"matchLabels": {"tier": "gold"},
                 "matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["x"]},

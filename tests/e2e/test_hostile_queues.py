@@ -108,7 +108,9 @@ def test_a_tenant_cannot_use_another_teams_queue(sandbox: Sandbox) -> None:
             created, stderr = _as_tenant(sandbox, obj)
             assert not created, what
             assert f'queue "{qb}" (from ' in stderr and foreign in stderr, (what, stderr)
-            assert f'"{qa}"' in stderr.split(foreign, 1)[1], stderr
+            # Queues of other tests in this sandbox may crowd the (bounded) list.
+            choices = stderr.split(foreign, 1)[1]
+            assert f'"{qa}"' in choices or " more" in choices, stderr
         # A pod group member and a queue selected for another namespace: the same.
         group = _labelled(pod("member", ta), qb)
         group["metadata"]["labels"]["arbiter.dev/pod-group"] = "g"

@@ -2,10 +2,10 @@
 
 `desired_configurations` derives them from the endpoint table the server
 serves (`webhook.endpoints`), with the one definition of selectors (which
-follow `--managed-namespaces`) and failure policy; manifests/webhooks.yaml is the same content pointing at the
-Service (a test keeps the two equal). With `--webhook-url` the server
-installs them itself (`install`) and keeps their caBundle current after a
-certificate rotation (certs.publish).
+follow `--managed-namespaces`) and failure policy; manifests/webhooks.yaml
+is the same content (for `all`) pointing at the Service (a test keeps the
+two equal). With `--webhook-url` the server installs them itself (`install`)
+and keeps their caBundle current after a certificate rotation (certs.publish).
 """
 
 from __future__ import annotations

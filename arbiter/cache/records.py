@@ -105,7 +105,7 @@ class NamespaceRecord:
     # may take it away again, never an admin's.
     marked: bool = False
     # Its labels, for the Queues' namespaceSelectors (namespaces carry few).
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, slots=True)

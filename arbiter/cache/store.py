@@ -146,13 +146,14 @@ class ClusterStore:
     _counted_allocatable: dict[str, int] = field(default_factory=dict, init=False)
     _unmanaged_by_node: dict[str, dict[str, int]] = field(default_factory=dict, init=False)
     _counted_unmanaged: dict[str, int] = field(default_factory=dict, init=False)
-    # namespace -> the queues admitting it explicitly (`access.admitting`),
+    # namespace -> the queues admitting it explicitly (`AccessIndex.admitting`),
     # computed on demand; dropped when a Queue's namespaces or that
     # namespace change.
     _admitting: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False)
     # Counts the changes of which namespaces each Queue admits (the loop
-    # looks at every unit again after one).
+    # looks at every unit again after one), and the index of those rules.
     access_generation: int = field(default=0, init=False)
+    _access: access.AccessIndex | None = field(default=None, init=False)
 
     # -- queries -------------------------------------------------------------
     def is_managed_namespace(self, namespace: str) -> bool:
@@ -174,8 +175,9 @@ class ClusterStore:
         if found is None:
             if len(self._admitting) > 100_000:  # bounded, whatever is asked
                 self._admitting.clear()
-            found = access.admitting(self.queues.values(), namespace,
-                                     self.namespaces.get(namespace))
+            if self._access is None:
+                self._access = access.AccessIndex(self.queues.values())
+            found = self._access.admitting(namespace, self.namespaces.get(namespace))
             self._admitting[namespace] = found
         return found
 
@@ -249,6 +251,7 @@ class ClusterStore:
         if old is None or (old.namespaces, old.namespace_selector) != (
                 record.namespaces, record.namespace_selector):
             self._admitting.clear()
+            self._access = None
             self.access_generation += 1
         self._drop_queue_index(record.name)
         self.queues[record.name] = record
@@ -260,6 +263,7 @@ class ClusterStore:
 
     def delete_queue(self, name: str) -> None:
         self._admitting.clear()
+        self._access = None
         self.access_generation += 1
         self._drop_queue_index(name)
         self.queues.pop(name, None)

@@ -34,30 +34,44 @@ RESYNC = 30.0
 Patch = dict[str, Any]
 
 
+def label_patch(store: ClusterStore, name: str) -> Patch | None:
+    """The merge patch that brings namespace `name`'s managed label where the
+    Queues say it should be; None when it needs none."""
+    record = store.namespaces.get(name)
+    if record is None or name in store.excluded_namespaces or not record.managed_label:
+        return None  # gone, never arbiter's, or an admin's opt-out
+    wanted = bool(store.admitting_queues(name))
+    if wanted and not record.opted_in:
+        return {"metadata": {"labels": {MANAGED_LABEL: "true"},
+                             "annotations": {MANAGED_BY_ARBITER_ANNOTATION: MARK}}}
+    if not wanted and record.opted_in and record.marked:
+        return {"metadata": {"labels": {MANAGED_LABEL: None},
+                             "annotations": {MANAGED_BY_ARBITER_ANNOTATION: None}}}
+    return None
+
+
 def label_patches(store: ClusterStore) -> dict[str, Patch]:
-    """namespace -> the merge patch that brings its managed label where the
-    Queues say it should be; only namespaces that need one."""
-    patches: dict[str, Patch] = {}
-    for name, record in store.namespaces.items():
-        if name in store.excluded_namespaces or not record.managed_label:
-            continue  # never arbiter's, or an admin's opt-out
-        wanted = bool(store.admitting_queues(name))
-        if wanted and not record.opted_in:
-            patches[name] = {"metadata": {
-                "labels": {MANAGED_LABEL: "true"},
-                "annotations": {MANAGED_BY_ARBITER_ANNOTATION: MARK}}}
-        elif not wanted and record.opted_in and record.marked:
-            patches[name] = {"metadata": {
-                "labels": {MANAGED_LABEL: None},
-                "annotations": {MANAGED_BY_ARBITER_ANNOTATION: None}}}
-    return patches
+    """namespace -> its patch, for every namespace that needs one."""
+    found = ((name, label_patch(store, name)) for name in list(store.namespaces))
+    return {name: patch for name, patch in found if patch is not None}
+
+
+# Namespaces looked at between two yields to the event loop: with many
+# Queues with selectors, a pass over thousands of namespaces must not hold
+# up the webhook that shares the loop.
+SLICE = 20
 
 
 async def apply_label_patches(api: ClusterApi, store: ClusterStore) -> int:
     """One pass: patch every namespace that needs it; returns how many were
     patched. A failure is logged and left for the next pass."""
     done = 0
-    for name, patch in label_patches(store).items():
+    for index, name in enumerate(list(store.namespaces), start=1):
+        if index % SLICE == 0:
+            await asyncio.sleep(0)
+        patch = label_patch(store, name)
+        if patch is None:
+            continue
         try:
             await api.merge_patch(f"/api/v1/namespaces/{quote(name, safe='')}", patch)
         except NotFound:

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from arbiter.api import MANAGED_LABEL, POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION, QUEUE_LABEL
+from arbiter.cache.access import names_namespace
 from arbiter.cache.store import ClusterStore
 from arbiter.core.selectors import LabelSelector, SelectorError, parse_selector
 from tests.webhook.admission_samples import (
@@ -239,6 +240,19 @@ def test_valid_namespace_selector_is_allowed() -> None:
                 "matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["x"]},
                                      {"key": "env", "operator": "Exists"}]}
     assert _queue_check(queue_obj("q", namespaceSelector=selector)).allowed
+
+
+def test_the_index_agrees_with_the_rule_namespace_by_namespace() -> None:
+    store = _store(queue_obj("both", namespaces=["team-a"],
+                             namespaceSelector={"matchExpressions": [
+                                 {"key": "tier", "operator": "Exists"}]}))
+    for name in ("team-a", "team-b", "gold", "labelled", "unknown"):
+        record = store.namespaces.get(name)
+        expected = tuple(sorted(q.name for q in store.queues.values()
+                                if names_namespace(q, name, record)))
+        assert store.admitting_queues(name) == expected, name
+    assert store.admitting_queues("gold") == ("both", "gpu")
+    assert store.admitting_queues("team-a") == ("both", "team-a")
 
 
 def test_selector_semantics_are_the_apiservers() -> None:

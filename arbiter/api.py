@@ -55,8 +55,14 @@ API_KINDS: Final = (QUEUE, QUEUE_UNIT, JOB_FLOW, JOB_TEMPLATE, POOL, ADMISSION_C
 # a search for the key lands here.
 # On pods, Jobs, JobFlows, QueueUnits and namespaces: the queue the work is in.
 QUEUE_LABEL: Final = "arbiter.dev/queue"
-# On a namespace: "false" takes it out of arbiter's hands.
+# On a namespace: "false" takes it out of arbiter's hands; "true" puts it
+# in them under `--managed-namespaces listed` (DESIGN §3).
 MANAGED_LABEL: Final = "arbiter.dev/managed"
+# On a namespace: arbiter itself set MANAGED_LABEL "true" (a Queue admits
+# the namespace), so it may remove it again; an admin's label it never touches.
+MANAGED_BY_ARBITER_ANNOTATION: Final = "arbiter.dev/managed-label-by"
+ManagedNamespaces = Literal["all", "listed"]
+MANAGED_NAMESPACE_MODES: tuple[ManagedNamespaces, ...] = ("all", "listed")
 # Pods with the same value form one QueueUnit, created once as many gated
 # pods as the size annotation says are present.
 POD_GROUP_LABEL: Final = "arbiter.dev/pod-group"

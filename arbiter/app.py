@@ -40,6 +40,7 @@ from arbiter.cache.store import ClusterStore
 from arbiter.config import ServeConfig
 from arbiter.httpserve import HANDLER_ARGS, GuardedSite, ListenerLimits
 from arbiter.jobflow.controller import run_leader as run_jobflow_controller
+from arbiter.loop import namespaces as managed_namespaces
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.leader import LeaseTiming
 from arbiter.loop.runtime import Election, Leadership, LeaderTask, run_admission
@@ -196,6 +197,9 @@ def leader_tasks(ctx: ServerContext) -> dict[str, LeaderTask]:
     """Leader-only work besides the admission controller, by name."""
     return {
         "jobflow-controller": partial(run_jobflow_controller, api=ctx.api, store=ctx.store),
+        # --managed-namespaces listed: the managed label on admitted namespaces.
+        "managed-namespace-labels": partial(managed_namespaces.run_leader, api=ctx.api,
+                                            store=ctx.store),
     }
 
 
@@ -236,7 +240,8 @@ def extender_state(store: ClusterStore, config: ServeConfig) -> ExtenderState:
 async def serve(config: ServeConfig, *, api: Any | None = None,
                 install_signals: bool = True) -> None:
     """Run the server until SIGTERM/SIGINT (or ctx.stopping), then stop gracefully."""
-    store = ClusterStore(excluded_namespaces=frozenset(excluded_namespaces(config)))
+    store = ClusterStore(excluded_namespaces=frozenset(excluded_namespaces(config)),
+                         managed_mode=config.managed_namespaces)
     owns_api = api is None
     lease_api = None
     if api is None:

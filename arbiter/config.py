@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from arbiter.api import ManagedNamespaces
 from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
 
 
@@ -22,6 +23,10 @@ class ServeConfig:
     namespace: str = "arbiter-system"
     kubeconfig: Path | None = None
     excluded_namespaces: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
+    # Which namespaces arbiter manages (DESIGN §3): "all" but the excluded
+    # and those labelled arbiter.dev/managed: "false"; or only those "listed"
+    # (admitted by a Queue, or labelled arbiter.dev/managed: "true").
+    managed_namespaces: ManagedNamespaces = "all"
     overcommit: float = 1.0
     leader_elect: bool = True
     lease_name: str = "kube-arbiter"

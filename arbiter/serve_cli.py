@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from arbiter.api import MANAGED_NAMESPACE_MODES
 from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
 from arbiter.config import ServeConfig
 
@@ -117,6 +118,12 @@ def add_parser(subparsers: Any) -> None:
     add("--excluded-namespaces",
         default=_env("excluded_namespaces", ",".join(DEFAULT_EXCLUDED_NAMESPACES)),
         help="comma-separated namespaces arbiter never manages")
+    add("--managed-namespaces", default=_env("managed_namespaces", defaults.managed_namespaces),
+        choices=list(MANAGED_NAMESPACE_MODES),
+        help="all: every namespace but the excluded ones and those labelled "
+             "arbiter.dev/managed=false; listed: only namespaces a Queue admits "
+             "(spec.namespaces, spec.namespaceSelector) or labelled arbiter.dev/managed=true; "
+             "arbiter labels the admitted ones and its webhooks select on the label")
     number("--overcommit", float, defaults.overcommit,
         help="factor applied to cluster capacity")
     add("--no-leader-elect", action="store_true", default=_env_flag("no_leader_elect"),
@@ -194,6 +201,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    if args.managed_namespaces not in MANAGED_NAMESPACE_MODES:  # from the environment
+        raise SystemExit(f"--managed-namespaces (ARBITER_MANAGED_NAMESPACES): "
+                         f"{str(args.managed_namespaces)[:40]!r} must be all or listed")
     # Field by field on purpose (same shape as the other record copies): mypy checks
     # each name and type, which a generic copy by field name would not.
     return ServeConfig(
@@ -205,6 +215,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         namespace=args.namespace,
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         excluded_namespaces=_csv(args.excluded_namespaces),
+        managed_namespaces=args.managed_namespaces,
         overcommit=args.overcommit,
         leader_elect=not args.no_leader_elect,
         identity=args.identity,

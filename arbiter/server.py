@@ -157,6 +157,7 @@ async def install_webhook_configurations(ctx: ServerContext) -> None:
         excluded_namespaces=excluded_namespaces(ctx.config),
         name=ctx.config.service_name,
         own_usernames=ctx.own_usernames,
+        managed=ctx.config.managed_namespaces,
     )
     await install(ctx.api, mutating, validating)
     ctx.webhooks_installed = True

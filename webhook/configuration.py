@@ -1,11 +1,11 @@
 """The Mutating/ValidatingWebhookConfigurations arbiter owns.
 
 `desired_configurations` derives them from the endpoint table the server
-serves (`webhook.endpoints`), with the one definition of selectors and
-failure policy; manifests/webhooks.yaml is the same content pointing at the
-Service (a test keeps the two equal). With `--webhook-url` the server
-installs them itself (`install`) and keeps their caBundle current after a
-certificate rotation (certs.publish).
+serves (`webhook.endpoints`), with the one definition of selectors (which
+follow `--managed-namespaces`) and failure policy; manifests/webhooks.yaml
+is the same content (for `all`) pointing at the Service (a test keeps the
+two equal). With `--webhook-url` the server installs them itself (`install`)
+and keeps their caBundle current after a certificate rotation (certs.publish).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from arbiter.api import MANAGED_LABEL
+from arbiter.api import MANAGED_LABEL, ManagedNamespaces
 from arbiter.kubeapi import ApiError, request_json
 from webhook.endpoints import ENDPOINTS, Endpoint, Hook
 
@@ -31,11 +31,16 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 Json = dict[str, Any]
 
 
-def namespace_selector(excluded: Iterable[str]) -> Json:
+def namespace_selector(excluded: Iterable[str], managed: ManagedNamespaces = "all") -> Json:
+    """The namespaces the apiserver sends to arbiter (DESIGN §3): with `all`
+    every one not excluded nor labelled out; with `listed` only those
+    labelled in (arbiter labels the ones its Queues admit)."""
+    opt = ({"key": MANAGED_LABEL, "operator": "In", "values": ["true"]} if managed == "listed"
+           else {"key": MANAGED_LABEL, "operator": "NotIn", "values": ["false"]})
     return {
         "matchExpressions": [
             {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": sorted(set(excluded))},
-            {"key": MANAGED_LABEL, "operator": "NotIn", "values": ["false"]},
+            opt,
         ]
     }
 
@@ -126,6 +131,7 @@ def desired_configurations(
     excluded_namespaces: Iterable[str],
     name: str = CONFIGURATION_NAME,
     own_usernames: Iterable[str] = (),
+    managed: ManagedNamespaces = "all",
 ) -> tuple[Json, Json]:
     """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration): one
     webhook per hook of each endpoint the server serves, in table order.
@@ -134,7 +140,7 @@ def desired_configurations(
     Job, removing a gate) skip the hooks of `OWN_WRITES_SKIP`: each such call
     was a round trip through this same process in the middle of an
     admission (three of the seven webhook calls one Job's admission made)."""
-    selector = namespace_selector(excluded_namespaces)
+    selector = namespace_selector(excluded_namespaces, managed)
     labels = {"app.kubernetes.io/name": "kube-arbiter",
               "app.kubernetes.io/managed-by": "kube-arbiter"}
 

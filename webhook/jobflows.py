@@ -109,7 +109,8 @@ def _check_references(spec: FlowSpec, namespace: str, labels: dict[str, str] | N
     if waiting is not None:
         return waiting
     if spec.queue:
-        return queue_denial(store, spec.queue, f'{what}: spec.queue: queue "{spec.queue}"') or ALLOW
+        return queue_denial(store, spec.queue, f'{what}: spec.queue: queue "{spec.queue}"',
+                            namespace) or ALLOW
     queue = store.resolve_queue(namespace, labels)
     if queue is None:
         return deny(no_queue_message(namespace, "JobFlow") + ", or set the JobFlow's spec.queue")

@@ -153,7 +153,7 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if env.is_arbiter(request):
         return ALLOW
     name = request.name or text_field(old_meta, "name")
-    waiting = not_ready(env, ("Queue", "QueueUnit"))
+    waiting = not_ready(env, ("Queue", "Namespace", "QueueUnit"))
     if waiting is not None:
         return waiting
     unit = admitted_job_unit(env, namespace, text_field(old_meta, "uid"))

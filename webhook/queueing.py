@@ -1,12 +1,14 @@
 """Queue resolution and the denials shared by the pod, Job, QueueUnit and
-JobFlow webhooks. The resolver itself is `ClusterStore.resolve_queue` (the one
-shared with the admission loop); this module only explains its answer."""
+JobFlow webhooks. The resolver itself is `ClusterStore.resolve_queue`, and
+which queues a namespace may use is `ClusterStore.queue_admits` (both shared
+with the admission loop); this module only explains their answers."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from arbiter.api import QUEUE_LABEL
+from arbiter.cache.access import queue_list
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.cache.store import no_queue_message as no_queue_message  # shared with the extender
 from webhook.review import ALLOW, AdmissionEnv, Decision, deny
@@ -51,8 +53,30 @@ def check_new_work(
         return waiting
     queue = env.store.resolve_queue(namespace, labels)
     if queue is None:
-        return deny(no_queue_message(namespace, what))
+        return deny(no_queue_message(namespace, what) + _choices(env.store, namespace))
     return check_open(env, queue, namespace, labels, what) or ALLOW
+
+
+def _open_choices(store: ClusterStore, namespace: str) -> list[str]:
+    """The queues `namespace` may use that accept work now (Open, no children)."""
+    return [name for name in store.usable_queues(namespace)
+            if store.queues[name].state == "Open" and not store.queue_children.get(name)]
+
+
+def _choices(store: ClusterStore, namespace: str) -> str:
+    usable = _open_choices(store, namespace)
+    return f"; it may use {queue_list(usable)}" if usable else ""
+
+
+def foreign_queue_message(store: ClusterStore, queue: str, namespace: str,
+                          subject: str) -> str:
+    """Why `namespace` may not use `queue` (DESIGN §13), and which it may use."""
+    usable = _open_choices(store, namespace)
+    choices = (f'namespace "{namespace}" may use {queue_list(usable)}' if usable else
+               f'namespace "{namespace}" may use no queue: ask an admin to list it in a '
+               "Queue's spec.namespaces or select it with spec.namespaceSelector")
+    return (f'{subject} does not admit namespace "{namespace}" (neither its spec.namespaces '
+            f"nor its spec.namespaceSelector): {choices}")
 
 
 def check_open(
@@ -62,19 +86,24 @@ def check_open(
     labels: Mapping[str, str] | None,
     what: str,
 ) -> Decision | None:
-    """Deny new work for a queue that does not exist or is Closed."""
+    """Deny new work for a queue that does not exist, does not admit the
+    namespace or is Closed."""
     source = _source(env.store, namespace, labels, queue, what)
-    return queue_denial(env.store, queue, f'queue "{queue}" (from {source})')
+    return queue_denial(env.store, queue, f'queue "{queue}" (from {source})', namespace)
 
 
-def queue_denial(store: ClusterStore, queue: str, subject: str) -> Decision | None:
-    """Deny new work for `queue` when it does not exist, is a parent (DESIGN
-    §11) or is Closed; the message starts with `subject` (which names the queue)."""
+def queue_denial(store: ClusterStore, queue: str, subject: str,
+                 namespace: str) -> Decision | None:
+    """Deny new work in `namespace` for `queue` when it does not exist, does
+    not admit the namespace (DESIGN §13), is a parent (§11) or is Closed; the
+    message starts with `subject` (which names the queue)."""
     record = store.queues.get(queue)
     if record is None:
         return deny(
             f"{subject} does not exist: create it, or use an existing queue (kubectl get queues)"
         )
+    if not store.queue_admits(queue, namespace):
+        return deny(foreign_queue_message(store, queue, namespace, subject))
     children = store.queue_children.get(queue)
     if children:
         names = sorted(children)

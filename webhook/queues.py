@@ -1,7 +1,9 @@
 """Queues (cluster-scoped): validating only.
 
 Weight an integer > 0, every quantity valid, guarantee ≤ capability where
-both are set, a namespace listed by at most one Queue, a parent that exists
+both are set, a namespace listed by at most one Queue, a valid
+`spec.namespaceSelector` (the namespaces it matches may use the queue, as
+may those listed; DESIGN §3), a parent that exists
 and holds no unfinished work of its own, no cycle through parents; a Queue
 with admitted work, or that is the parent of another Queue, cannot be
 deleted. Every error names its field.
@@ -16,6 +18,7 @@ from arbiter.api import ADMITTED_PHASES, API_GROUP, FINISHED_PHASES, QUEUE
 from arbiter.core.jsonvalues import brief
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources, resource_name_problem
+from arbiter.core.selectors import SelectorError, parse_selector
 from webhook.queueing import not_ready
 from webhook.review import (
     ALLOW,
@@ -107,9 +110,17 @@ def check_spec(name: str, spec: Any, env: AdmissionEnv) -> tuple[list[str], list
         ):
             errors.append("spec.preemption.withinQueue: must be Never or LowerPriority")
     _check_namespaces(name, spec.get("namespaces"), env, errors, warnings)
+    try:
+        parse_selector(spec.get("namespaceSelector"), "spec.namespaceSelector")
+    except SelectorError as error:
+        errors.append(str(error))
     _check_parent(name, spec.get("parent"), env, errors)
     if not errors and guarantee:
         _warn_guarantees(name, guarantee, env, warnings)
+    if not errors and not spec.get("namespaces") and spec.get("namespaceSelector") is None:
+        warnings.append("spec.namespaces and spec.namespaceSelector are both empty: every "
+                        "managed namespace may use this queue (list or select namespaces to "
+                        "keep it to a team)")
     return errors, warnings
 
 

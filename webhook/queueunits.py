@@ -45,7 +45,7 @@ from arbiter.core.jsonvalues import brief, json_equal
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import Resources
 from webhook.patch import set_label
-from webhook.queueing import check_open, no_queue_message, not_ready
+from webhook.queueing import QUEUE_KINDS, check_open, no_queue_message, not_ready
 from webhook.review import (
     ALLOW,
     AdmissionEnv,
@@ -198,7 +198,7 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     assert isinstance(queue, str)
     if request.operation == "UPDATE":
         return _validate_update(request, env, namespace, name, spec)
-    waiting = not_ready(env, ("Queue",))
+    waiting = not_ready(env, QUEUE_KINDS)
     if waiting is not None:
         return waiting
     return check_open(env, queue, namespace, labels, "QueueUnit") or ALLOW

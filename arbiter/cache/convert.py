@@ -15,6 +15,7 @@ from arbiter.api import (
     ADMISSION_GATE,
     CHECK_STATES,
     DEFAULT_RETRY_DELAY,
+    MANAGED_BY_ARBITER_ANNOTATION,
     MANAGED_LABEL,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_ANNOTATION,
@@ -48,6 +49,7 @@ from arbiter.core.jsonvalues import brief
 from arbiter.core.podrequests import effective_pod_requests
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import EMPTY, Resources
+from arbiter.core.selectors import SelectorError, parse_selector
 
 Obj = Mapping[str, Any]
 
@@ -235,6 +237,11 @@ def queue_from_api(obj: Obj) -> QueueRecord:
     if not isinstance(weight, int) or isinstance(weight, bool) or weight <= 0:
         raise ConversionError(f"spec.weight: {brief(weight)} must be a positive integer")
     preemption = cast(Obj, spec.get("preemption") or {})
+    try:
+        namespace_selector = parse_selector(spec.get("namespaceSelector"),
+                                            "spec.namespaceSelector")
+    except SelectorError as error:
+        raise ConversionError(str(error)) from error
     return QueueRecord(
         name=meta.get("name", ""),
         weight=weight,
@@ -243,6 +250,7 @@ def queue_from_api(obj: Obj) -> QueueRecord:
         parent=spec.get("parent") or None,
         child_order="Queue" if spec.get("childOrder") == "Queue" else "Fair",
         namespaces=tuple(spec.get("namespaces") or ()),
+        namespace_selector=namespace_selector,
         policy="FIFO" if spec.get("queuePolicy") == "FIFO" else "Priority",
         blocking=bool(spec.get("blocking", False)),
         priority=int(spec.get("priority", 0) or 0),
@@ -265,6 +273,9 @@ def namespace_from_api(obj: Obj) -> NamespaceRecord:
         name=_meta(obj).get("name", ""),
         queue_label=labels.get(QUEUE_LABEL) or None,
         managed_label=labels.get(MANAGED_LABEL) != "false",
+        opted_in=labels.get(MANAGED_LABEL) == "true",
+        marked=MANAGED_BY_ARBITER_ANNOTATION in _annotations(obj),
+        labels=dict(labels),
     )
 
 

@@ -21,6 +21,7 @@ from arbiter.api import (
 )
 from arbiter.core.model import ChildOrder, Placement
 from arbiter.core.resources import EMPTY, Resources
+from arbiter.core.selectors import LabelSelector
 
 JobOutcome = Literal["Complete", "Failed"]
 
@@ -70,6 +71,9 @@ class QueueRecord:
     parent: str | None = None
     child_order: ChildOrder = "Fair"  # DESIGN §11; only read on a parent
     namespaces: tuple[str, ...] = ()
+    # spec.namespaceSelector: the namespaces whose labels it matches may use
+    # the queue too (DESIGN §3); None when absent.
+    namespace_selector: LabelSelector | None = None
     policy: QueuePolicy = "Priority"
     blocking: bool = False
     priority: int = 0
@@ -94,6 +98,14 @@ class NamespaceRecord:
     queue_label: str | None = None
     # False when labelled arbiter.dev/managed: "false".
     managed_label: bool = True
+    # Labelled arbiter.dev/managed: "true" (an admin's, or arbiter's own in
+    # `listed` mode).
+    opted_in: bool = False
+    # That "true" was put there by arbiter (its annotation says so): arbiter
+    # may take it away again, never an admin's.
+    marked: bool = False
+    # Its labels, for the Queues' namespaceSelectors (namespaces carry few).
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, slots=True)

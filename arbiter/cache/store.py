@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from arbiter.api import QUEUE_LABEL
-from arbiter.cache import convert
+from arbiter.api import QUEUE_LABEL, ManagedNamespaces
+from arbiter.cache import access, convert
 from arbiter.cache.jobflow_records import (
     JobFlowRecord,
     JobTemplateRecord,
@@ -116,6 +116,9 @@ def add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int) -> No
 @dataclass(slots=True)
 class ClusterStore:
     excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
+    # `--managed-namespaces` (DESIGN §3): "all" but the excluded and opted
+    # out, or only those "listed" (a Queue admits them, or labelled in).
+    managed_mode: ManagedNamespaces = "all"
     queues: dict[str, QueueRecord] = field(default_factory=dict)
     namespaces: dict[str, NamespaceRecord] = field(default_factory=dict)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
@@ -154,14 +157,53 @@ class ClusterStore:
     # found by uid, whatever its name (the loop names it `job-<name>-<uid>`
     # when a unit of another consumer holds `job-<name>`).
     unit_by_consumer_uid: dict[str, str] = field(default_factory=dict, init=False)
+    # namespace -> the queues admitting it explicitly (`AccessIndex.admitting`),
+    # computed on demand; dropped when a Queue's namespaces or that
+    # namespace change.
+    _admitting: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False)
+    # Counts the changes of which namespaces each Queue admits (the loop
+    # looks at every unit again after one), and the index of those rules.
+    access_generation: int = field(default=0, init=False)
+    _access: access.AccessIndex | None = field(default=None, init=False)
 
     # -- queries -------------------------------------------------------------
     def is_managed_namespace(self, namespace: str) -> bool:
-        """DESIGN §3: every namespace but the excluded ones and those opted out."""
+        """DESIGN §3: never the excluded ones nor those labelled out; in
+        `all` mode every other namespace, in `listed` mode those labelled in
+        or admitted explicitly by some Queue."""
         if namespace in self.excluded_namespaces:
             return False
         record = self.namespaces.get(namespace)
-        return record is None or record.managed_label
+        if record is not None and not record.managed_label:
+            return False
+        if self.managed_mode == "all":
+            return True
+        return (record is not None and record.opted_in) or bool(self.admitting_queues(namespace))
+
+    def admitting_queues(self, namespace: str) -> tuple[str, ...]:
+        """The queues that admit `namespace` explicitly (`access.names_namespace`)."""
+        found = self._admitting.get(namespace)
+        if found is None:
+            if len(self._admitting) > 100_000:  # bounded, whatever is asked
+                self._admitting.clear()
+            if self._access is None:
+                self._access = access.AccessIndex(self.queues.values())
+            found = self._access.admitting(namespace, self.namespaces.get(namespace))
+            self._admitting[namespace] = found
+        return found
+
+    def queue_admits(self, queue: str, namespace: str) -> bool:
+        """Work in `namespace` may use `queue` (DESIGN §13): the one rule the
+        webhook and the admission loop both apply. False for an unknown queue."""
+        record = self.queues.get(queue)
+        if record is None:
+            return False
+        return access.open_queue(record) or queue in self.admitting_queues(namespace)
+
+    def usable_queues(self, namespace: str) -> list[str]:
+        """Every queue `namespace` may use, sorted (for messages: O(queues))."""
+        return sorted({*self.admitting_queues(namespace),
+                       *(q.name for q in self.queues.values() if access.open_queue(q))})
 
     def resolve_queue(self, namespace: str, labels: Mapping[str, str] | None) -> str | None:
         """The one queue resolver: object label, else the Queue listing the
@@ -216,6 +258,12 @@ class ClusterStore:
             listener(kind, key)
 
     def upsert_queue(self, record: QueueRecord) -> None:
+        old = self.queues.get(record.name)
+        if old is None or (old.namespaces, old.namespace_selector) != (
+                record.namespaces, record.namespace_selector):
+            self._admitting.clear()
+            self._access = None
+            self.access_generation += 1
         self._drop_queue_index(record.name)
         self.queues[record.name] = record
         for namespace in record.namespaces:
@@ -225,6 +273,9 @@ class ClusterStore:
         self._notify("Queue", record.name)
 
     def delete_queue(self, name: str) -> None:
+        self._admitting.clear()
+        self._access = None
+        self.access_generation += 1
         self._drop_queue_index(name)
         self.queues.pop(name, None)
         self._notify("Queue", name)
@@ -385,6 +436,8 @@ class ClusterStore:
         table = self.table(kind)
         if kind == "QueueUnit":
             self._index_unit(key, table.get(key), record)
+        elif kind == "Namespace":
+            self._admitting.pop(key, None)
         self._put(table, key, record)
 
     def _index_unit(self, key: str, old: UnitRecord | None, new: UnitRecord | None) -> None:

@@ -38,6 +38,7 @@ from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.fairshare import Unit
 from arbiter.kubeapi import ClusterApi
+from arbiter.loop.access import barred, barred_step
 from arbiter.loop.actions import Actions
 from arbiter.loop.charges import Charges
 from arbiter.loop.checks import CheckStateGauge, check_deadline, check_step, checks_for
@@ -143,6 +144,7 @@ class AdmissionController:
         # What the next cycle must look at.
         self._all = True
         self._queues_dirty = True
+        self._access_seen = store.access_generation
         self._capacity_dirty = True
         self._units: set[str] = set()
         self._consumers: set[ConsumerKey] = set()
@@ -209,6 +211,11 @@ class AdmissionController:
             self._capacity_dirty = self._capacity_dirty or capacity
         elif kind == "Queue":
             self._queues_dirty = True
+            if self.store.access_generation != self._access_seen:
+                # Which namespaces may use which queue changed (rare): every
+                # unit may be barred or cleared (arbiter.loop.access).
+                self._access_seen = self.store.access_generation
+                self._all = True
         elif kind == "Node":
             node = self.store.nodes.get(key)
             placed = self.mirror.nodes.on_node(key, node)
@@ -411,11 +418,17 @@ class AdmissionController:
             self.writer.forget(key)
             self.writes.forget(key)
             return
+        if not self.store.is_managed_namespace(unit.namespace):
+            # Not arbiter's: not admitted nor charged, whatever its status
+            # says (DESIGN §13).
+            self.mirror.set(key, None, None)
+            return
         outdated = self.writes.outdated(unit)
         consumer, pods = self.consumer(unit)
         writer = self.writer
+        foreign = barred(self.store, unit)
         if key not in writer.admitting:
-            where = disposition(unit, consumer)
+            where = disposition(unit, consumer) if foreign is None else None
             if where == "pending" and (outdated or self.writes.retry_at(key) > now):
                 where = None  # wait for the watch, or for the retry time
             elif where == "pending" and self._drifted(unit):
@@ -436,7 +449,10 @@ class AdmissionController:
         if retry > now:
             self.writes.timer(retry, key)
             return
-        if unit.reserved and held(unit, consumer) in (Consumer.HELD, Consumer.NONE):
+        barred_to = None if foreign is None else barred_step(unit, consumer, foreign)
+        if barred_to is not None:
+            step = barred_to
+        elif unit.reserved and held(unit, consumer) in (Consumer.HELD, Consumer.NONE):
             step = check_step(unit, now, self.store.admission_checks)
             deadline = check_deadline(unit, self.store.admission_checks)
             if step.kind == "none" and deadline is not None:

@@ -22,6 +22,8 @@ Grant = tuple[str, str, str, str]  # (apiGroup, resource, verb, resourceName or 
 
 CLUSTER: set[Grant] = {
     ("", "namespaces", "list", ""), ("", "namespaces", "watch", ""),
+    # --managed-namespaces listed: the managed label on admitted namespaces.
+    ("", "namespaces", "patch", ""),
     ("", "nodes", "list", ""), ("", "nodes", "watch", ""),
     ("", "pods", "get", ""), ("", "pods", "list", ""), ("", "pods", "watch", ""),
     ("", "pods", "patch", ""), ("", "pods", "delete", ""),

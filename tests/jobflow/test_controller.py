@@ -290,7 +290,7 @@ async def test_controller_runs_as_leader_only_work() -> None:
 
     store = ClusterStore()
     ctx = ServerContext(config=ServeConfig(), store=store, api=None)
-    assert list(app.leader_tasks(ctx)) == ["jobflow-controller"]
+    assert "jobflow-controller" in app.leader_tasks(ctx)
     assert not any("jobflow" in name for name in app.background_tasks(ctx, Leadership()))
     await run_leader(api=None, store=store)  # without a cluster there is nothing to do
     assert store.listeners == []

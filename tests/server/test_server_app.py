@@ -55,7 +55,7 @@ def test_everything_that_runs_is_named() -> None:
     tasks = app.background_tasks(ctx, Leadership())
     assert list(tasks) == ["cluster-watch", "certificates", "webhook-configurations",
                            "heap-freeze", "admission"]
-    assert list(app.leader_tasks(ctx)) == ["jobflow-controller"]
+    assert list(app.leader_tasks(ctx)) == ["jobflow-controller", "managed-namespace-labels"]
 
 
 async def test_background_tasks_are_restarted_after_a_failure(
@@ -92,6 +92,19 @@ def test_serve_flags_default_from_environment(monkeypatch: pytest.MonkeyPatch) -
     assert config.excluded_namespaces == ("kube-system", "infra")
     assert config.leader_elect is False
     assert config.overcommit == 1.5 and config.usernames == ("me",)
+    assert config.managed_namespaces == "all"
+
+
+def test_managed_namespaces_flag_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARBITER_MANAGED_NAMESPACES", "listed")
+    argv = ["serve"]
+    assert config_from_args(build_parser(argv).parse_args(argv)).managed_namespaces == "listed"
+    argv = ["serve", "--managed-namespaces", "all"]
+    assert config_from_args(build_parser(argv).parse_args(argv)).managed_namespaces == "all"
+    monkeypatch.setenv("ARBITER_MANAGED_NAMESPACES", "some")
+    argv = ["serve"]
+    with pytest.raises(SystemExit, match="must be all or listed"):
+        config_from_args(build_parser(argv).parse_args(argv))
 
 
 def test_json_log_lines_carry_extra_fields() -> None:

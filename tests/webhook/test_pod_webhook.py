@@ -182,7 +182,8 @@ def test_validate_denies_namespace_without_queue_with_fix() -> None:
     assert not decision.allowed and decision.code == 403
     assert decision.message == (
         'namespace "lonely" has no queue: label the pod or namespace with '
-        'arbiter.dev/queue=<queue>, or list "lonely" in a Queue\'s spec.namespaces'
+        'arbiter.dev/queue=<queue>, or list "lonely" in a Queue\'s spec.namespaces; '
+        'it may use "gpu"'  # the open queues ("closed" is Closed)
     )
 
 

@@ -203,7 +203,8 @@ def test_work_labelled_for_a_parent_is_denied_naming_its_children() -> None:
         assert not decision.allowed, kind
         assert 'queue "root"' in decision.message and 'children ("a")' in decision.message
         assert "\n" not in decision.message
-    unit = unit_obj("u", "team-x", {"queue": "a", "resourceUnit": {"cpu": "1"},
+    # Queue "a" admits team-a only (team-x may not use it at all).
+    unit = unit_obj("u", "team-a", {"queue": "a", "resourceUnit": {"cpu": "1"},
                                     "resourceNo": 1})
     decision = queueunits.validate(parse(review("QueueUnit", "CREATE", unit)), env_for(store))
     assert not decision.allowed and 'children ("b")' in decision.message

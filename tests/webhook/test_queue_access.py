@@ -20,6 +20,7 @@ from arbiter.cache.store import ClusterStore
 from arbiter.core.selectors import LabelSelector, SelectorError, parse_selector
 from tests.webhook.admission_samples import (
     env_for,
+    held,
     job,
     kubectl_run_pod,
     make_store,
@@ -51,8 +52,9 @@ def _store(*extra_queues: dict[str, Any]) -> ClusterStore:
 
 
 def _pod(namespace: str, queue: str, **labels: str) -> dict[str, Any]:
-    return kubectl_run_pod("web", namespace, labels={QUEUE_LABEL: queue, **labels},
-                           validating=True)
+    # As the validating webhook sees it: held by the mutating one.
+    return held(kubectl_run_pod("web", namespace, labels={QUEUE_LABEL: queue, **labels},
+                                validating=True))
 
 
 def _validate_pod(pod: dict[str, Any], store: ClusterStore) -> Decision:
@@ -158,8 +160,8 @@ def test_jobflow_naming_a_foreign_queue_is_denied_by_spec_or_label() -> None:
 def test_namespace_selector_match_is_allowed_and_a_mismatch_denied() -> None:
     store = _store()
     assert _validate_pod(_pod("gold", "gpu"), store).allowed
-    assert _validate_job(job("train", "gold", labels={QUEUE_LABEL: "gpu"}, validating=True),
-                         store).allowed
+    assert _validate_job(job("train", "gold", labels={QUEUE_LABEL: "gpu"}, suspend=True,
+                             validating=True), store).allowed
     assert _validate_unit(_reservation("gold", "gpu"), store).allowed
     denied = _validate_pod(_pod("team-a", "gpu"), store)
     assert not denied.allowed and 'queue "gpu"' in denied.message
@@ -182,7 +184,7 @@ def test_open_queue_and_namespace_label_admit() -> None:
     assert _validate_pod(_pod("team-b", "shared"), store).allowed
     # An admin's arbiter.dev/queue label on the namespace admits it there.
     assert _validate_pod(_pod("labelled", "team-b"), store).allowed
-    unlabelled = kubectl_run_pod("web", "labelled", validating=True)
+    unlabelled = held(kubectl_run_pod("web", "labelled", validating=True))
     assert _validate_pod(unlabelled, store).allowed
 
 

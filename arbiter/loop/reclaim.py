@@ -111,6 +111,10 @@ class LoopAccess:
 class InFlight:
     victim: Victim
     since: float
+    # The unit's admission attempt when chosen: a later one means it was
+    # requeued and admitted again (perhaps within one cycle, never seen
+    # waiting): taken back, and no longer in flight.
+    attempt: int | None = None
 
 
 @dataclass(slots=True)
@@ -161,22 +165,32 @@ class Reclaimer:
         self.since: dict[str, float] = {}
         self.inflight: dict[str, InFlight] = {}
         # Victims taken back whose pods may still terminate on their nodes:
-        # key -> when taken (their room counts as free for node fit too).
-        self.draining: dict[str, float] = {}
+        # their pods count nowhere (`LoopNodes.set_leaving`).
+        self.draining: dict[str, tuple[float, int | None]] = {}  # key -> (since, attempt)
         self.blocked: dict[str, tuple[float, int]] = {}  # key -> (until, times)
         self.next_look = -math.inf
         self._stamps: dict[str, tuple[str | None, float]] = {}
         self.last: Look = Look()
 
     # -- deciding (no I/O) ------------------------------------------------------------
-    def forget_done(self, mirror: EngineMirror, now: float) -> None:
-        """Drop in-flight victims the engine no longer counts admitted."""
+    def forget_done(self, mirror: EngineMirror, now: float,
+                    record: Callable[[str], UnitRecord | None] = lambda _: None) -> None:
+        """Drop in-flight victims the engine no longer counts admitted, or
+        admitted again since (`record`: the unit as the loop has it). Kept
+        in flight, a victim admitted again at once (room elsewhere) counted
+        as free room and its queue as poorer for two minutes, and the
+        reclaim it should have allowed next did not happen."""
+        def readmitted(key: str, attempt: int | None) -> bool:
+            found = record(key)
+            return attempt is not None and (found is None or found.attempts != attempt)
+
         for key in [k for k, f in self.inflight.items()
-                    if mirror.state(k) != "admitted"
+                    if mirror.state(k) != "admitted" or readmitted(k, f.attempt)
                     or now - f.since > self.settings.inflight_ttl]:
-            self.draining[key] = self.inflight.pop(key).since
-        for key in [k for k, since in self.draining.items()
-                    if now - since > self.settings.inflight_ttl
+            flight = self.inflight.pop(key)
+            self.draining[key] = (flight.since, flight.attempt)
+        for key in [k for k, (since, attempt) in self.draining.items()
+                    if now - since > self.settings.inflight_ttl or readmitted(k, attempt)
                     or (mirror.state(k) != "admitted" and not mirror.nodes.uncovered_pods(k))]:
             del self.draining[key]
         for key in [k for k, (until, _) in self.blocked.items()
@@ -191,8 +205,15 @@ class Reclaimer:
         busy: Set[str] = frozenset(),
         record: Callable[[str], UnitRecord | None] = lambda _: None,
     ) -> Look:
-        """Decide what to take back now (registers the victims as in flight)."""
-        self.forget_done(mirror, now)
+        """Decide what to take back now (registers the victims as in flight);
+        the victims' pods stop counting on their nodes for admission."""
+        result = self._look(mirror, now, busy, record)
+        mirror.nodes.set_leaving(self.inflight.keys() | self.draining.keys())
+        return result
+
+    def _look(self, mirror: EngineMirror, now: float, busy: Set[str],
+              record: Callable[[str], UnitRecord | None]) -> Look:
+        self.forget_done(mirror, now, record)
         result = Look()
         if now < self.next_look:
             # Something changed since the last look (a cycle ran): look again soon.
@@ -292,7 +313,9 @@ class Reclaimer:
             for name in [q for q in self.since if q not in decided.starving]:
                 del self.since[name]
         for victim in decided.victims:
-            self.inflight[victim.unit.key] = InFlight(victim, now)
+            found = record(victim.unit.key)
+            self.inflight[victim.unit.key] = InFlight(
+                victim, now, found.attempts if found is not None else None)
         result.plan = decided
         result.victims = list(decided.victims)
         # A look over very many units is not cheap: space them out so that
@@ -308,14 +331,12 @@ class Reclaimer:
 
     def _node_room(self, mirror: EngineMirror, units: dict[str, Unit]) -> NodeRoom | None:
         """Node fit for a look (None without nodes): victims' room being
-        freed counts as free on their nodes, as it does in total."""
+        freed counts as free on their nodes, as it does in total (the pods
+        of victims no longer admitted count nowhere already: `set_leaving`)."""
         view = mirror.engine.node_view() if mirror.nodes.enabled else None
         if view is None:
             return None
         leaving = [pod for key in self.inflight for pod in view.held(key)]
-        for key in self.draining:
-            leaving.extend((node, view.pairs(requests))
-                           for node, requests in mirror.nodes.uncovered_pods(key))
         return NodeRoom(view, units, mirror.engine.capacity(), leaving)
 
     def blocked_for(self, key: str, now: float) -> float:

@@ -155,6 +155,7 @@ class AdmissionController:
             waiting_event_depth=self.settings.waiting_event_depth,
             position_depth=self.settings.position_depth)
         self.reclaimer = Reclaimer(ReclaimSettings(grace=self.settings.reclaim_grace))
+        self.publisher.reclaim_notes = lambda: self.reclaimer.notes
         self.reclaim_access = LoopAccess(
             writes=self.writes, actions=self.actions, unit=self.unit, consumer=self.consumer,
             touch=self.touch, events=events, clock=clock)

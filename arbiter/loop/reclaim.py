@@ -171,6 +171,9 @@ class Reclaimer:
         self.next_look = -math.inf
         self._stamps: dict[str, tuple[str | None, float]] = {}
         self.last: Look = Look()
+        # Why a starving unit is not reclaiming (`Plan.refused`), as of the
+        # last look: its QueueUnit message says so (`StatusPublisher`).
+        self.notes: dict[str, str] = {}
 
     # -- deciding (no I/O) ------------------------------------------------------------
     def forget_done(self, mirror: EngineMirror, now: float,
@@ -209,7 +212,17 @@ class Reclaimer:
         the victims' pods stop counting on their nodes for admission."""
         result = self._look(mirror, now, busy, record)
         mirror.nodes.set_leaving(self.inflight.keys() | self.draining.keys())
+        if result.looked:
+            self._note(dict(result.plan.refused), record)
         return result
+
+    def _note(self, notes: dict[str, str], record: Callable[[str], UnitRecord | None]) -> None:
+        """Keep why units are not reclaiming; log each new reason once."""
+        for key, note in notes.items():
+            found = record(key)
+            if self.notes.get(key) != note and found is not None:
+                log_decision("hold", found, note, cause="reclaim")
+        self.notes = notes
 
     def _look(self, mirror: EngineMirror, now: float, busy: Set[str],
               record: Callable[[str], UnitRecord | None]) -> Look:

@@ -6,6 +6,8 @@ may linger, terminating, until `finish` (graceful termination)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from arbiter.api import QUEUE_LABEL, job_unit_name
 from arbiter.core.model import Placement
 from arbiter.kubeapi import pod_path, unit_path
@@ -30,7 +32,7 @@ class KubeSim:
         """One round of the Job controller and the scheduler."""
         api = self.c.api
         pods = api.of_kind("pods")
-        live: dict[str, list[dict[str, object]]] = {}
+        live: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
             for ref in pod["metadata"].get("ownerReferences") or []:
                 if ref.get("kind") == "Job":
@@ -92,7 +94,5 @@ class KubeSim:
         return done
 
 
-def _terminate(obj: dict[str, object]) -> None:
-    meta = obj["metadata"]
-    assert isinstance(meta, dict)
-    meta["deletionTimestamp"] = "2023-11-14T22:13:20Z"
+def _terminate(obj: dict[str, Any]) -> None:
+    obj["metadata"]["deletionTimestamp"] = "2023-11-14T22:13:20Z"

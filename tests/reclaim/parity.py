@@ -142,9 +142,8 @@ def offline(c: ReclaimCluster) -> Simulation:
                        for key, (state, unit) in mirror.entries.items() if state == "admitted"),
                       key=lambda item: item[:3])
     for _, _, key, unit in admitted:
-        simulation.engine.add_admitted(unit, mirror.plan(key))
-        simulation._stamp(key)
-    for key, (state, unit) in sorted(mirror.entries.items(), key=lambda i: i[1][1].created):
+        simulation.run(unit, mirror.plan(key))
+    for _key, (state, unit) in sorted(mirror.entries.items(), key=lambda i: i[1][1].created):
         if state == "pending":
             simulation.submit(unit)
     return simulation

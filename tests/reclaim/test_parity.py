@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.reclaim.parity import Case, Job, play
+from tests.reclaim.parity import Case, Job, play, run
 
 SETTINGS = settings(max_examples=int(os.environ.get("PARITY_EXAMPLES", "500")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -68,3 +68,64 @@ def check(case: Case) -> None:
 @given(cases())
 def test_the_loop_settles_where_the_engine_does(case: Case) -> None:
     check(case)
+
+
+# -- the cases that found the drift (each failed before the fix) -------------------------
+
+
+async def test_the_issue_settles_at_its_guarantee() -> None:
+    """heavy (weight 5) fills 10 x 1 CPU; light (weight 1, guarantee 3 CPU)
+    asks for six: under its guarantee it takes back first, 7/3, as
+    `arbiter fairshare` says."""
+    case = Case(nodes=(("1", "x"),) * 10,
+                queues={"heavy": {"weight": 5},
+                        "light": {"weight": 1, "guarantee": {"cpu": "3"}}},
+                jobs=(*(Job("heavy"),) * 10, *(Job("light"),) * 6))
+    outcome = await play(case)
+    assert outcome.loop == outcome.engine == {"heavy": 7, "light": 3}, outcome
+    assert outcome.evicted == 3
+
+
+async def test_a_subtree_under_its_guarantee_takes_from_its_sibling_first() -> None:
+    """The issue's case in a tree: light (guarantee 3) and mid under p, next
+    to heavy. light takes its guarantee back from mid, its sibling (nearest
+    first), then the loop and the engine agree on the rest."""
+    case = Case(nodes=(("1", "x"),) * 10,
+                queues={"p": {}, "light": {"parent": "p", "guarantee": {"cpu": "3"}},
+                        "mid": {"parent": "p"}, "heavy": {"weight": 5}},
+                jobs=(*(Job("mid"),) * 4, *(Job("heavy"),) * 10, *(Job("light"),) * 6))
+    outcome, c, _ = await run(case)
+    assert outcome.loop == outcome.engine, outcome
+    assert outcome.loop["light"] == 3, outcome
+    first = [s.unit for s in c.events.said if s.reason == "ReclaimedByQueue"][:3]
+    assert all(key.startswith("ns-mid/") for key in first), first
+
+
+async def test_a_victim_admitted_again_elsewhere_is_no_longer_in_flight() -> None:
+    """p1 takes three units confined to px's nodes; they are admitted again
+    at once on py's nodes. Counted in flight for two minutes, their queues
+    looked poorer and their room free, and p2's move (which the engine
+    makes next) never came."""
+    case = Case(
+        nodes=(("2", "x"), ("1", "y"), ("4", "y"), ("1", "y"), ("1", "y"), ("1", "x")),
+        queues={"p": {}, "p1": {"parent": "p", "pools": ["px"]},
+                "p2": {"parent": "p", "pools": ["px"]}, "q": {}, "r": {}},
+        jobs=(Job("q", "1"), Job("q", "500m"), Job("r", "500m"), Job("r", "500m"),
+              Job("p1", "1", 2), Job("q", "500m"), Job("p1", "500m"), Job("q", "1"),
+              Job("p2", "500m")),
+        pools={"px": "x", "py": "y"})
+    outcome = await play(case)
+    assert outcome.loop == outcome.engine and outcome.loop["p2"] == 1, outcome
+
+
+async def test_room_a_victim_frees_is_not_taken_by_a_unit_fitting_beside_its_pods() -> None:
+    """One 2-CPU node: p1 (guarantee 2) takes p2's 500m unit for its 1-CPU
+    unit. While the victim's pod terminated, the node showed 500m free: the
+    victim itself, requeued, fitted there again, p1 reclaimed again, forever."""
+    case = Case(nodes=(("2", "x"),),
+                queues={"p": {}, "p1": {"parent": "p", "guarantee": {"cpu": "2"}},
+                        "p2": {"parent": "p"}, "q": {}},
+                jobs=(Job("p1"), Job("p2", "500m"), Job("p1")))
+    outcome = await play(case)
+    assert outcome.loop == outcome.engine == {"p": 0, "p1": 2, "p2": 0, "q": 0}, outcome
+    assert outcome.evicted == 1

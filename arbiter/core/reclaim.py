@@ -438,9 +438,10 @@ def plan(
     takers: set[str] = set()  # (in a tree: their groups, `ReclaimTree.group`)
     group: Callable[[str], str] = tree.group if tree is not None else str
 
-    def candidates(unit: Waiting, inside: str | None = None) -> Iterable[Admitted]:
+    def candidates(unit: Waiting, inside: str | None = None,
+                   every: bool = False) -> Iterable[Admitted]:
         ordered = pool if tree is None else tree.nearest_first(unit.queue, pool, inside)
-        if usable is None:
+        if usable is None or every:
             return (u for u in ordered if u.key not in gone)
         return (u for u in ordered if u.key not in gone and usable(unit, u))
 
@@ -515,7 +516,8 @@ def plan(
                     starving.add(name)
                 if found is None and gain:
                     refused.append((unit.key, why_not_reclaiming(
-                        unit, candidates(unit, capped), queues=queues, allocated=held_by,
+                        unit, candidates(unit, capped, every=True), queues=queues,
+                        allocated=held_by,
                         held=held, capacity=capacity, tree=tree, usable=usable,
                         served=takers, group=group)))
                 if found is not None:

@@ -8,7 +8,7 @@ Each candidate (in the order the pass tries them, nearest first in a tree)
 is judged alone, by the rule `select_reclaim` applies (flat, or the tree's
 `ReclaimTree.refusal`) and the pass's own filters (a victim that frees no
 room on nodes the unit may use; a queue the pass served already). The
-first few refusals are named; when some victims were allowed, the line
+first refusal of each of the first few queues is named; when some victims were allowed, the line
 says they do not make room for it together (in total, or with node fit on
 nodes of its pools)."""
 
@@ -24,7 +24,7 @@ from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["why_not_reclaiming"]
 
-SHOWN = 3  # refusals named in one message
+SHOWN = 4  # queues whose refusal one message names
 
 
 class _Unit(Protocol):
@@ -84,6 +84,7 @@ def why_not_reclaiming(
     guaranteed = under_guarantee(held, unit.demand, guarantee)
     bar = weighted_share(held, capacity, weight)
     refused: list[str] = []
+    named: set[str] = set()  # one refusal per queue is named (its first)
     more = 0
     allowed = 0
     for victim in candidates:
@@ -93,7 +94,8 @@ def why_not_reclaiming(
                           group, guaranteed, bar)
         if reason is None:
             allowed += 1
-        elif len(refused) < SHOWN:
+        elif victim.queue not in named and len(named) < SHOWN:
+            named.add(victim.queue)
             refused.append(f"{victim.key} of queue {victim.queue}: {reason}")
         else:
             more += 1
@@ -103,9 +105,10 @@ def why_not_reclaiming(
     if allowed:
         parts.append(f"the {allowed} victim(s) the rules allow do not make room for it")
     if refused:
-        parts.append("refused: " + "; ".join(refused) + (f"; {more} more" if more else ""))
+        parts.append("refused: " + "; ".join(refused) + (f"; {more} more refused" if more else ""))
     if not parts:
-        parts.append("no admitted unit of another queue to take back")
+        parts.append("no other queue holds a unit it may lose (reclaimable, above its "
+                     "guarantee)")
     return f"{head}: {'; '.join(parts)}"
 
 

@@ -12,6 +12,7 @@ eviction complete until nothing moves, and returns both allocations."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,11 +84,29 @@ def counts(c: ReclaimCluster, names: list[str]) -> dict[str, int]:
     return {name: engine.admitted_count(name) for name in names}
 
 
-async def play(case: Case, max_rounds: int = 60) -> Outcome:
-    return (await run(case, max_rounds))[0]
+async def play(case: Case, max_rounds: int = 60,
+               loop_only: AbstractContextManager[object] | None = None) -> Outcome:
+    return (await run(case, max_rounds, loop_only))[0]
 
 
-async def run(case: Case, max_rounds: int = 60) -> tuple[Outcome, ReclaimCluster, Simulation]:
+async def run(case: Case, max_rounds: int = 60,
+              loop_only: AbstractContextManager[object] | None = None,
+              ) -> tuple[Outcome, ReclaimCluster, Simulation]:
+    """`loop_only`: a context the loop's part runs in (not the engine's)."""
+    with loop_only or nullcontext():
+        c, simulation, rounds = await _loop(case, max_rounds)
+    names = list(case.queues)
+    simulation.settle()
+    return Outcome(
+        counts(c, names), simulation.counts(), rounds, len(simulation.moves),
+        sum(1 for s in c.events.said if s.reason in ("ReclaimedByQueue", "PreemptedByArbiter")),
+        sorted(k for k, (s, _) in c.controller.mirror.entries.items() if s == "admitted"),
+        sorted(u.key for name in names for u in simulation.engine.admitted(name)),
+        [f"{m.round}: {m.taker} {m.for_unit} <- {m.unit}" for m in simulation.moves]), c, simulation
+
+
+async def _loop(case: Case,
+                max_rounds: int) -> tuple[ReclaimCluster, Simulation, int]:
     c, kube = await build(case)
     for index, job in enumerate(case.jobs):
         await c.job(f"ns-{job.queue}", f"j{index:03d}", job.queue, cpu=job.cpu,
@@ -98,7 +117,6 @@ async def run(case: Case, max_rounds: int = 60) -> tuple[Outcome, ReclaimCluster
         c.clock.advance(1.0)
     assert len(case.jobs) < GRACE  # nothing was due while they arrived
     engine = offline(c)
-    names = list(case.queues)
     before = None
     rounds = 0
     quiet = 0
@@ -115,14 +133,7 @@ async def run(case: Case, max_rounds: int = 60) -> tuple[Outcome, ReclaimCluster
         now = settled(c)
         quiet = quiet + 1 if now == before else 0
         before = now
-    simulation = engine
-    simulation.settle()
-    return Outcome(
-        counts(c, names), simulation.counts(), rounds, len(simulation.moves),
-        sum(1 for s in c.events.said if s.reason in ("ReclaimedByQueue", "PreemptedByArbiter")),
-        sorted(k for k, (s, _) in c.controller.mirror.entries.items() if s == "admitted"),
-        sorted(u.key for name in names for u in simulation.engine.admitted(name)),
-        [f"{m.round}: {m.taker} {m.for_unit} <- {m.unit}" for m in simulation.moves]), c, simulation
+    return c, engine, rounds
 
 
 def offline(c: ReclaimCluster) -> Simulation:

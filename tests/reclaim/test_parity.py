@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest.mock import patch
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
+from arbiter.core import reclaim as core_reclaim
+from arbiter.core import reclaim_tree
 from tests.reclaim.parity import Case, Job, play, run
 
 SETTINGS = settings(max_examples=int(os.environ.get("PARITY_EXAMPLES", "500")), deadline=None,
@@ -70,6 +76,49 @@ def test_the_loop_settles_where_the_engine_does(case: Case) -> None:
     check(case)
 
 
+@contextmanager
+def without_guarantee_first() -> Iterator[None]:
+    """The loop's reclaim with the guarantee-first rule switched off: a
+    taker under its guarantee is judged by shares like any other (flat and
+    in a tree); the engine keeps it."""
+    never = lambda *_: False  # noqa: E731
+    with patch.object(core_reclaim, "under_guarantee", never), \
+            patch.object(reclaim_tree, "under_guarantee", never):
+        yield
+
+
+ISSUE = Case(nodes=(("1", "x"),) * 10,
+             queues={"heavy": {"weight": 5}, "light": {"weight": 1, "guarantee": {"cpu": "3"}}},
+             jobs=(*(Job("heavy"),) * 10, *(Job("light"),) * 6))
+TREE = Case(nodes=(("1", "x"),) * 10,
+            queues={"p": {}, "light": {"parent": "p", "guarantee": {"cpu": "3"}},
+                    "mid": {"parent": "p"}, "heavy": {"weight": 5}},
+            jobs=(*(Job("mid"),) * 4, *(Job("heavy"),) * 10, *(Job("light"),) * 6))
+
+
+async def test_the_comparison_fails_without_guarantee_first() -> None:
+    """The differential check catches the rule switched off in the loop:
+    the issue's 8/2 on its own case, and the tree's case falls short too."""
+    outcome = await play(ISSUE, loop_only=without_guarantee_first())
+    assert outcome.loop == {"heavy": 8, "light": 2} != outcome.engine, outcome
+    outcome = await play(TREE, loop_only=without_guarantee_first())
+    assert outcome.loop != outcome.engine and outcome.loop["light"] < 3, outcome
+
+
+@pytest.mark.skipif(not os.environ.get("PARITY_MUTANT"), reason="minutes: set PARITY_MUTANT=1")
+def test_random_clusters_find_the_rule_switched_off() -> None:
+    """Random clusters alone (flat, then trees) find a counterexample."""
+    def differs(case: Case) -> bool:
+        found = asyncio.run(play(case, loop_only=without_guarantee_first()))
+        return found.loop != found.engine
+
+    for tree in (False, True):
+        found = find(cases(tree=tree), differs, settings=settings(
+            max_examples=300, deadline=None, database=None,
+            suppress_health_check=list(HealthCheck)))
+        assert any("guarantee" in spec for spec in found.queues.values()), found
+
+
 # -- the cases that found the drift (each failed before the fix) -------------------------
 
 
@@ -77,11 +126,7 @@ async def test_the_issue_settles_at_its_guarantee() -> None:
     """heavy (weight 5) fills 10 x 1 CPU; light (weight 1, guarantee 3 CPU)
     asks for six: under its guarantee it takes back first, 7/3, as
     `arbiter fairshare` says."""
-    case = Case(nodes=(("1", "x"),) * 10,
-                queues={"heavy": {"weight": 5},
-                        "light": {"weight": 1, "guarantee": {"cpu": "3"}}},
-                jobs=(*(Job("heavy"),) * 10, *(Job("light"),) * 6))
-    outcome = await play(case)
+    outcome = await play(ISSUE)
     assert outcome.loop == outcome.engine == {"heavy": 7, "light": 3}, outcome
     assert outcome.evicted == 3
 
@@ -90,11 +135,7 @@ async def test_a_subtree_under_its_guarantee_takes_from_its_sibling_first() -> N
     """The issue's case in a tree: light (guarantee 3) and mid under p, next
     to heavy. light takes its guarantee back from mid, its sibling (nearest
     first), then the loop and the engine agree on the rest."""
-    case = Case(nodes=(("1", "x"),) * 10,
-                queues={"p": {}, "light": {"parent": "p", "guarantee": {"cpu": "3"}},
-                        "mid": {"parent": "p"}, "heavy": {"weight": 5}},
-                jobs=(*(Job("mid"),) * 4, *(Job("heavy"),) * 10, *(Job("light"),) * 6))
-    outcome, c, _ = await run(case)
+    outcome, c, _ = await run(TREE)
     assert outcome.loop == outcome.engine, outcome
     assert outcome.loop["light"] == 3, outcome
     first = [s.unit for s in c.events.said if s.reason == "ReclaimedByQueue"][:3]

@@ -367,7 +367,7 @@ async def test_a_pod_group_is_evicted_whole() -> None:
     assert len(c.released_pods("nb")) == 4
 
 
-def planned_on(c: ReclaimCluster, key: str) -> str:
+def planned_node(c: ReclaimCluster, key: str) -> str:
     plan = c.controller.mirror.plan(key)
     assert plan is not None
     return plan.nodes["main"][0]
@@ -409,7 +409,7 @@ async def test_the_grace_clock_survives_victims_still_terminating() -> None:
     # a's next newest goes at this look, not a grace later.
     await c.look()
     assert c.evicting.evicted == ["p-000", "p-001", "p-002", "p-003", "p-005"]
-    planned = {planned_on(c, f"nb/pod-p-{i:03d}") for i in range(5)}
+    planned = {planned_node(c, f"nb/pod-p-{i:03d}") for i in range(5)}
     assert planned == {nodes[f"p-{i:03d}"] for i in (0, 1, 2, 3, 5)}
     await c.evicting.finish_terminating()
     await c.look()

@@ -17,9 +17,15 @@ At most once per `interval` it looks at the engine:
   (`spec.preemption.withinQueue: LowerPriority`) needs no grace, like
   kube-scheduler's priority preemption.
 - Victims are *in flight* from the moment they are chosen until the engine
-  no longer counts them admitted (requeued, ended or gone). In-flight units
-  are never chosen again, and their capacity counts as free already, so a
-  shortfall is paid for once. An eviction a PodDisruptionBudget blocks
+  no longer counts them admitted (requeued, ended or gone) or they were
+  admitted again (a later admission attempt). In-flight units are never
+  chosen again, and their capacity counts as free already, so a shortfall
+  is paid for once. From then until their pods are gone, those pods count
+  on no node for admission either (`NodeModel.set_leaving`): the room is
+  the taker's.
+- A look that cannot serve a starving unit says why (`Plan.refused`, from
+  `arbiter.core.reclaim_why`): `notes`, shown as the unit's message, and
+  one `hold` decision log line per new reason. An eviction a PodDisruptionBudget blocks
   (429) is not in flight any more; the unit is left alone for a while
   (doubling, capped) and the next look decides afresh.
 - The loop wakes itself (a timer) when a queue's grace runs out and, while
@@ -165,7 +171,7 @@ class Reclaimer:
         self.since: dict[str, float] = {}
         self.inflight: dict[str, InFlight] = {}
         # Victims taken back whose pods may still terminate on their nodes:
-        # their pods count nowhere (`LoopNodes.set_leaving`).
+        # their pods count nowhere (`NodeModel.set_leaving`).
         self.draining: dict[str, tuple[float, int | None]] = {}  # key -> (since, attempt)
         self.blocked: dict[str, tuple[float, int]] = {}  # key -> (until, times)
         self.next_look = -math.inf

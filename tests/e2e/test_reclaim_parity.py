@@ -4,7 +4,7 @@ reaches what the offline engine says.
 * The issue's case, with the DEFAULT 30 s grace: `heavy` (weight 5) runs
   ten 1-CPU Jobs, then `light` (weight 1, guarantee 3 CPU) submits six.
   `arbiter fairshare` (heavy's ten as `running:`) says 7/3; the cluster gets
-  there within 60 s of light's arrival and stays (OBSERVE seconds: 45 by
+  there within 60 s of light's arrival and stays (OBSERVE seconds: 30 by
   default, ARBITER_E2E_PARITY_OBSERVE=120 gives the issue's two minutes).
 * Four seeded scenarios with a 5 s grace (two flat, one of them with a
   Pool; two trees): a first wave fills the cluster, a second, in the seed's
@@ -45,7 +45,7 @@ from tests.e2e.test_reclaim_fair import unsuspended
 
 ISSUE_WITHIN = 60.0
 SCENARIO_WITHIN = 90.0
-OBSERVE = float(os.environ.get("ARBITER_E2E_PARITY_OBSERVE", "45"))
+OBSERVE = float(os.environ.get("ARBITER_E2E_PARITY_OBSERVE", "30"))
 HOLD = 5.0  # a scenario's split must hold this long once reached
 GRACE = 5.0  # for the seeded scenarios
 

@@ -477,7 +477,9 @@ def plan(
     refused: list[tuple[str, str]] = []
     # In a tree, units this pass could not serve (queue, demand): room freed
     # for a later unit must not go to one of them that H-DRF admission would
-    # serve first (`ReclaimTree.handed_on`), or the move would be undone.
+    # serve first (`ReclaimTree.handed_on`), or the move would be undone; nor
+    # to the next unit of another leaf of its `childOrder: Queue` subtree
+    # (admission orders those by policy, not as the pass offers them).
     unserved: list[tuple[str, Resources]] = []
     steps = 0
     while heap and len(victims) < max_victims and steps < max_steps:
@@ -533,8 +535,11 @@ def plan(
                                              ordered=True, room=room)
                 reason = "withinQueue"
             freed = sum((v.demand for v in chosen), EMPTY) if chosen else EMPTY
-            if tree is not None and chosen and unserved and tree.handed_on(
-                    name, unit.demand, chosen, unserved, freed + Resources(free)):
+            if tree is not None and chosen and tree.handed_on(
+                    name, unit.demand, chosen, unserved + [
+                        (leaf, units_[cursor[leaf]].demand) for leaf, units_ in waiting.items()
+                        if leaf != name and leaf in cursor and cursor[leaf] < len(units_)
+                        and group(leaf) == group(name) != name], freed + Resources(free)):
                 chosen = None  # admission would hand that room to a unit ahead of it
                 refused.append((unit.key, f"not reclaiming for {unit.key}: admission would "
                                 "hand the room to a unit ahead of it (H-DRF)"))

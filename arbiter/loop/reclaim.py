@@ -321,7 +321,10 @@ class Reclaimer:
         admitted = [Admitted(order[4], unit.queue, unit.demand, unit.priority, when,
                              unit.created)
                     for order, unit, when in keyed[: self.settings.candidates]]
-        due = {q for q, since in self.since.items() if now - since >= self.settings.grace}
+        # No grace: every queue is due, those starving for the first time too
+        # (else they would wait for the next look while others take first).
+        due = set(queues) if self.settings.grace <= 0 else {
+            q for q, since in self.since.items() if now - since >= self.settings.grace}
         decided = plan(engine.capacity(), queues, admitted, heads, due=due,
                        allocated=holding, ordered=True, max_victims=self.settings.max_victims,
                        room=room)

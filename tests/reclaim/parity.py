@@ -7,13 +7,15 @@ the engine `arbiter fairshare --from` runs (issue 26).
 capabilities, parents, pools) and Jobs (cpu per pod, parallelism) in their
 arrival order. `play` lets them arrive one a second (well inside the
 grace: nothing is reclaimed yet), takes the loop's state then (what runs,
-where, and what waits: the `--from` input), lets every grace pass and every
-eviction complete until nothing moves, and returns both allocations."""
+where, and what waits: the `--from` input), lets every grace pass (the
+clock jumps, and from then on the grace is 0: every starving queue is due
+at every look, as offline) and every eviction complete until nothing
+moves, and returns both allocations."""
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from arbiter.core.model import Node, Pool
@@ -117,6 +119,11 @@ async def _loop(case: Case,
         c.clock.advance(1.0)
     assert len(case.jobs) < GRACE  # nothing was due while they arrived
     engine = offline(c)
+    # Every grace passes at once: from now on every starving queue is due,
+    # as offline (else a queue whose clock started a look later waits while
+    # another takes first, and mixed shapes end elsewhere).
+    reclaimer = c.controller.reclaimer
+    reclaimer.settings = replace(reclaimer.settings, grace=0.0)
     before = None
     rounds = 0
     quiet = 0

@@ -14,7 +14,7 @@ from typing import Any
 from unittest.mock import patch
 
 import pytest
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, example, find, given, settings
 from hypothesis import strategies as st
 
 from arbiter.core import reclaim as core_reclaim
@@ -72,6 +72,11 @@ def check(case: Case) -> None:
 
 @SETTINGS
 @given(cases())
+@example(Case(  # a queue whose clock started a look later once waited while another took
+    nodes=(("4", "x"), ("4", "x")),
+    queues={"p": {}, "p1": {"parent": "p"}, "p2": {"parent": "p"}, "q": {}, "r": {}},
+    jobs=(Job("p1", "500m"), Job("p1", "500m"), Job("p1", "500m"), Job("p1", "2", 2),
+          Job("r", "500m"), Job("r", "2"), Job("r", "500m"), Job("q", "1"))))
 def test_the_loop_settles_where_the_engine_does(case: Case) -> None:
     check(case)
 

@@ -2,7 +2,8 @@
 admission loop settle where the offline engine (`arbiter fairshare --from`)
 says, queue for queue. See `tests.reclaim.parity`.
 
-`PARITY_EXAMPLES` sets the number of examples (default 500)."""
+`PARITY_EXAMPLES` sets the number of examples (default 500, the same
+every run)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ from arbiter.core import reclaim as core_reclaim
 from arbiter.core import reclaim_tree
 from tests.reclaim.parity import Case, Job, play, run
 
+# The suite's 500 examples are the same every run (derandomized: a drift
+# found is a failure to fix, not a flaky run); PARITY_EXAMPLES=5000 draws
+# afresh (run it with --timeout=0: it outlasts pytest-timeout's 600 s).
 SETTINGS = settings(max_examples=int(os.environ.get("PARITY_EXAMPLES", "500")), deadline=None,
+                    derandomize="PARITY_EXAMPLES" not in os.environ,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 LEAVES_FLAT = ("a", "b", "c", "d")
@@ -175,3 +180,20 @@ async def test_room_a_victim_frees_is_not_taken_by_a_unit_fitting_beside_its_pod
     outcome = await play(case)
     assert outcome.loop == outcome.engine == {"p": 0, "p1": 2, "p2": 0, "q": 0}, outcome
     assert outcome.evicted == 1
+
+
+@pytest.mark.xfail(strict=True, reason="open: found by 5,000 examples (issue 26), not fixed yet")
+async def test_mixed_shapes_with_a_capped_pooled_queue() -> None:
+    """Mixed shapes, a pool and a capability: the engine's third round gives
+    a its unit back from d (a move the README says mixed shapes may make
+    across passes); the loop stops one move short, d keeps 2 units."""
+    case = Case(
+        nodes=(("1", "x"), ("1", "y"), ("2", "x"), ("2", "x"), ("4", "x"), ("4", "x")),
+        queues={"a": {"capability": {"cpu": "2"}, "pools": ["px"]}, "b": {"pools": ["px"]},
+                "c": {"weight": 3}, "d": {"weight": 2, "pools": ["px"]}},
+        jobs=(Job("b", "1"), Job("b", "1", 2), Job("c", "500m", 2), Job("c", "1"),
+              Job("c", "1"), Job("b", "2"), Job("b", "2"), Job("d", "1"), Job("a", "500m"),
+              Job("c", "1"), Job("a", "500m", 2), Job("d", "2", 2)),
+        pools={"px": "x", "py": "y"})
+    outcome = await play(case)
+    assert outcome.loop == outcome.engine, outcome

@@ -94,6 +94,24 @@ def settle(scenario: Scenario, running: Entries) -> dict[str, Any]:
     if has_hierarchy(scenario.queues):
         raise ScenarioError("queues[].parent: reclaim over a tree of queues is not "
                             "modelled offline yet; drop --from/running or the parents")
+    simulation, started = fixpoint(scenario, running)
+    whole = dataclasses.replace(scenario, units=(*started, *scenario.units))
+    assert isinstance(simulation.engine, AdmissionEngine)  # a tree is refused above
+    result = evaluate(whole, engine=simulation.engine)
+    result["reclaim"] = {
+        "moves": [{"round": m.round, "taker": m.taker, "for": m.for_unit, "victim": m.victim,
+                   "unit": m.unit, "rule": "guarantee" if m.guarantee else "share"}
+                  for m in simulation.moves],
+        "rounds": simulation.rounds,
+        "converged": simulation.converged,
+    }
+    return result
+
+
+def fixpoint(scenario: Scenario, running: Entries) -> tuple[Simulation, list[Unit]]:
+    """The simulation `settle` reports on, settled, and the running units it
+    started from (a tree too: the simulation plays H-DRF and the tree's move
+    rule; only the report, `evaluate`, is flat)."""
     started = running_units(scenario, running)
     simulation = Simulation(scenario.capacity, scenario.queues, nodes=scenario.nodes,
                             pools=scenario.pools)
@@ -108,14 +126,4 @@ def settle(scenario: Scenario, running: Entries) -> dict[str, Any]:
     for unit in scenario.units:
         simulation.submit(unit)
     simulation.settle()
-    whole = dataclasses.replace(scenario, units=(*started, *scenario.units))
-    assert isinstance(simulation.engine, AdmissionEngine)  # a tree is refused above
-    result = evaluate(whole, engine=simulation.engine)
-    result["reclaim"] = {
-        "moves": [{"round": m.round, "taker": m.taker, "for": m.for_unit, "victim": m.victim,
-                   "unit": m.unit, "rule": "guarantee" if m.guarantee else "share"}
-                  for m in simulation.moves],
-        "rounds": simulation.rounds,
-        "converged": simulation.converged,
-    }
-    return result
+    return simulation, started

@@ -92,6 +92,8 @@ from arbiter.core.hierarchy import has_hierarchy
 from arbiter.core.reclaim_rules import (
     GraceWaiters,
     cover_greedily,
+    may_gain,
+    richest_share,
     shortfall,
     stays_richer,
     under_guarantee,
@@ -99,6 +101,7 @@ from arbiter.core.reclaim_rules import (
     within_capability,
 )
 from arbiter.core.reclaim_tree import ReclaimTree
+from arbiter.core.reclaim_why import why_not_reclaiming
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
@@ -191,6 +194,9 @@ class Plan:
     # The pass stopped before every queue was looked at (`starving` is partial).
     cut: bool = False
     early: frozenset[str] = frozenset()  # reclaimed in their grace (`GraceWaiters`)
+    # Why a starving queue's unit got no victims: (unit key, one line), from
+    # `arbiter.core.reclaim_why` (for its message and the decision log).
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 class Room(Protocol):
@@ -225,28 +231,6 @@ def may_reclaim(queue: ReclaimQueue, allocated: Mapping[str, int], unit: Waiting
     is within its queue's capability (whether victims exist is `select_reclaim`'s)."""
     return (not unit.demand.fits_in(free)
             and within_capability(allocated, unit.demand, queue.capability))
-
-
-def richest_share(queues: Mapping[str, ReclaimQueue],
-                  allocated: Callable[[str], Mapping[str, int]],
-                  capacity: Mapping[str, int]) -> Fraction:
-    """The largest weighted share among the queues that could lose a unit
-    (reclaimable, above their guarantee in some resource); 0 when none."""
-    best = Fraction(0)
-    for name, spec in queues.items():
-        held = allocated(name)
-        if spec.reclaimable and any(v > spec.guarantee.get_amount(r) for r, v in held.items()):
-            best = max(best, weighted_share(held, capacity, spec.weight))
-    return best
-
-
-def may_gain(queue: ReclaimQueue, allocated: Mapping[str, int], demand: Mapping[str, int],
-             capacity: Mapping[str, int], richest: Fraction) -> bool:
-    """A cheap necessary condition for the move rule to find victims for a
-    unit of `queue`: it is under its guarantee, or some queue that could
-    lose is richer than it (`richest`, from `richest_share`)."""
-    return (under_guarantee(allocated, demand, queue.guarantee)
-            or weighted_share(allocated, capacity, queue.weight) < richest)
 
 
 VictimKey = tuple[int, int, float, float, str]
@@ -454,9 +438,10 @@ def plan(
     takers: set[str] = set()  # (in a tree: their groups, `ReclaimTree.group`)
     group: Callable[[str], str] = tree.group if tree is not None else str
 
-    def candidates(unit: Waiting, inside: str | None = None) -> Iterable[Admitted]:
+    def candidates(unit: Waiting, inside: str | None = None,
+                   every: bool = False) -> Iterable[Admitted]:
         ordered = pool if tree is None else tree.nearest_first(unit.queue, pool, inside)
-        if usable is None:
+        if usable is None or every:
             return (u for u in ordered if u.key not in gone)
         return (u for u in ordered if u.key not in gone and usable(unit, u))
 
@@ -489,10 +474,13 @@ def plan(
     served: list[str] = []
     starving: set[str] = set()
     waiting_for_grace: set[str] = set()
-    # In a tree, units this pass could not serve: room freed for a later
-    # unit must not fit one of them, or admission (H-DRF, where they may
-    # come first) could give it to them and undo the move.
-    unserved: list[Resources] = []
+    refused: list[tuple[str, str]] = []
+    # In a tree, units this pass could not serve (queue, demand): room freed
+    # for a later unit must not go to one of them that H-DRF admission would
+    # serve first (`ReclaimTree.handed_on`), or the move would be undone; nor
+    # to the next unit of another leaf of its `childOrder: Queue` subtree
+    # (admission orders those by policy, not as the pass offers them).
+    unserved: list[tuple[str, Resources]] = []
     steps = 0
     while heap and len(victims) < max_victims and steps < max_steps:
         steps += 1
@@ -528,10 +516,16 @@ def plan(
                     # Starving even while the units it could take are
                     # protected (an eviction blocked lately): the grace runs on.
                     starving.add(name)
+                if found is None and gain:
+                    refused.append((unit.key, why_not_reclaiming(
+                        unit, candidates(unit, capped, every=True), queues=queues,
+                        allocated=held_by,
+                        held=held, capacity=capacity, tree=tree, usable=usable,
+                        served=takers, group=group)))
                 if found is not None:
                     if name not in due and name not in lost and name not in waiters.early:
                         waiting_for_grace.add(name)
-                        unserved.append(unit.demand)
+                        unserved.append((name, unit.demand))
                         waiters.park(name, order, unit.demand, free)
                         continue  # wait for the grace period: the queue offers nothing more
                     guaranteed = under_guarantee(held, unit.demand, spec.guarantee)
@@ -541,11 +535,16 @@ def plan(
                                              ordered=True, room=room)
                 reason = "withinQueue"
             freed = sum((v.demand for v in chosen), EMPTY) if chosen else EMPTY
-            if tree is not None and chosen and unserved and any(
-                    other.fits_in(freed + Resources(free)) for other in unserved):
+            if tree is not None and chosen and tree.handed_on(
+                    name, unit.demand, chosen, unserved + [
+                        (leaf, units_[cursor[leaf]].demand) for leaf, units_ in waiting.items()
+                        if leaf != name and leaf in cursor and cursor[leaf] < len(units_)
+                        and group(leaf) == group(name) != name], freed + Resources(free)):
                 chosen = None  # admission would hand that room to a unit ahead of it
+                refused.append((unit.key, f"not reclaiming for {unit.key}: admission would "
+                                "hand the room to a unit ahead of it (H-DRF)"))
             if chosen is None:
-                unserved.append(unit.demand)
+                unserved.append((name, unit.demand))
                 continue  # cannot be served now: the queue offers nothing more
             if victims and len(victims) + len(chosen) > max_victims:
                 break  # the next pass serves it
@@ -581,9 +580,10 @@ def plan(
             # In a tree, one unit's victims per pass: admission (H-DRF) then
             # settles before the next move is judged on what it did.
             return Plan(tuple(victims), tuple(served), frozenset(starving),
-                        frozenset(waiting_for_grace), cut=True)
+                        frozenset(waiting_for_grace), cut=True, refused=tuple(refused))
         for other in touched:
             if other in cursor:
                 push(other)
     return Plan(tuple(victims), tuple(served), frozenset(starving),
-                frozenset(waiting_for_grace - waiters.early), early=frozenset(waiters.early))
+                frozenset(waiting_for_grace - waiters.early), early=frozenset(waiters.early),
+                refused=tuple(refused))

@@ -13,8 +13,19 @@ from typing import Protocol, TypeVar
 from arbiter.core.fairshare import dominant_share_of
 from arbiter.core.resources import EMPTY, Resources
 
-__all__ = ["GraceWaiters", "cover_greedily", "shortfall", "stays_richer", "under_guarantee",
-           "weighted_share", "within_capability"]
+__all__ = ["GraceWaiters", "RuleQueue", "cover_greedily", "may_gain", "richest_share", "shortfall",
+           "stays_richer", "under_guarantee", "weighted_share", "within_capability"]
+
+class RuleQueue(Protocol):
+    """What of a queue `richest_share` and `may_gain` read (`ReclaimQueue`)."""
+
+    @property
+    def weight(self) -> int: ...
+    @property
+    def guarantee(self) -> Resources: ...
+    @property
+    def reclaimable(self) -> bool: ...
+
 
 # A queue's place in admission's order: the shares on its path, top down, with names.
 Order = tuple[tuple[Fraction, str], ...]
@@ -49,6 +60,28 @@ def within_capability(allocated: Mapping[str, int], demand: Mapping[str, int],
     """allocated + demand <= capability on every requested, capped resource."""
     return all(allocated.get(r, 0) + v <= capability[r]
                for r, v in demand.items() if v > 0 and r in capability)
+
+
+def richest_share(queues: Mapping[str, RuleQueue],
+                  allocated: Callable[[str], Mapping[str, int]],
+                  capacity: Mapping[str, int]) -> Fraction:
+    """The largest weighted share among the queues that could lose a unit
+    (reclaimable, above their guarantee in some resource); 0 when none."""
+    best = Fraction(0)
+    for name, spec in queues.items():
+        held = allocated(name)
+        if spec.reclaimable and any(v > spec.guarantee.get_amount(r) for r, v in held.items()):
+            best = max(best, weighted_share(held, capacity, spec.weight))
+    return best
+
+
+def may_gain(queue: RuleQueue, allocated: Mapping[str, int], demand: Mapping[str, int],
+             capacity: Mapping[str, int], richest: Fraction) -> bool:
+    """A cheap necessary condition for the move rule to find victims for a
+    unit of `queue`: it is under its guarantee, or some queue that could
+    lose is richer than it (`richest`, from `richest_share`)."""
+    return (under_guarantee(allocated, demand, queue.guarantee)
+            or weighted_share(allocated, capacity, queue.weight) < richest)
 
 
 @dataclass(slots=True)

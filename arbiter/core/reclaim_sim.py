@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
 from arbiter.core.hierarchy import AnyEngine, HierarchicalEngine, has_hierarchy
-from arbiter.core.model import Node, Pool
+from arbiter.core.model import Node, Placement, Pool
 from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
 from arbiter.core.reclaim_room import NodeRoom
 from arbiter.core.resources import Resources
@@ -78,12 +78,12 @@ class Simulation:
         self.admitted_at[key] = self._tick
 
     # -- what happens ----------------------------------------------------------------
-    def run(self, unit: Unit) -> bool:
-        """A unit that is admitted already (running); with nodes, placed first
-        fit in its queue's pools (False, and not admitted: no room for it)."""
+    def run(self, unit: Unit, placement: Placement | None = None) -> bool:
+        """A unit that is admitted already (running); with nodes, where
+        `placement` says, else placed first fit in its queue's pools (False,
+        and not admitted: no room for it)."""
         view = self.engine.node_view()
-        placement = None
-        if view is not None:
+        if view is not None and placement is None:
             placement = NodeRoom(view, {}, self.engine.capacity()).placement(unit)
             if placement is None:
                 return False

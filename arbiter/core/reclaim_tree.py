@@ -76,6 +76,11 @@ class _Queued(Protocol):
 V = TypeVar("V", bound=_Queued)
 
 
+class _Taken(_Queued, Protocol):
+    @property
+    def demand(self) -> Resources: ...
+
+
 def _add(into: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
     for r, v in amounts.items():
         into[r] = into.get(r, 0) + sign * v
@@ -155,17 +160,27 @@ class ReclaimTree:
         subtree, what it holds with the victims taken so far for this unit
         gone (filled here from `held`; the caller takes each victim off
         every subtree on its path)."""
+        return self.refusal(taker, demand, victim, loss, remaining) is None
+
+    def refusal(self, taker: str, demand: Mapping[str, int], victim: str,
+                loss: Mapping[str, int],
+                remaining: dict[str, dict[str, int]]) -> tuple[str, ...] | None:
+        """`allows`, saying which part of the rule refuses (None: none):
+        ("ancestor",), ("guarantee", subtree), ("one queue", meeting point),
+        ("poorer", subtree) or ("share", A_V, A_T)."""
         met = self.meet(taker, victim)
         if met is None:
-            return False
+            return ("ancestor",)
         depth, above_taker, above_victim, below = met
         for name in below:
             left = remaining.setdefault(name, dict(self.held[name]))
             low = self.guarantee[name]
             if not all(left.get(r, 0) - v >= low.get_amount(r) for r, v in loss.items() if v > 0):
-                return False
+                return ("guarantee", name)
         if self.ordered_as_one(depth, taker):
-            return False  # quotas of one queue: admission orders them by its policy
+            # quotas of one queue: admission orders them by its policy
+            path = self.paths.get(taker, (taker,))
+            return ("one queue", path[len(path) - depth])
         up = self.paths.get(taker, (taker,))
         for name in up[len(up) - depth:]:
             # A subtree holding both gains w and loses u: it must not end up
@@ -176,15 +191,50 @@ class ReclaimTree:
             _add(after, demand, 1)
             if dominant_share_of(after, self.capacity) < dominant_share_of(self.held[name],
                                                                            self.capacity):
-                return False
+                return ("poorer", name)
         gainer = self.projected[above_taker]
         if under_guarantee(gainer, demand, self.guarantee[above_taker]):
-            return True
+            return None
         after = dict(remaining[above_victim])
         for r, v in loss.items():
             after[r] = after.get(r, 0) - v
-        return stays_richer(after, self.capacity, self.queues[above_victim].weight,
-                            self.share(above_taker, gainer))
+        if stays_richer(after, self.capacity, self.queues[above_victim].weight,
+                        self.share(above_taker, gainer)):
+            return None
+        return ("share", above_victim, above_taker)
+
+    def handed_on(self, taker: str, demand: Resources, victims: Iterable[_Taken],
+                  unserved: Iterable[tuple[str, Resources]], room: Resources) -> bool:
+        """Whether H-DRF admission, once `victims` are gone, could hand the
+        `room` they leave to one of the `unserved` units (queue, demand)
+        before the unit of `taker` they were chosen for: one that fits there,
+        unless the taker's side is under its guarantee where the two paths
+        meet and the other's is not (H-DRF serves it first). Such a move is
+        not made: admission would undo it. (So a subtree under its
+        guarantee reclaims first, whatever waits elsewhere.)"""
+        gone = list(victims)
+        for victim in gone:
+            self.change(victim.queue, victim.demand, -1)
+        try:
+            return any(need.fits_in(room) and self._ahead(other, need, taker, demand)
+                       for other, need in unserved)
+        finally:
+            for victim in gone:
+                self.change(victim.queue, victim.demand, 1)
+
+    def _ahead(self, other: str, need: Resources, taker: str, demand: Resources) -> bool:
+        """Whether `other`'s unit may come first: yes, unless the taker's
+        side is under its guarantee where they meet and the other's is not
+        (shares alone, with units served and victims gone in between, are
+        not a safe bet; nor is a subtree ordered as one queue)."""
+        met = self.meet(taker, other)
+        if met is None or any(self.queues[name].child_order == "Queue"
+                              for name in (*self.paths[taker][1:], *self.paths[other][1:])):
+            return True
+        _, mine, theirs, _ = met
+        return not (under_guarantee(self.projected[mine], demand, self.guarantee[mine])
+                    and not under_guarantee(self.projected[theirs], need,
+                                            self.guarantee[theirs]))
 
     def nearest_first(self, taker: str, pool: list[V], inside: str | None = None) -> list[V]:
         """`pool` (units with a `queue`, in victim order) nearest to `taker`

@@ -110,6 +110,11 @@ class Charges:
         self.charged: dict[str, tuple[str, str]] = {}
         self._dirty_pods: set[str] = set()
         self._dirty_units: set[str] = set()
+        # Units reclaim is taking back (`NodeModel.set_leaving`): their pods
+        # are on their way out and their room is the taker's already, so
+        # they are charged nowhere (charging them to the victim's queue
+        # would take the room back and reclaim again, for ever).
+        self._leaving: frozenset[str] = frozenset()
 
     # -- what changed --------------------------------------------------------------
     def pod(self, uid: str) -> None:
@@ -130,6 +135,12 @@ class Charges:
     def everything(self, store: ClusterStore) -> None:
         self._dirty_pods.update(store.pods)
         self._dirty_pods.update(self._holder)
+
+    def set_leaving(self, keys: Iterable[str]) -> None:
+        leaving = frozenset(keys)
+        if leaving != self._leaving:
+            self._dirty_units.update(leaving ^ self._leaving)
+            self._leaving = leaving
 
     # -- recomputing ------------------------------------------------------------------
     def pending(self) -> bool:
@@ -214,6 +225,10 @@ class Charges:
         """Charge the pods unit `key` holds that its admitted demand does not cover."""
         uids = self._held.get(key)
         if not uids:
+            return
+        if key in self._leaving:
+            for uid in uids:
+                self._charge(store, mirror, uid, None, None)
             return
         entry = mirror.entries.get(key)
         counted = entry is not None and entry[0] in ("admitted", "orphan")

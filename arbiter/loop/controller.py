@@ -175,6 +175,7 @@ class AdmissionController:
             position_depth=self.settings.position_depth)
         self.reclaimer = Reclaimer(ReclaimSettings(
             grace=self.settings.reclaim_grace, pdb_timeout=self.settings.reclaim_pdb_timeout))
+        self.publisher.reclaim_notes = lambda: self.reclaimer.notes
         self.reclaim_access = LoopAccess(
             writes=self.writes, actions=self.actions, unit=self.unit, consumer=self.consumer,
             touch=self.touch, events=events, clock=clock)
@@ -339,6 +340,7 @@ class AdmissionController:
                               checks=checks_for(record, store.queues.get(record.queue)))
         if not self.warming:  # take back what others need
             self.reclaimer.after_cycle(self.mirror, now, self.reclaim_access)
+            self.charges.set_leaving(self.mirror.nodes.leaving)
         duration = time.perf_counter() - started
         self.stats.cycles += 1
         self.stats.admitted += len(chosen)

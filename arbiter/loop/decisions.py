@@ -19,7 +19,8 @@ from arbiter.cache.records import UnitRecord
 
 log = logging.getLogger("arbiter.decisions")
 
-Decision = Literal["admit", "reserve", "reject", "backoff", "requeue", "evict"]
+# "hold": a starving unit reclaim does not serve, and why (arbiter.loop.reclaim).
+Decision = Literal["admit", "reserve", "reject", "backoff", "requeue", "evict", "hold"]
 
 
 def log_decision(decision: Decision, unit: UnitRecord, reason: str, *,

@@ -23,7 +23,7 @@ nothing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 
 from arbiter.cache.ownership import pod_consumer
@@ -104,6 +104,9 @@ class NodeModel:
         # Units whose move waits (see `_follow`) -> their pods counted in `used` meanwhile.
         self._deferred: dict[str, list[_Bound]] = {}
         self._plan_dropped = False
+        # Units reclaim took back (or is taking back): their pods, while they
+        # terminate, are not counted (see `set_leaving`).
+        self._leaving: set[str] = set()
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
@@ -179,8 +182,33 @@ class NodeModel:
         if pod.unit in self._covered:
             self._replan.add(pod.unit)
             return
+        if pod.unit in self._leaving:
+            return
         add_into(self._used.setdefault(pod.node, {}), pod.requests, sign)
         self._dirty_nodes.add(pod.node)
+
+    @property
+    def leaving(self) -> Set[str]:
+        """The units set by `set_leaving`."""
+        return self._leaving
+
+    def set_leaving(self, keys: Set[str]) -> None:
+        """Units reclaim is taking back or took back whose pods may still be
+        on their nodes: those pods no longer count in `used`. Reclaim chose
+        them so that their room goes to the units it served (as it does
+        offline and in total: the aggregate frees a victim at once); counting
+        the pods until they are gone let a unit that fits beside them (the
+        victim itself, requeued, or anyone's) take the room first, and the
+        taker reclaimed again: a loop the offline engine never makes. The
+        units admitted there wait, Pending, until the pods have left."""
+        if keys == self._leaving:
+            return
+        changes = [(key, +1) for key in self._leaving - keys]
+        changes += [(key, -1) for key in keys - self._leaving]
+        self._leaving = set(keys)
+        for key, sign in changes:
+            if key not in self._covered:
+                self._count_extra((self._pods[uid] for uid in self._by_unit.get(key, ())), sign)
 
     def engine_replaced(self) -> None:
         """A new engine took over (flat <-> tree): give it the nodes again."""

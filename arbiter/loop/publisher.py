@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from arbiter import metrics
 from arbiter.cache.records import UnitRecord
@@ -78,6 +78,9 @@ class StatusPublisher:
         self.position_throttle = Throttle(interval)
         self.status_bucket = TokenBucket(qps, max(1.0, qps * 2), clock())
         self._waiting_said: dict[str, str] = {}
+        # Why waiting units are not reclaiming (set by the controller to the
+        # reclaimer's `notes`): shown as their message.
+        self.reclaim_notes: Callable[[], Mapping[str, str]] = dict
 
     async def publish(self) -> None:
         """One status round: metrics, Queue statuses, positions, Waiting events."""
@@ -143,6 +146,10 @@ class StatusPublisher:
         if self._unplaceable:
             still = {unit.key for units in waiting.values() for unit in units}
             self._unplaceable &= still
+        for key, note in self.reclaim_notes().items():
+            entry = self.mirror.entries.get(key)
+            if entry is not None and entry[0] == "pending":
+                out.setdefault(key, f"waiting in queue {entry[1].queue}: {note}")
         return out
 
     def _publish_positions(self, where: dict[str, int], messages: dict[str, str],

@@ -17,9 +17,15 @@ At most once per `interval` it looks at the engine:
   (`spec.preemption.withinQueue: LowerPriority`) needs no grace, like
   kube-scheduler's priority preemption.
 - Victims are *in flight* from the moment they are chosen until the engine
-  no longer counts them admitted (requeued, ended or gone). In-flight units
-  are never chosen again, and their capacity counts as free already, so a
-  shortfall is paid for once. An eviction a PodDisruptionBudget blocks
+  no longer counts them admitted (requeued, ended or gone) or they were
+  admitted again (a later admission attempt). In-flight units are never
+  chosen again, and their capacity counts as free already, so a shortfall
+  is paid for once. From then until their pods are gone, those pods count
+  on no node for admission either (`NodeModel.set_leaving`): the room is
+  the taker's.
+- A look that cannot serve a starving unit says why (`Plan.refused`, from
+  `arbiter.core.reclaim_why`): `notes`, shown as the unit's message, and
+  one `hold` decision log line per new reason. An eviction a PodDisruptionBudget blocks
   (429) is not in flight any more; the unit is left alone for a while
   (doubling, capped) and the next look decides afresh.
 - The loop wakes itself (a timer) when a queue's grace runs out and, while
@@ -114,6 +120,10 @@ class LoopAccess:
 class InFlight:
     victim: Victim
     since: float
+    # The unit's admission attempt when chosen: a later one means it was
+    # requeued and admitted again (perhaps within one cycle, never seen
+    # waiting): taken back, and no longer in flight.
+    attempt: int | None = None
 
 
 @dataclass(slots=True)
@@ -164,23 +174,36 @@ class Reclaimer:
         self.since: dict[str, float] = {}
         self.inflight: dict[str, InFlight] = {}
         # Victims taken back whose pods may still terminate on their nodes:
-        # key -> when taken (their room counts as free for node fit too).
-        self.draining: dict[str, float] = {}
+        # their pods count nowhere (`NodeModel.set_leaving`).
+        self.draining: dict[str, tuple[float, int | None]] = {}  # key -> (since, attempt)
         self.blocked: dict[str, tuple[float, int]] = {}  # key -> (until, times)
         self.blocked_since: dict[str, float] = {}  # key -> first blocked
         self.next_look = -math.inf
         self._stamps: dict[str, tuple[str | None, float]] = {}
         self.last: Look = Look()
+        # Why a starving unit is not reclaiming (`Plan.refused`), as of the
+        # last look: its QueueUnit message says so (`StatusPublisher`).
+        self.notes: dict[str, str] = {}
 
     # -- deciding (no I/O) ------------------------------------------------------------
-    def forget_done(self, mirror: EngineMirror, now: float) -> None:
-        """Drop in-flight victims the engine no longer counts admitted."""
+    def forget_done(self, mirror: EngineMirror, now: float,
+                    record: Callable[[str], UnitRecord | None] = lambda _: None) -> None:
+        """Drop in-flight victims the engine no longer counts admitted, or
+        admitted again since (`record`: the unit as the loop has it). Kept
+        in flight, a victim admitted again at once (room elsewhere) counted
+        as free room and its queue as poorer for two minutes, and the
+        reclaim it should have allowed next did not happen."""
+        def readmitted(key: str, attempt: int | None) -> bool:
+            found = record(key)
+            return attempt is not None and (found is None or found.attempts != attempt)
+
         for key in [k for k, f in self.inflight.items()
-                    if mirror.state(k) != "admitted"
+                    if mirror.state(k) != "admitted" or readmitted(k, f.attempt)
                     or now - f.since > self.settings.inflight_ttl]:
-            self.draining[key] = self.inflight.pop(key).since
-        for key in [k for k, since in self.draining.items()
-                    if now - since > self.settings.inflight_ttl
+            flight = self.inflight.pop(key)
+            self.draining[key] = (flight.since, flight.attempt)
+        for key in [k for k, (since, attempt) in self.draining.items()
+                    if now - since > self.settings.inflight_ttl or readmitted(k, attempt)
                     or (mirror.state(k) != "admitted" and not mirror.nodes.uncovered_pods(k))]:
             del self.draining[key]
         for key in [k for k, (until, _) in self.blocked.items()
@@ -196,8 +219,25 @@ class Reclaimer:
         busy: Set[str] = frozenset(),
         record: Callable[[str], UnitRecord | None] = lambda _: None,
     ) -> Look:
-        """Decide what to take back now (registers the victims as in flight)."""
-        self.forget_done(mirror, now)
+        """Decide what to take back now (registers the victims as in flight);
+        the victims' pods stop counting on their nodes for admission."""
+        result = self._look(mirror, now, busy, record)
+        mirror.nodes.set_leaving(self.inflight.keys() | self.draining.keys())
+        if result.looked:
+            self._note(dict(result.plan.refused), record)
+        return result
+
+    def _note(self, notes: dict[str, str], record: Callable[[str], UnitRecord | None]) -> None:
+        """Keep why units are not reclaiming; log each new reason once."""
+        for key, note in notes.items():
+            found = record(key)
+            if self.notes.get(key) != note and found is not None:
+                log_decision("hold", found, note, cause="reclaim")
+        self.notes = notes
+
+    def _look(self, mirror: EngineMirror, now: float, busy: Set[str],
+              record: Callable[[str], UnitRecord | None]) -> Look:
+        self.forget_done(mirror, now, record)
         result = Look()
         if now < self.next_look:
             # Something changed since the last look (a cycle ran): look again soon.
@@ -286,7 +326,10 @@ class Reclaimer:
         admitted = [Admitted(order[4], unit.queue, unit.demand, unit.priority, when,
                              unit.created)
                     for order, unit, when in keyed[: self.settings.candidates]]
-        due = {q for q, since in self.since.items() if now - since >= self.settings.grace}
+        # No grace: every queue is due, those starving for the first time too
+        # (else they would wait for the next look while others take first).
+        due = set(queues) if self.settings.grace <= 0 else {
+            q for q, since in self.since.items() if now - since >= self.settings.grace}
         decided = plan(engine.capacity(), queues, admitted, heads, due=due,
                        allocated=holding, ordered=True, max_victims=self.settings.max_victims,
                        room=room)
@@ -297,7 +340,9 @@ class Reclaimer:
             for name in [q for q in self.since if q not in decided.starving]:
                 del self.since[name]
         for victim in decided.victims:
-            self.inflight[victim.unit.key] = InFlight(victim, now)
+            found = record(victim.unit.key)
+            self.inflight[victim.unit.key] = InFlight(
+                victim, now, found.attempts if found is not None else None)
         result.plan = decided
         result.victims = list(decided.victims)
         # A look over very many units is not cheap: space them out so that
@@ -313,14 +358,12 @@ class Reclaimer:
 
     def _node_room(self, mirror: EngineMirror, units: dict[str, Unit]) -> NodeRoom | None:
         """Node fit for a look (None without nodes): victims' room being
-        freed counts as free on their nodes, as it does in total."""
+        freed counts as free on their nodes, as it does in total (the pods
+        of victims no longer admitted count nowhere already: `set_leaving`)."""
         view = mirror.engine.node_view() if mirror.nodes.enabled else None
         if view is None:
             return None
         leaving = [pod for key in self.inflight for pod in view.held(key)]
-        for key in self.draining:
-            leaving.extend((node, view.pairs(requests))
-                           for node, requests in mirror.nodes.uncovered_pods(key))
         return NodeRoom(view, units, mirror.engine.capacity(), leaving)
 
     def blocked_for(self, key: str, now: float) -> float:

@@ -4,15 +4,8 @@ queue's pools, not merely so that the cluster's total free room covers it."""
 
 from __future__ import annotations
 
-from arbiter.core.model import Placement
 from tests.loop.test_placement import node
-from tests.reclaim.test_loop import GRACE, ReclaimCluster, pods_fill_then_arrive
-
-
-def planned_node(c: ReclaimCluster, key: str) -> str:
-    plan = c.controller.mirror.plan(key)
-    assert isinstance(plan, Placement)
-    return plan.nodes["main"][0]
+from tests.reclaim.test_loop import GRACE, ReclaimCluster, planned_node, pods_fill_then_arrive
 
 
 async def test_a_queue_confined_to_full_nodes_reclaims_there() -> None:

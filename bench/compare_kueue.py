@@ -72,8 +72,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arbiter.api import MANAGED_LABEL
-from arbiter.kubeapi import ApiError, open_stream, request_json
+from arbiter.base.kubeapi import ApiError, open_stream, request_json
+from arbiter.core.api import MANAGED_LABEL
 from arbiter.sandbox import NodeShape, Sandbox
 from arbiter.sandbox.kueue import ensure_kueue_built
 from arbiter.sandbox.process import ProcessRecord

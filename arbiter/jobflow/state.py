@@ -14,14 +14,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from arbiter.api import (
+from arbiter.cache.records import JobRecord
+from arbiter.core.api import (
     ATTEMPT_ANNOTATION,
     FLOW_UID_ANNOTATION,
     STEP_ANNOTATION,
     format_rfc3339,
     parse_time,
 )
-from arbiter.cache.records import JobRecord
 from arbiter.jobflow.dag import (
     Attempt,
     AttemptPhase,

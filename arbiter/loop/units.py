@@ -16,7 +16,7 @@ Naming (one unit per consumer):
 
 Which consumer a pod belongs to, and the unit's name, are decided in
 `arbiter.cache.ownership` (shared with the extender); a name longer than a
-QueueUnit may be (253) is cut and suffixed with a hash (`arbiter.api.unit_name`,
+QueueUnit may be (253) is cut and suffixed with a hash (`arbiter.core.api.unit_name`,
 shared with the webhook).
 """
 
@@ -28,17 +28,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
-from arbiter.api import (
-    API_VERSION,
-    CONSUMER_KIND_LABEL,
-    MAX_POD_SETS,
-    MIN_PARALLELISM_ANNOTATION,
-    QUEUE_LABEL,
-    QUEUE_UNIT,
-    UnitPhase,
-    parse_rfc3339,
-)
-from arbiter.api import unit_name as api_unit_name
 from arbiter.cache.ownership import ConsumerKey, ConsumerKind, gate_consumer
 from arbiter.cache.records import (
     JobRecord,
@@ -48,6 +37,17 @@ from arbiter.cache.records import (
     RuntimeClassRecord,
     UnitRecord,
 )
+from arbiter.core.api import (
+    API_VERSION,
+    CONSUMER_KIND_LABEL,
+    MAX_POD_SETS,
+    MIN_PARALLELISM_ANNOTATION,
+    QUEUE_LABEL,
+    QUEUE_UNIT,
+    UnitPhase,
+    parse_rfc3339,
+)
+from arbiter.core.api import unit_name as api_unit_name
 from arbiter.core.model import MAIN_POD_SET, demand_of
 from arbiter.core.resources import EMPTY, Resources
 

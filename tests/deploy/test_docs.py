@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from arbiter import metrics, serve_cli
+from arbiter.base import metrics
+from arbiter.cli import serve as serve_cli
 from tests.deploy.manifests import ROOT
 
 README = (ROOT / "README.md").read_text()

@@ -10,8 +10,8 @@ import random
 
 import pytest
 
+from arbiter.cli.serve import JsonFormatter
 from arbiter.loop.controller import LoopSettings
-from arbiter.serve_cli import JsonFormatter
 from tests.loop.harness import Cluster
 
 

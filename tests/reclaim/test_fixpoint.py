@@ -1,4 +1,4 @@
-"""Admission + reclaim played to the fixpoint (arbiter.core.reclaim_sim),
+"""Admission + reclaim played to the fixpoint (arbiter.core.reclaim.sim),
 over random scenarios and random arrival orders (issue 14):
 
 * same-shaped units, weights 1-5, no capability (guarantees that fit, in
@@ -22,9 +22,9 @@ from fractions import Fraction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.fairshare import QueueSpec, Unit, admission_order
-from arbiter.core.reclaim import ReclaimQueue
-from arbiter.core.reclaim_sim import Move, Simulation
+from arbiter.core.engine.flat import QueueSpec, Unit, admission_order
+from arbiter.core.reclaim.flat import ReclaimQueue
+from arbiter.core.reclaim.sim import Move, Simulation
 from arbiter.core.resources import EMPTY, Resources
 
 SETTINGS = settings(max_examples=int(os.environ.get("RECLAIM_EXAMPLES", "200")), deadline=None,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import aiohttp
 
-from arbiter.app import start_listeners
 from arbiter.cache.store import ClusterStore
-from arbiter.config import ServeConfig
-from arbiter.server import ServerContext
+from arbiter.server.app import start_listeners
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import ServerContext
 from certs.manager import CertManager
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]

@@ -13,15 +13,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-import arbiter.server as server
-from arbiter import app
-from arbiter.app import build_app, build_extender_app, build_metrics_app
+import arbiter.server.context as server
 from arbiter.cache.store import KINDS, ClusterStore
-from arbiter.cli import build_parser
-from arbiter.config import ServeConfig
+from arbiter.cli.main import build_parser
+from arbiter.cli.serve import JsonFormatter, config_from_args
 from arbiter.loop.runtime import Leadership
-from arbiter.serve_cli import JsonFormatter, config_from_args
-from arbiter.server import ServerContext
+from arbiter.server import app
+from arbiter.server.app import build_app, build_extender_app, build_metrics_app
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import ServerContext
 
 
 async def test_every_surface_is_served() -> None:

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from arbiter.api import MANAGED_NAMESPACE_MODES
 from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
-from arbiter.config import ServeConfig
+from arbiter.core.api import MANAGED_NAMESPACE_MODES
+from arbiter.server.config import ServeConfig
 
 _RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "message", "asctime", "taskName"}
@@ -250,7 +250,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     setup_logging(config.log_level)
-    from arbiter.app import serve
+    from arbiter.server.app import serve
 
     loop_factory = None
     try:

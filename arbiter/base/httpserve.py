@@ -31,7 +31,7 @@ from typing import Any, cast
 from aiohttp import web
 from prometheus_client import Counter
 
-from arbiter import metrics
+from arbiter.base import metrics
 
 # Seconds a whole body may take to arrive; the apiserver's webhook timeout
 # is at most 30 s and kube-scheduler's extender timeout is shorter still.

@@ -8,7 +8,7 @@ keep exactly its results. So callers use it whenever no queue has a parent
 (`has_hierarchy`), and this engine, with the same public methods for queues,
 units and decisions, only for a tree. It shares the engine's exact share
 comparison and queue order (`order_key`). Node fit (§10), once nodes are
-given (`set_nodes`, `arbiter.core.treefit`): a unit fits only when its pods
+given (`set_nodes`, `arbiter.core.engine.tree_nodefit`): a unit fits only when its pods
 also fit on the nodes of its queue's pools, first-fit decreasing.
 
 Semantics (§11, held to the plain rescan in `tests/fairshare`):
@@ -58,11 +58,11 @@ from collections.abc import Iterable
 from itertools import count
 from typing import Protocol
 
-from arbiter.core.fairshare import AdmissionEngine
+from arbiter.core.engine.flat import AdmissionEngine
+from arbiter.core.engine.flat_state import KEY_FUNCS, sort_units
+from arbiter.core.engine.tree_state import TreeState
 from arbiter.core.model import QueueSpec, Unit
-from arbiter.core.queuestate import KEY_FUNCS, sort_units
 from arbiter.core.resources import Resources
-from arbiter.core.treestate import TreeState
 
 __all__ = ["AnyEngine", "HierarchicalEngine", "has_hierarchy"]
 

@@ -8,7 +8,7 @@ order listed (the last one listed is the most recently admitted); they come
 before the waiting `units` and count in the queue's demand.
 
 From there the admission loop is played offline with every reclaim grace
-passed (`arbiter.core.reclaim_sim`): admit what fits, pick victims by the
+passed (`arbiter.core.reclaim.sim`): admit what fits, pick victims by the
 move rule, requeue them, again, until no move is left. The output is the
 usual one for that fixpoint, plus
 
@@ -28,10 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from arbiter.core.fairshare import AdmissionEngine, Unit
-from arbiter.core.hierarchy import has_hierarchy
-from arbiter.core.reclaim_sim import Simulation
-from arbiter.fairshare_scenario import (
+from arbiter.cli.fairshare_scenario import (
     Scenario,
     ScenarioError,
     evaluate,
@@ -39,6 +36,9 @@ from arbiter.fairshare_scenario import (
     load_scenario,
     read_document,
 )
+from arbiter.core.engine.flat import AdmissionEngine, Unit
+from arbiter.core.engine.tree import has_hierarchy
+from arbiter.core.reclaim.sim import Simulation
 
 RUNNING = "running"
 

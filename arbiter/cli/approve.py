@@ -24,14 +24,14 @@ from typing import Any
 
 from kubernetes_asyncio import config as kube_config
 
-from arbiter.api import (
+from arbiter.base.kubeapi import ApiError, ClusterApi, Invalid, KubeApi, NotFound, unit_path
+from arbiter.core.api import (
     ADMISSION_CHECK,
     API_GROUP,
     APPROVAL_CONTROLLER,
     CheckState,
     format_rfc3339,
 )
-from arbiter.kubeapi import ApiError, ClusterApi, Invalid, KubeApi, NotFound, unit_path
 
 VERBS: Mapping[str, CheckState] = {"approve": "Ready", "reject": "Rejected"}
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
@@ -138,7 +138,7 @@ def _message(text: str) -> str:
 def add_parser(subparsers: Any) -> None:
     for verb, state in VERBS.items():
         if verb in subparsers.choices:
-            continue  # registered as a bare name by `arbiter.cli` (another command ran)
+            continue  # registered as a bare name by `arbiter.cli.main` (another command ran)
         parser: argparse.ArgumentParser = subparsers.add_parser(
             verb,
             help=f"set a Reserved QueueUnit's approval check to {state}",

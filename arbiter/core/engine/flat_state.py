@@ -1,7 +1,7 @@
-"""The incremental engine's per-queue state (see `arbiter.core.fairshare`).
+"""The incremental engine's per-queue state (see `arbiter.core.engine.flat`).
 
 Pure data and small helpers, split from `fairshare` so that the engine and
-its node-fit part (`arbiter.core.nodefit`) share one definition: a queue's
+its node-fit part (`arbiter.core.engine.flat_nodefit`) share one definition: a queue's
 pending units grouped by shape, its allocation in resource-index lists, and
 the heap entries the engine keys queues by.
 """

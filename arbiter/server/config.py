@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from arbiter.api import ManagedNamespaces
 from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
+from arbiter.core.api import ManagedNamespaces
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ class ServeConfig:
     debug_api: str = "off"
     # Per listener (webhook, extender, metrics): open connections, and the
     # seconds a TLS handshake, the first request head and an idle
-    # keep-alive connection may take (arbiter.httpserve.ListenerLimits).
+    # keep-alive connection may take (arbiter.base.httpserve.ListenerLimits).
     listener_max_connections: int = 512
     listener_max_connections_per_source: int = 128
     listener_handshake_timeout: float = 5.0
@@ -73,7 +73,7 @@ class ServeConfig:
     # QueueUnits a namespace may hold before new work there is denied.
     max_resource_names: int = 16
     max_units_per_namespace: int = 10_000
-    # Webhook server and certificates (webhook/, certs/, arbiter/app.py).
+    # Webhook server and certificates (webhook/, certs/, arbiter/server/app.py).
     # Secret (in `namespace`) that stores the CA and serving certificate, so
     # replicas share them and restarts keep the caBundle; None: cert_dir only.
     cert_secret: str | None = None

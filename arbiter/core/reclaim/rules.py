@@ -1,7 +1,7 @@
-"""The move rule's building blocks (`arbiter.core.reclaim`), exact: amounts
+"""The move rule's building blocks (`arbiter.core.reclaim.flat`), exact: amounts
 are integers, shares compared by cross-multiplying, and the pass's book of
 queues in their grace. Pure: no I/O. Apart so that the tree's rule
-(`arbiter.core.reclaim_tree`) uses the same ones."""
+(`arbiter.core.reclaim.tree`) uses the same ones."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Protocol, TypeVar
 
-from arbiter.core.fairshare import dominant_share_of
+from arbiter.core.engine.flat import dominant_share_of
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["GraceWaiters", "RuleQueue", "cover_greedily", "may_gain", "richest_share", "shortfall",

@@ -20,11 +20,11 @@ from typing import Any
 
 from kubernetes_asyncio import config as kube_config
 
-from arbiter.api import QUEUE, QUEUE_UNIT, parse_rfc3339
+from arbiter.base.kubeapi import ApiError, request_json
 from arbiter.cache.convert import ConversionError, node_from_api
+from arbiter.core.api import QUEUE, QUEUE_UNIT, parse_rfc3339
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.kubeapi import ApiError, request_json
 
 QUEUES_PATH = QUEUE.path
 NODES_PATH = "/api/v1/nodes"

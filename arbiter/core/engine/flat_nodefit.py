@@ -1,6 +1,6 @@
 """Node fit of the admission engine (DESIGN.md §10): the per-node bookkeeping.
 
-A mixin of `arbiter.core.fairshare.AdmissionEngine`, split from it so each
+A mixin of `arbiter.core.engine.flat.AdmissionEngine`, split from it so each
 part reads on its own; it shares the engine's state (`QueueState`, `Shape`).
 
 Node fit (DESIGN.md §10), only once `set_nodes` gave nodes: everything above
@@ -26,10 +26,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
-from arbiter.core.placement import NodeIndex, NodeSet, NodeView, Runs, packed_pod
-from arbiter.core.quantities import format_quantity
-from arbiter.core.queuestate import (
+from arbiter.core.engine.flat_state import (
     DIRTY,
     Entry,
     Fit,
@@ -43,6 +40,9 @@ from arbiter.core.queuestate import (
     made_plan,
     plan_holdings,
 )
+from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
+from arbiter.core.placement import NodeIndex, NodeSet, NodeView, Runs, packed_pod
+from arbiter.core.quantities import format_quantity
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["NodeFit"]

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from arbiter.api import API_PATH, JOB_FLOW, QUEUE, QUEUE_UNIT
+from arbiter.core.api import API_PATH, JOB_FLOW, QUEUE, QUEUE_UNIT
 
 JSON = dict[str, Any]
 Obj = JSON

@@ -1,6 +1,6 @@
 """The `arbiter fairshare` scenario: reading it (fields, bounds, one-line
 errors naming the field) and evaluating it with the engine. The format is
-described in `arbiter.fairshare_cli`."""
+described in `arbiter.cli.fairshare`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from arbiter.core.deserved import deserved, hierarchical_deserved
-from arbiter.core.fairshare import (
+from arbiter.core.engine.flat import (
     QUEUE_POLICIES,
     AdmissionEngine,
     Node,
@@ -25,7 +25,7 @@ from arbiter.core.fairshare import (
     Unit,
     format_share,
 )
-from arbiter.core.hierarchy import HierarchicalEngine, has_hierarchy
+from arbiter.core.engine.tree import HierarchicalEngine, has_hierarchy
 from arbiter.core.model import CHILD_ORDERS, DEFAULT_POOL, MAIN_POD_SET
 from arbiter.core.partial import admit_partial, can_shrink
 from arbiter.core.quantities import QuantityError, format_quantity

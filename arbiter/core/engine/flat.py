@@ -62,7 +62,7 @@ shapes), plus O(1) for each shape it finds no longer fits, once per pass):
   next call. A capacity change re-examines every queue.
 
 Node fit (DESIGN.md §10), only once `set_nodes` gave nodes, lives in
-`arbiter.core.nodefit` (a mixin of the engine); `_next_placed` below is the
+`arbiter.core.engine.flat_nodefit` (a mixin of the engine); `_next_placed` below is the
 decision loop that uses it.
 """
 
@@ -74,18 +74,8 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from itertools import compress
 
-from arbiter.core.model import (
-    QUEUE_POLICIES,
-    Node,
-    Placement,
-    PodSet,
-    Pool,
-    QueuePolicy,
-    QueueSpec,
-    Unit,
-)
-from arbiter.core.nodefit import NodeFit
-from arbiter.core.queuestate import (
+from arbiter.core.engine.flat_nodefit import NodeFit
+from arbiter.core.engine.flat_state import (
     CAND,
     DIRTY,
     IDLE,
@@ -105,6 +95,16 @@ from arbiter.core.queuestate import (
     insert_sorted,
     plan_holdings,
     shape_key,
+)
+from arbiter.core.model import (
+    QUEUE_POLICIES,
+    Node,
+    Placement,
+    PodSet,
+    Pool,
+    QueuePolicy,
+    QueueSpec,
+    Unit,
 )
 from arbiter.core.resources import EMPTY, Resources
 

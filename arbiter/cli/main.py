@@ -18,14 +18,14 @@ from typing import cast
 # (sub-command, module providing add_parser): the one list to edit when a
 # command is added.
 COMMAND_MODULES: tuple[tuple[str, str], ...] = (
-    ("fairshare", "arbiter.fairshare_cli"),
+    ("fairshare", "arbiter.cli.fairshare"),
     ("sandbox", "arbiter.sandbox.cli"),
     ("flow", "arbiter.jobflow.cli"),
-    ("serve", "arbiter.serve_cli"),
-    ("queues", "arbiter.queues_cli"),
-    ("approve", "arbiter.approval_cli"),
-    ("reject", "arbiter.approval_cli"),
-    ("demo", "arbiter.demo"),
+    ("serve", "arbiter.cli.serve"),
+    ("queues", "arbiter.cli.queues"),
+    ("approve", "arbiter.cli.approve"),
+    ("reject", "arbiter.cli.approve"),
+    ("demo", "arbiter.cli.demo"),
 )
 
 

@@ -1,8 +1,8 @@
-"""What the tree engine (`arbiter.core.hierarchy`) knows, and its queries.
+"""What the tree engine (`arbiter.core.engine.tree`) knows, and its queries.
 
 Pure: no I/O. The queues' specs, the pending and admitted units (also by
 queue, so the loop's per-queue questions cost that queue's units only), the
-plans of admitted units on nodes (`arbiter.core.treefit`), and a `stale`
+plans of admitted units on nodes (`arbiter.core.engine.tree_nodefit`), and a `stale`
 flag: every change here marks the engine's decision structures out of date;
 the engine rebuilds them before its next decision.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from fractions import Fraction
 
-from arbiter.core.fairshare import dominant_share_of, order_key
+from arbiter.core.engine.flat import dominant_share_of, order_key
+from arbiter.core.engine.tree_nodefit import TreeFit
 from arbiter.core.model import Node, Placement, Pool, QueueSpec, Unit
 from arbiter.core.placement import NodeView
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.core.treefit import TreeFit
 
 __all__ = ["TreeState"]
 

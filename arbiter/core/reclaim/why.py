@@ -1,7 +1,7 @@
 """Why a waiting unit is not reclaiming: which rule refused which
 victim, one line, for its QueueUnit message and the decision log. Pure: no
 I/O. Asked only when a pass could not serve a unit that starves (the move
-rule might let it gain, `arbiter.core.reclaim.plan`), so the cost is paid
+rule might let it gain, `arbiter.core.reclaim.flat.plan`), so the cost is paid
 for the units that wait, not for the pass.
 
 Each candidate (in the order the pass tries them, nearest first in a tree)
@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from fractions import Fraction
 from typing import Protocol, TypeVar
 
-from arbiter.core.reclaim_rules import RuleQueue, stays_richer, under_guarantee, weighted_share
-from arbiter.core.reclaim_tree import ReclaimTree
+from arbiter.core.reclaim.rules import RuleQueue, stays_richer, under_guarantee, weighted_share
+from arbiter.core.reclaim.tree import ReclaimTree
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["why_not_reclaiming"]

@@ -2,7 +2,7 @@
 `ServerContext`, the health and metrics routes, supervision of background
 tasks, and the process plumbing (API client, identity, certificate names).
 
-Which surfaces and tasks run is decided in one place, `arbiter.app`; this
+Which surfaces and tasks run is decided in one place, `arbiter.server.app`; this
 module registers nothing.
 """
 
@@ -23,12 +23,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from arbiter.base.kubeapi import ApiError, self_usernames
+from arbiter.base.metrics import REGISTRY
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.cache.watch import run_watchers
-from arbiter.config import ServeConfig
-from arbiter.kubeapi import ApiError, self_usernames
 from arbiter.loop.runtime import Leadership
-from arbiter.metrics import REGISTRY
+from arbiter.server.config import ServeConfig
 from certs.manager import CertManager
 from certs.publish import publish_ca_bundle
 from webhook.configuration import desired_configurations, install, service_account_username
@@ -112,7 +112,7 @@ def add_metrics_route(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
 
 
-# -- background tasks (started by arbiter.app) ---------------------------------------
+# -- background tasks (started by arbiter.server.app) ---------------------------------------
 async def watch_cluster(ctx: ServerContext) -> None:
     if ctx.api is None:
         return

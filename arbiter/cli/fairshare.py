@@ -68,8 +68,8 @@ import argparse
 import json
 import sys
 
-from arbiter import fairshare_reclaim
-from arbiter.fairshare_scenario import ScenarioError, evaluate, load_scenario, read_document
+from arbiter.cli import fairshare_reclaim
+from arbiter.cli.fairshare_scenario import ScenarioError, evaluate, load_scenario, read_document
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

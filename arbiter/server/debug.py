@@ -35,15 +35,15 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from arbiter.base.kubeapi import ApiError, request_json
+from arbiter.base.ratelimit import KeyedBuckets, TokenBucket
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.store import ClusterStore, Kind
-from arbiter.kubeapi import ApiError, request_json
 from arbiter.loop.index import LoopIndex, consumer_state
 from arbiter.loop.mirror import EngineMirror, engine_unit, submitted
 from arbiter.loop.runtime import Leadership
 from arbiter.loop.status import queue_views, split_key
 from arbiter.loop.units import disposition
-from arbiter.ratelimit import KeyedBuckets, TokenBucket
 
 log = logging.getLogger(__name__)
 

@@ -87,9 +87,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, Protocol
 
-from arbiter.core.fairshare import dominant_share_of
-from arbiter.core.hierarchy import has_hierarchy
-from arbiter.core.reclaim_rules import (
+from arbiter.core.engine.flat import dominant_share_of
+from arbiter.core.engine.tree import has_hierarchy
+from arbiter.core.reclaim.rules import (
     GraceWaiters,
     cover_greedily,
     may_gain,
@@ -100,8 +100,8 @@ from arbiter.core.reclaim_rules import (
     weighted_share,
     within_capability,
 )
-from arbiter.core.reclaim_tree import ReclaimTree
-from arbiter.core.reclaim_why import why_not_reclaiming
+from arbiter.core.reclaim.tree import ReclaimTree
+from arbiter.core.reclaim.why import why_not_reclaiming
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
@@ -142,7 +142,7 @@ class ReclaimQueue:
     priority: int = 0
     reclaimable: bool = True
     within_queue: WithinQueue = "Never"
-    # Its place in a tree of queues (DESIGN §11; `arbiter.core.reclaim_tree`).
+    # Its place in a tree of queues (DESIGN §11; `arbiter.core.reclaim.tree`).
     parent: str | None = None
     child_order: str = "Fair"
 
@@ -195,12 +195,12 @@ class Plan:
     cut: bool = False
     early: frozenset[str] = frozenset()  # reclaimed in their grace (`GraceWaiters`)
     # Why a starving queue's unit got no victims: (unit key, one line), from
-    # `arbiter.core.reclaim_why` (for its message and the decision log).
+    # `arbiter.core.reclaim.why` (for its message and the decision log).
     refused: tuple[tuple[str, str], ...] = ()
 
 
 class Room(Protocol):
-    """Node fit for a pass (DESIGN §10; `arbiter.core.reclaim_room`): whether
+    """Node fit for a pass (DESIGN §10; `arbiter.core.reclaim.room`): whether
     a waiting unit's pods fit on nodes it may use once `victims` are gone,
     with what the pass did so far; `serve` books it so; `cover` is
     `cover_greedily` for the unit with node fit."""
@@ -279,7 +279,7 @@ def select_reclaim(
     """Victims in other reclaimable queues that let `unit` fit under the move
     rule; [] when it fits already, None when no allowed set would do. With
     `tree`, the rule is judged where taker and victim meet
-    (`arbiter.core.reclaim_tree`), on its subtree totals; `over`: how far
+    (`arbiter.core.reclaim.tree`), on its subtree totals; `over`: how far
     the unit would take its parents over their capability (victims must
     then come from the capped subtree: the caller passes only those);
     `room` (node fit): the victims must also let its pods fit on nodes.

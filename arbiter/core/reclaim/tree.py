@@ -1,6 +1,6 @@
 """Reclaim over a tree of queues (DESIGN §11). Pure: no I/O, no clock.
 
-The flat move rule (`arbiter.core.reclaim`, DESIGN §4) judged where taker
+The flat move rule (`arbiter.core.reclaim.flat`, DESIGN §4) judged where taker
 and victim meet. For a waiting unit w of leaf T and an admitted unit u of
 leaf V, let M be their lowest common ancestor (the virtual root for two
 top-level subtrees), and A_T, A_V the children of M on the paths to T and
@@ -27,7 +27,7 @@ rise (as the flat rule's do, once admission admits w): the vectors of the
 levels, top down, rise with every move, so repeated reclaim reaches a
 fixpoint (no loops; tests/reclaim/test_tree.py plays random trees).
 
-**One move per pass** (`arbiter.core.reclaim.plan` stops after the first
+**One move per pass** (`arbiter.core.reclaim.flat.plan` stops after the first
 unit it takes victims for, `Plan.cut`): H-DRF admission settles before the
 next move is judged on what it did. In the same spirit a pass serves no
 unit whose freed room an unserved unit of the pass would fit, and a unit
@@ -44,15 +44,15 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Protocol, TypeVar
 
-from arbiter.core.fairshare import dominant_share_of
-from arbiter.core.reclaim_rules import stays_richer, under_guarantee
+from arbiter.core.engine.flat import dominant_share_of
+from arbiter.core.reclaim.rules import stays_richer, under_guarantee
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["ReclaimTree", "TreeQueue"]
 
 
 class TreeQueue(Protocol):
-    """What the tree needs of a queue (`arbiter.core.reclaim.ReclaimQueue`)."""
+    """What the tree needs of a queue (`arbiter.core.reclaim.flat.ReclaimQueue`)."""
 
     @property
     def name(self) -> str: ...

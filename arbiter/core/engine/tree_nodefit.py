@@ -1,7 +1,7 @@
-"""Node fit for the tree engine (DESIGN §10 for `arbiter.core.hierarchy`).
+"""Node fit for the tree engine (DESIGN §10 for `arbiter.core.engine.tree`).
 
 Pure: no I/O. The flat engine's node fit is woven into its incremental
-structures (`arbiter.core.nodefit`); the tree engine rebuilds its offers
+structures (`arbiter.core.engine.flat_nodefit`); the tree engine rebuilds its offers
 after every change anyway, so it only needs the plain questions, asked of
 the same first-fit-decreasing node sets (`arbiter.core.placement`):
 

@@ -39,10 +39,8 @@ from typing import Any, TextIO
 
 from kubernetes_asyncio import config as kube_config
 
-from arbiter.core.quantities import format_quantity
-from arbiter.core.resources import Resources
-from arbiter.kubeapi import ApiError, request_json
-from arbiter.queues_cli import (
+from arbiter.base.kubeapi import ApiError, request_json
+from arbiter.cli.queues import (
     NODES_PATH,
     QUEUES_PATH,
     Glyphs,
@@ -53,6 +51,8 @@ from arbiter.queues_cli import (
     queue_row,
     render_table,
 )
+from arbiter.core.quantities import format_quantity
+from arbiter.core.resources import Resources
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, NodeShape, Sandbox
 
 PART_OF = ("app.kubernetes.io/part-of", "arbiter-demo")

@@ -3,7 +3,7 @@ it start". Pure: no I/O.
 
 Reclaim judges shares on cluster totals, but a waiting unit starts only where
 its pods fit on nodes of its queue's pools. `NodeRoom` answers the pass's
-node questions (`arbiter.core.reclaim.Room`): whether a unit's pods fit
+node questions (`arbiter.core.reclaim.flat.Room`): whether a unit's pods fit
 once some victims are gone, by first-fit decreasing like admission, and
 books what the pass decided (victims' pods gone from their planned nodes,
 a served unit's pods placed) as changes over the engine's node state, whose
@@ -25,8 +25,8 @@ from fractions import Fraction
 
 from arbiter.core.model import MAIN_POD_SET, Placement, Unit
 from arbiter.core.placement import NodeSet, NodeView, Pairs
-from arbiter.core.reclaim import Admitted, Waiting
-from arbiter.core.reclaim_rules import cover_greedily
+from arbiter.core.reclaim.flat import Admitted, Waiting
+from arbiter.core.reclaim.rules import cover_greedily
 
 __all__ = ["NODE_EXTRA", "NodeRoom"]
 

@@ -5,7 +5,7 @@ admission loop would do from a given allocation, without a cluster (for
 A `Simulation` holds an `AdmissionEngine` (progressive filling, DESIGN §4;
 `HierarchicalEngine` for a tree of queues, §11)
 and plays *rounds* the way the loop does once every queue's grace has
-passed: admit whatever fits; then one reclaim pass (`arbiter.core.reclaim.plan`,
+passed: admit whatever fits; then one reclaim pass (`arbiter.core.reclaim.flat.plan`,
 every queue due) picks victims; the victims go back to their queues'
 waiting lists (a Job is requeued) and the engine admits again, in its own
 order. It stops when a pass picks no victim: the fixpoint. The move rule
@@ -13,7 +13,7 @@ makes that happen (README, "Reclaim: the exact stopping rule"); `max_rounds`
 is only a guard, and `converged` says whether it was needed.
 
 With nodes (DESIGN §10) admission places units on them and each pass
-chooses victims with node fit (`arbiter.core.reclaim_room`), as the loop
+chooses victims with node fit (`arbiter.core.reclaim.room`), as the loop
 does; running units are placed first fit, in the order given.
 
 Admission times are a counter, so "most recently admitted" (the victim
@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
-from arbiter.core.hierarchy import AnyEngine, HierarchicalEngine, has_hierarchy
+from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit
+from arbiter.core.engine.tree import AnyEngine, HierarchicalEngine, has_hierarchy
 from arbiter.core.model import Node, Placement, Pool
-from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
-from arbiter.core.reclaim_room import NodeRoom
+from arbiter.core.reclaim.flat import Admitted, ReclaimQueue, Waiting, plan
+from arbiter.core.reclaim.room import NodeRoom
 from arbiter.core.resources import Resources
 
 __all__ = ["Move", "Simulation", "play", "reclaim_queue"]

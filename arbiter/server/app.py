@@ -5,7 +5,7 @@
       /webhook/...                  admission reviews   (webhook.http.webhook_app)
     build_metrics_app(ctx)          the application on --metrics-port
       /healthz /readyz /metrics     health and metrics
-      /debug/...                    read-only queue API (arbiter.debug.debug_app),
+      /debug/...                    read-only queue API (arbiter.server.debug.debug_app),
                                     only with --debug-api loopback|token
     build_extender_app(ctx)         the application on --extender-port, its own
                                     listener: only kube-scheduler calls it, with a
@@ -35,16 +35,16 @@ from typing import Any
 
 from aiohttp import web
 
-from arbiter import debug
+from arbiter.base.httpserve import HANDLER_ARGS, GuardedSite, ListenerLimits
 from arbiter.cache.store import ClusterStore
-from arbiter.config import ServeConfig
-from arbiter.httpserve import HANDLER_ARGS, GuardedSite, ListenerLimits
 from arbiter.jobflow.controller import run_leader as run_jobflow_controller
 from arbiter.loop import namespaces as managed_namespaces
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.leader import LeaseTiming
 from arbiter.loop.runtime import Election, Leadership, LeaderTask, run_admission
-from arbiter.server import (
+from arbiter.server import debug
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import (
     CONTEXT,
     ServerContext,
     Task,

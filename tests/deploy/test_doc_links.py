@@ -79,6 +79,20 @@ def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
     assert links(page) or page.name != "README.md"
 
 
+# Top-level folders of the repository: a quoted path under one must exist.
+TOP = ("arbiter/", "webhook/", "extender/", "certs/", "manifests/", "scripts/", "examples/",
+       "tests/", "bench/", "docs/")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_quoted_repository_path_exists(page: Path) -> None:
+    quoted = {match.group(1).split(":")[0] for match in
+              re.finditer(r"`([^`\s]+)`", page.read_text())}
+    paths = {path for path in quoted if path.startswith(TOP) and not set(path) & set("{<*")}
+    assert not {path for path in paths if not (ROOT / path).exists()}
+    assert paths or page.parent == DOCS
+
+
 def test_the_readme_stays_under_400_lines() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) < 400
 

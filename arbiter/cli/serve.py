@@ -244,8 +244,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     if args.managed_namespaces not in MANAGED_NAMESPACE_MODES:  # from the environment
         raise SystemExit(f"--managed-namespaces (ARBITER_MANAGED_NAMESPACES): "
                          f"{str(args.managed_namespaces)[:40]!r} must be all or listed")
-    # Field by field on purpose (same shape as the other record copies): mypy checks
-    # each name and type, which a generic copy by field name would not.
+    # Field by field, so mypy checks each name and type.
     return ServeConfig(
         host=args.host,
         port=args.port,

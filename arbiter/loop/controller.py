@@ -17,8 +17,10 @@ Cycles are woken by store listeners and debounced by a few milliseconds; a
 timer wakes the loop only for deadlines (admission timeouts, backoffs,
 retries). Writes whose result the watch has not delivered yet are kept in
 `InFlightWrites` (`arbiter.loop.inflight`), shared with the reclaimer, so no
-cycle acts on a stale unit. Status is published by `StatusPublisher`
-(`arbiter.loop.publisher`) from its own task.
+cycle acts on a stale unit; it owns every piece of in-flight state (its
+lifecycle is drawn there): the loop reads it and calls its operations.
+Status is published by `StatusPublisher` (`arbiter.loop.publisher`) from
+its own task.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from arbiter.loop.units import (
     held,
     spec_drift,
 )
-from arbiter.loop.writer import HOLD_TIMER, UnitWriter
+from arbiter.loop.writer import UnitWriter
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +176,8 @@ class AdmissionController:
             waiting_event_depth=self.settings.waiting_event_depth,
             position_depth=self.settings.position_depth)
         self.reclaimer = Reclaimer(ReclaimSettings(
-            grace=self.settings.reclaim_grace, pdb_timeout=self.settings.reclaim_pdb_timeout))
+            grace=self.settings.reclaim_grace, pdb_timeout=self.settings.reclaim_pdb_timeout),
+            self.writes.evictions)
         self.publisher.reclaim_notes = lambda: self.reclaimer.notes
         self.reclaim_access = LoopAccess(
             writes=self.writes, actions=self.actions, unit=self.unit, consumer=self.consumer,
@@ -227,7 +230,7 @@ class AdmissionController:
             self.mirror.nodes.set_pools(self.store.pools.values())
         elif kind in ("Namespace", "AdmissionCheck"):
             if kind == "Namespace" and key not in self.store.namespaces:
-                self._consumers.update(self.writer.namespace_gone(key))
+                self._consumers.update(self.writes.namespace_gone(key))
             self._all = True  # rare: look at everything again
         else:
             return
@@ -301,11 +304,9 @@ class AdmissionController:
             self._queues_dirty = self._capacity_dirty = True
             self._next_resync = now + self.settings.resync_interval
         for key in self.writes.due(now):
-            retry = self.writer.create_retry.pop(key, None)
-            if retry is not None:
-                self._consumers.add(retry)  # a unit creation to try again
-            elif key.startswith(HOLD_TIMER):  # a terminating namespace's hold is over
-                self._consumers.update(self.writer.namespace_gone(key.removeprefix(HOLD_TIMER)))
+            consumers = self.writes.woken(key)
+            if consumers is not None:
+                self._consumers.update(consumers)  # creations to try again
             else:
                 self._units.add(key)
 
@@ -417,7 +418,6 @@ class AdmissionController:
         self.charges.unit(key)
         if unit is None:
             self.mirror.set(key, None, None)
-            self.writer.forget(key)
             self.writes.forget(key)
             return
         if not self.store.is_managed_namespace(unit.namespace):
@@ -427,9 +427,9 @@ class AdmissionController:
             return
         outdated = self.writes.outdated(unit)
         consumer, pods = self.consumer(unit)
-        writer = self.writer
+        writes = self.writes
         foreign = barred(self.store, unit)
-        if key not in writer.admitting:
+        if not writes.admission_running(key):
             where = disposition(unit, consumer) if foreign is None else None
             if where == "pending" and (outdated or self.writes.retry_at(key) > now):
                 where = None  # wait for the watch, or for the retry time
@@ -441,10 +441,10 @@ class AdmissionController:
             self.mirror.set(key, where, engine_unit(unit, submitted(self.store, unit, pods)),
                             recorded_plan(unit))
         if unit.phase != "TimeoutBackoff":
-            writer.backoff_until.pop(key, None)
-        elif key not in writer.backoff_until:
+            writes.end_backoff(key)
+        elif writes.backoff_end(key) is None:
             # Found in backoff (a restart): wait the backoff out again from now.
-            writer.backoff_until[key] = now + self._backoff_delay(unit.attempts)
+            writes.back_off(key, now + self._backoff_delay(unit.attempts))
         if self.writes.busy(key) or outdated:
             return  # a write is running, or we know this version is outdated
         retry = self.writes.retry_at(key)
@@ -461,15 +461,16 @@ class AdmissionController:
                 self.writes.timer(deadline, key)
         else:
             step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
-                          backoff_until=writer.backoff_until.get(key))
+                          backoff_until=writes.backoff_end(key))
         if step.kind == "none":
             deadline = admission_deadline(unit, self.settings.admission_timeout)
             if deadline is not None:
                 self.writes.timer(deadline, key)
-            if unit.phase == "TimeoutBackoff":
-                self.writes.timer(writer.backoff_until[key], key)
+            backoff = writes.backoff_end(key)
+            if backoff is not None:  # set above whenever the unit is in TimeoutBackoff
+                self.writes.timer(backoff, key)
             return
-        writer.step(unit, step)
+        self.writer.step(unit, step)
 
     def _desired(self, consumer: ConsumerKey) -> DesiredUnit | None:
         if consumer not in self._wanted:

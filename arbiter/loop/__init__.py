@@ -14,8 +14,10 @@ A unit's path through the loop, in order:
     controller   a cycle: the engine admits in DRF order; each admission is
                  assumed at once and written (status, then release)
     placement    the pool's nodeSelector and tolerations given to the pods
-    inflight     writes the watch has not confirmed yet, so no cycle acts
-                 on a stale unit
+    inflight     the one owner of in-flight state: writes the watch has not
+                 confirmed yet, retries, backoffs, namespace holds, and the
+                 units reclaim is taking back (its docstring draws the
+                 lifecycle and states each TTL)
     reclaim      when a waiting queue is owed resources: whom to take back
     evict        the writes of reclaim and preemption
     charges      every bound pod counted against exactly one queue

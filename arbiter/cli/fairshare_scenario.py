@@ -182,7 +182,7 @@ def _load_nodes(raw_nodes: object) -> tuple[Node, ...]:
     return tuple(nodes)
 
 
-# Same loading steps as _load_nodes (list, name, duplicates); the entries differ.
+# Each pool: a unique name (not "default") and the nodeSelector that picks its nodes.
 def _load_pools(raw_pools: object) -> tuple[Pool, ...]:
     pools: list[Pool] = []
     seen: set[str] = set()

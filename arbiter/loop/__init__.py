@@ -9,6 +9,9 @@ A unit's path through the loop, in order:
     access       whether the unit's queue admits its namespace at all
     writer       the unit is created, or its spec brought up to date
     mirror       the unit enters the engine: pending, admitted or out
+    follow       what each store change means for the engine (one piece
+                 for the loop and for the debug view of a replica that
+                 does not lead)
     nodes        the engine's nodes and pools, kept in step with the cache
     checks       admission checks between quota reservation and release
     controller   a cycle: the engine admits in DRF order; each admission is

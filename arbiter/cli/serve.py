@@ -230,6 +230,11 @@ def add_parser(subparsers: Any) -> None:
         help="the read-only /debug API on the metrics port: off; loopback (clients on "
              "this host only); token (a bearer token the apiserver accepts, for a user "
              "who may get Queues)")
+    add("--web-view", default=_env("web_view", defaults.web_view),
+        choices=["off", "loopback", "token"],
+        help="the read-only web view at /view/ on the metrics port: off; loopback "
+             "(clients on this host only); token (a token the apiserver accepts; each "
+             "user sees the queues of the namespaces where it may list QueueUnits)")
     number("--extender-locality-weight", int, defaults.extender_locality_weight,
         help="prioritize: weight of gang locality (nodes running the unit's pods)")
     number("--extender-binpack-weight", int, defaults.extender_binpack_weight,
@@ -271,6 +276,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         extender_port=args.extender_port,
         metrics_port=args.metrics_port,
         debug_api=args.debug_api,
+        web_view=args.web_view,
         listener_max_connections=args.listener_max_connections,
         listener_max_connections_per_source=args.listener_max_connections_per_source,
         listener_handshake_timeout=args.listener_handshake_timeout,

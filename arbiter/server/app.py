@@ -7,6 +7,8 @@
       /healthz /readyz /metrics     health and metrics
       /debug/...                    read-only queue API (arbiter.server.debug.debug_app),
                                     only with --debug-api loopback|token
+      /view/...                     read-only web view (arbiter.server.web.app.web_app),
+                                    only with --web-view loopback|token
     build_extender_app(ctx)         the application on --extender-port, its own
                                     listener: only kube-scheduler calls it, with a
                                     client certificate of --extender-client-ca
@@ -61,6 +63,8 @@ from arbiter.server.context import (
     serving_names,
     watch_cluster,
 )
+from arbiter.server.web import access as web_access
+from arbiter.server.web import app as web_routes
 from certs.manager import CertManager
 from certs.reload import ReloadingTLS
 from extender import routes as extender_routes
@@ -104,26 +108,39 @@ def build_extender_app(ctx: ServerContext) -> web.Application:
 
 
 def build_metrics_app(ctx: ServerContext) -> web.Application:
-    """Health, metrics and (when enabled) the debug API, for the metrics listener."""
+    """Health, metrics and (when enabled) the debug API and the web view,
+    for the metrics listener."""
     config = ctx.config
     app = web.Application(handler_args=HANDLER_ARGS)
     app[CONTEXT] = ctx
     add_health_routes(app, ctx)
     add_metrics_route(app)
-    access: debug.DebugAccess
-    if config.debug_api == "loopback":
-        access = "loopback"
-    elif config.debug_api == "token":
-        access = "token"
-    elif config.debug_api == "off":
-        return app
-    else:
-        raise ValueError(f"--debug-api must be off, loopback or token, not {config.debug_api!r}")
-    check = debug.TokenReviewer(ctx.api) if access == "token" and ctx.api is not None else None
-    app.add_subapp(debug.PREFIX, debug.debug_app(
-        store=ctx.store, overcommit=config.overcommit, leadership=ctx.leadership,
-        access=access, check_token=check))
+    access = surface_access("--debug-api", config.debug_api)
+    if access != "off":
+        check = debug.TokenReviewer(ctx.api) if access == "token" and ctx.api is not None \
+            else None
+        app.add_subapp(debug.PREFIX, debug.debug_app(
+            store=ctx.store, overcommit=config.overcommit, leadership=ctx.leadership,
+            access=access, check_token=check))
+    view = surface_access("--web-view", config.web_view)
+    if view != "off":
+        reviewer = web_access.ViewerReviewer(ctx.api) \
+            if view == "token" and ctx.api is not None else None
+        app.add_subapp(web_routes.PREFIX, web_routes.web_app(
+            store=ctx.store, overcommit=config.overcommit, leadership=ctx.leadership,
+            access_mode=view, reviewer=reviewer))
     return app
+
+
+def surface_access(flag: str, value: str) -> debug.DebugAccess:
+    """Who may call a surface of the metrics listener, from its flag."""
+    if value == "off":
+        return "off"
+    if value == "loopback":
+        return "loopback"
+    if value == "token":
+        return "token"
+    raise ValueError(f"{flag} must be off, loopback or token, not {value!r}")
 
 
 def extender_tls(ctx: ServerContext, tls: ReloadingTLS) -> ssl.SSLContext:

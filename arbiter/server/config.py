@@ -61,6 +61,9 @@ class ServeConfig:
     # host only, "token" bearer tokens reviewed with the apiserver).
     metrics_port: int = 9445
     debug_api: str = "off"
+    # The read-only web view at /view/ on the metrics listener (DESIGN §15):
+    # "off", "loopback" or "token", as debug_api (arbiter.server.web).
+    web_view: str = "off"
     # Per listener (webhook, extender, metrics): open connections, and the
     # seconds a TLS handshake, the first request head and an idle
     # keep-alive connection may take (arbiter.base.httpserve.ListenerLimits).

@@ -111,7 +111,10 @@ class KeptView:
             return follow.mirror
 
 
-async def _mirror(view: KeptView, leadership: Leadership) -> tuple[EngineMirror, bool]:
+async def current_mirror(view: KeptView,
+                         leadership: Leadership) -> tuple[EngineMirror, bool]:
+    """The leader's engine while this replica leads, else `view` brought up
+    to date; and whether it is the leader's."""
     controller = leadership.controller
     if controller is not None:
         return controller.mirror, True
@@ -120,6 +123,9 @@ async def _mirror(view: KeptView, leadership: Leadership) -> tuple[EngineMirror,
 
 # A bearer token and the caller's address -> whether it may read the debug API.
 TokenCheck = Callable[[str, str], Awaitable[bool]]
+
+
+REVIEW_ERRORS = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
 
 
 class ReviewsThrottled(Exception):
@@ -203,26 +209,40 @@ class TokenReviewer:
             raise ReviewsThrottled
 
     async def _review(self, token: str) -> bool:
+        user = await self.authenticate(token)
+        return user is not None and await self.allowed(
+            user, {"group": "arbiter.dev", "resource": "queues", "verb": "get"})
+
+    async def authenticate(self, token: str) -> dict[str, Any] | None:
+        """Who `token` is (TokenReview's `status.user`), or None."""
         try:
             review = await request_json(
                 self.api, "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
                 body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                       "spec": {"token": token}})
-            status = review.get("status") or {}
-            user = status.get("user") or {}
-            if not status.get("authenticated") or not isinstance(user.get("username"), str):
-                return False
+        except REVIEW_ERRORS as error:
+            log.warning("token review failed", extra={"error": str(error)})
+            return None
+        status = review.get("status") or {}
+        user = status.get("user") or {}
+        if not status.get("authenticated") or not isinstance(user.get("username"), str):
+            return None
+        return dict(user)
+
+    async def allowed(self, user: dict[str, Any], attributes: dict[str, str]) -> bool:
+        """Whether `user` (as `authenticate` returned it) may do what the
+        SubjectAccessReview `resourceAttributes` say."""
+        try:
             access = await request_json(
                 self.api, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
                 body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                       "spec": {"user": user["username"], "groups": user.get("groups") or [],
                                "uid": user.get("uid") or "",
-                               "resourceAttributes": {"group": "arbiter.dev",
-                                                      "resource": "queues", "verb": "get"}}})
-            return bool((access.get("status") or {}).get("allowed"))
-        except (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as error:
-            log.warning("debug API token review failed", extra={"error": str(error)})
+                               "resourceAttributes": attributes}})
+        except REVIEW_ERRORS as error:
+            log.warning("access review failed", extra={"error": str(error)})
             return False
+        return bool((access.get("status") or {}).get("allowed"))
 
 
 def _is_loopback(address: str | None) -> bool:
@@ -232,29 +252,37 @@ def _is_loopback(address: str | None) -> bool:
         return False
 
 
-def access_guard(access: DebugAccess, check_token: TokenCheck | None) -> Any:
-    """The middleware that lets only allowed callers through."""
+def bearer_token(request: web.Request) -> str:
+    """The request's `Authorization: Bearer` token, or ""."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def access_guard(access: DebugAccess, check_token: TokenCheck | None, *,
+                 surface: str = "the debug API",
+                 token_of: Callable[[web.Request], str] = bearer_token) -> Any:
+    """The middleware that lets only allowed callers through (`token_of`:
+    where a request carries its token)."""
     @web.middleware
     async def guard(request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                     ) -> web.StreamResponse:
         if access == "loopback":
             if not _is_loopback(request.remote):
-                return _json({"error": "the debug API answers on loopback only"}, 403)
+                return _json({"error": f"{surface} answers on loopback only"}, 403)
         else:
-            header = request.headers.get("Authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
+            token = token_of(request)
+            if not token:
                 return _json({"error": "a bearer token is required"}, 401)
             try:
                 allowed = check_token is not None and await check_token(
-                    token.strip(), request.remote or "")
+                    token, request.remote or "")
             except ReviewsThrottled:
                 response = _json({"error": "too many new tokens to review; retry later"}, 429)
                 response.headers["Retry-After"] = "1"
                 return response
             if not allowed:
-                return _json({"error": "the token may not read the debug API"}, 403)
+                return _json({"error": f"the token may not read {surface}"}, 403)
         return await handler(request)
 
     return guard
@@ -304,7 +332,7 @@ def debug_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
     view = KeptView(store, overcommit, clock)
 
     async def queues(_: web.Request) -> web.Response:
-        mirror, leader = await _mirror(view, leadership)
+        mirror, leader = await current_mirror(view, leadership)
         return _json(queues_document(mirror, leader=leader))
 
     async def pending(request: web.Request) -> web.Response:
@@ -313,7 +341,7 @@ def debug_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
         except ValueError:
             return _json({"error": "limit must be an integer"}, 400)
         limit = max(0, min(limit, MAX_LIMIT))
-        mirror, _ = await _mirror(view, leadership)
+        mirror, _ = await current_mirror(view, leadership)
         document = pending_document(mirror, request.match_info["name"], limit)
         if document is None:
             return _json({"error": f"no queue {request.match_info['name']!r}"}, 404)

@@ -1,0 +1,163 @@
+"""The event stream (`GET /view/events`, server-sent events): each
+queue's waiting and admitted counts and dominant share, pushed to open
+pages when they change.
+
+One `Pulse` per application, shared by every client: it follows the
+store's change notifications while a client is connected, and after a
+change reads the counts (from the same engine the pages render) after
+`DEBOUNCE` seconds and again every `INTERVAL` for `SETTLE` seconds (the
+leader's loop applies a change shortly after the store sees it), then once
+every `IDLE` seconds. So a change shows within about a second, however
+many arrive, at most 1 / INTERVAL times a second. Each client is sent
+only what changed since its last message, of the queues it may see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+
+import orjson
+from aiohttp import web
+
+from arbiter.cache.store import ClusterStore, Kind
+from arbiter.core.engine.flat import format_share
+from arbiter.loop.mirror import EngineMirror
+from arbiter.server.web.access import Visibility
+
+DEBOUNCE = 0.1
+INTERVAL = 0.25
+SETTLE = 1.0
+IDLE = 5.0
+# Seconds between two comments that keep an idle stream open; clients at once.
+PING = 15.0
+MAX_CLIENTS = 64
+
+Counts = dict[str, tuple[int, int, float]]  # queue -> (waiting, admitted, share)
+
+
+def counts_of(mirror: EngineMirror) -> Counts:
+    engine = mirror.engine
+    return {name: (mirror.waiting.get(name, 0), mirror.admitted.get(name, 0),
+                   format_share(engine.dominant_share(name)))
+            for name in mirror.queues}
+
+
+class Pulse:
+    """The latest counts, and a version that moves when they change."""
+
+    def __init__(self, store: ClusterStore,
+                 read: Callable[[], Awaitable[EngineMirror]]) -> None:
+        self.store = store
+        self.read = read
+        self.counts: Counts = {}
+        self.version = 0
+        self.clients = 0
+        self._changed = asyncio.Event()
+        self._published = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    def on_change(self, kind: Kind, key: str) -> None:
+        self._changed.set()
+
+    @contextlib.contextmanager
+    def connected(self) -> Iterator[None]:
+        """While a client is connected: follow the store (the first one
+        starts it, the last one stops it)."""
+        self.clients += 1
+        if self._task is None:
+            self.store.listeners.append(self.on_change)
+            self._task = asyncio.create_task(self._run(), name="web-view-pulse")
+        try:
+            yield
+        finally:
+            self.clients -= 1
+            if self.clients == 0:
+                self.stop()
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+            self.store.listeners.remove(self.on_change)
+
+    def close(self) -> None:
+        """The server stops: every stream ends."""
+        self.closed = True
+        self.stop()
+        self._published.set()
+
+    async def wait(self, version: int) -> None:
+        """Until the counts are newer than `version` (or the pulse closed)."""
+        while self.version == version and not self.closed:
+            await self._published.wait()
+
+    async def _run(self) -> None:
+        await self._publish()
+        settle_until = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            timeout = INTERVAL if now < settle_until else IDLE
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
+            if self._changed.is_set():
+                self._changed.clear()
+                await asyncio.sleep(DEBOUNCE)  # let a burst of changes land together
+                settle_until = loop.time() + SETTLE
+            await self._publish()
+            await asyncio.sleep(max(0.0, INTERVAL - DEBOUNCE))
+
+    async def _publish(self) -> None:
+        counts = counts_of(await self.read())
+        if counts != self.counts:
+            self.counts = counts
+            self.version += 1
+            published, self._published = self._published, asyncio.Event()
+            published.set()
+
+
+def changed(counts: Counts, sent: Counts, visible: Visibility) -> tuple[Counts, list[str]]:
+    """What a client was not sent yet: counts that differ, queues gone."""
+    now = {name: value for name, value in counts.items()
+           if visible.queue(name) and sent.get(name) != value}
+    gone = [name for name in sent if name not in counts]
+    return now, gone
+
+
+async def stream(request: web.Request, pulse: Pulse, visible: Visibility) -> web.StreamResponse:
+    """Server-sent events until the client leaves or the server stops."""
+    if pulse.clients >= MAX_CLIENTS:
+        raise web.HTTPServiceUnavailable(text="too many open views; retry later",
+                                         headers={"Retry-After": "5"})
+    response = web.StreamResponse(headers={
+        "Content-Type": "text/event-stream", "Cache-Control": "no-store",
+        "X-Accel-Buffering": "no"})
+    await response.prepare(request)
+    sent: Counts = {}
+    version = -1
+    with pulse.connected(), contextlib.suppress(ConnectionError):
+        await response.write(b"retry: 2000\n\n")
+        while not pulse.closed:
+            try:
+                async with asyncio.timeout(PING):
+                    await pulse.wait(version)
+            except TimeoutError:
+                await response.write(b": ping\n\n")
+                continue
+            if pulse.closed:
+                break
+            version = pulse.version
+            now, gone = changed(pulse.counts, sent, visible)
+            if not now and not gone:
+                continue
+            for name in gone:
+                sent.pop(name)
+            sent.update(now)
+            message = {"queues": {name: list(value) for name, value in now.items()},
+                       "gone": gone}
+            await response.write(b"data: " + orjson.dumps(message) + b"\n\n")
+    return response

@@ -1,0 +1,180 @@
+"""The HTML of each page, rendered on the server from what the debug API
+serves: `queue_views` (Queue status's own summary) for the queues page,
+`pending_document` (each unit's place and `explain_unit` reason, the text
+its QueueUnit message carries) for a queue's waiting units. No template
+engine: every value goes through `html.escape`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from html import escape
+from typing import Any
+from urllib.parse import quote
+
+from arbiter.core.engine.flat import dominant_share_of
+from arbiter.core.quantities import format_quantity
+from arbiter.core.resources import Resources
+from arbiter.loop.mirror import EngineMirror
+from arbiter.loop.status import QueueView, split_key
+from arbiter.server.web.access import Visibility
+
+# Waiting and admitted units listed on a queue's page at most.
+PAGE_UNITS = 500
+
+_HEAD = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width,initial-scale=1">
+<title>{title} · kube-arbiter</title><link rel="stylesheet" href="{root}static/view.css">
+<script defer src="{root}static/view.js"></script></head>
+<body data-events="{root}events"><header><a href="{root}">kube-arbiter</a> · {title}
+<span id="live" class="live" title="live updates">○</span></header><main>
+"""
+_FOOT = "</main></body></html>\n"
+
+
+def _page(root: str, title: str, body: list[str]) -> str:
+    return "".join((_HEAD.format(title=escape(title), root=root), *body, _FOOT))
+
+
+def _amount(resource: str, units: int) -> str:
+    return format_quantity(resource, units) if units else "0"
+
+
+def _bar(resource: str, allocated: int, deserved: int) -> str:
+    """Allocated against deserved: the fill is what it holds, the mark what
+    it deserves, both on the larger of the two."""
+    scale = max(allocated, deserved, 1)
+    over = " over" if allocated > deserved else ""
+    return (f'<div class="res"><span class="name">{escape(resource)}</span>'
+            f'<span class="bar{over}"><b style="width:{100 * allocated // scale}%"></b>'
+            f'<i style="left:{100 * deserved // scale}%"></i></span>'
+            f'<span class="num">{_amount(resource, allocated)} / '
+            f'{_amount(resource, deserved)}</span></div>')
+
+
+def _resources(resources: Resources) -> str:
+    return escape(", ".join(f"{name}={quantity}"
+                            for name, quantity in resources.to_quantities().items())) or "—"
+
+
+def _percent(share: Fraction | float) -> str:
+    return f"{100 * float(share):.1f}%"
+
+
+def _tree(views: Mapping[str, QueueView]) -> list[tuple[int, QueueView]]:
+    """The queues depth-first under their parents (a queue whose parent is
+    not shown is a root), siblings by name."""
+    children: dict[str, list[str]] = {}
+    roots = []
+    for name, view in views.items():
+        if view.parent and view.parent in views and view.parent != name:
+            children.setdefault(view.parent, []).append(name)
+        else:
+            roots.append(name)
+    out: list[tuple[int, QueueView]] = []
+    seen: set[str] = set()
+    stack = [(0, name) for name in sorted(roots, reverse=True)]
+    while stack:
+        depth, name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        out.append((depth, views[name]))
+        stack.extend((depth + 1, child) for child in sorted(children.get(name, ()), reverse=True))
+    # A cycle (denied, but never lose a queue over one): what is left, flat.
+    out.extend((0, views[name]) for name in sorted(views) if name not in seen)
+    return out
+
+
+def queues_page(root: str, mirror: EngineMirror, views: Mapping[str, QueueView],
+                visible: Visibility) -> str:
+    capacity = mirror.engine.capacity()
+    shown = {name: view for name, view in views.items() if visible.queue(name)}
+    body = [f'<p class="summary">{len(shown)} queues · capacity {_resources(capacity)} · '
+            f'free {_resources(mirror.engine.free().clamp_min(0))}</p>',
+            '<table class="queues"><thead><tr><th>queue</th><th>weight</th>'
+            '<th>guarantee</th><th>capability</th><th>allocated / deserved</th>'
+            '<th>share / fair</th><th>admitted</th><th>waiting</th></tr></thead><tbody>']
+    for depth, view in _tree(shown):
+        record = mirror.queues.get(view.name)
+        guarantee = _resources(record.guarantee) if record else "—"
+        capability = _resources(record.capability) if record else "—"
+        names = sorted({*view.allocated, *view.deserved})
+        bars = "".join(_bar(r, view.allocated.get_amount(r), view.deserved.get_amount(r))
+                       for r in names) or "—"
+        fair = dominant_share_of(view.deserved, capacity)
+        name = escape(view.name)
+        closed = ' <span class="closed">closed</span>' if view.state != "Open" else ""
+        reason = f' title="{escape(view.reason)}"' if view.reason else ""
+        body.append(
+            f'<tr data-q="{name}"><td style="padding-left:{0.3 + 1.2 * depth:.1f}em">'
+            f'<a href="{root}queues/{quote(view.name, safe="")}">{name}</a>{closed}</td>'
+            f'<td>{view.weight}</td><td>{guarantee}</td><td>{capability}</td>'
+            f'<td>{bars}</td><td><span data-k="share">{_percent(view.dominant_share)}</span>'
+            f' / {_percent(fair)}</td><td data-k="admitted">{view.admitted}</td>'
+            f'<td data-k="waiting"{reason}>{view.pending}</td></tr>')
+    body.append("</tbody></table>")
+    return _page(root, "Queues", body)
+
+
+def queue_page(root: str, mirror: EngineMirror, view: QueueView,
+               waiting: Mapping[str, Any], admitted: list[tuple[str, str, str]],
+               visible: Visibility, messages: Mapping[str, str]) -> str:
+    """`waiting`: the debug API's pending document; `admitted`: (key, pool,
+    nodes) per admitted unit; `messages`: each unit's QueueUnit status message."""
+    name = escape(view.name)
+    body = [f'<p class="summary" data-q="{name}">weight {view.weight} · allocated '
+            f'{_resources(view.allocated)} · deserved {_resources(view.deserved)} · share '
+            f'<span data-k="share">{_percent(view.dominant_share)}</span> · admitted '
+            f'<span data-k="admitted">{view.admitted}</span> · waiting '
+            f'<span data-k="waiting">{view.pending}</span></p>']
+    if waiting.get("reason"):
+        body.append(f'<p class="reason">{escape(waiting["reason"])}</p>')
+    body.append(f'<h2>Waiting, in admission order ({waiting["total"]})</h2>'
+                '<table class="units"><thead><tr><th>#</th><th>unit</th><th>priority</th>'
+                '<th>demand</th><th>why it waits</th><th>unit message</th></tr></thead><tbody>')
+    for entry in waiting["pending"]:
+        unit = _unit(entry["namespace"], entry["name"], visible)
+        body.append(
+            f'<tr><td>{entry["position"]}</td><td>{unit}</td><td>{entry["priority"]}</td><td>'
+            f'{escape(", ".join(f"{k}={v}" for k, v in entry["demand"].items()))}</td>'
+            f'<td class="why">{escape(entry["reason"])}</td><td class="message">'
+            f'{escape(messages.get(entry["namespace"] + "/" + entry["name"], ""))}</td></tr>')
+    body.append(f'</tbody></table><h2>Admitted ({view.admitted})</h2>'
+                '<table class="units"><thead><tr><th>unit</th><th>pool</th><th>nodes</th>'
+                '</tr></thead><tbody>')
+    for key, pool, nodes in admitted:
+        namespace, unit = split_key(key)
+        body.append(f'<tr><td>{_unit(namespace, unit, visible)}</td><td>{escape(pool)}</td>'
+                    f'<td>{escape(nodes)}</td></tr>')
+    body.append("</tbody></table>")
+    return _page(root, f"Queue {view.name}", body)
+
+
+def _unit(namespace: str, name: str, visible: Visibility) -> str:
+    # Another tenant's unit in a shared queue: its place shows, not its name.
+    if not visible.namespace(namespace):
+        return '<span class="other">(another namespace)</span>'
+    return escape(f"{namespace}/{name}")
+
+
+def admitted_units(mirror: EngineMirror, queue: str,
+                   limit: int = PAGE_UNITS) -> list[tuple[str, str, str]]:
+    """(key, pool, nodes) of `queue`'s admitted units, by key, at most `limit`."""
+    out = []
+    for unit in sorted(mirror.engine.admitted(queue), key=lambda u: u.key)[:limit]:
+        plan = mirror.plan(unit.key)
+        nodes = sorted({node for names in plan.nodes.values() for node in names}) if plan else []
+        out.append((unit.key, plan.pool if plan else "", ", ".join(nodes)))
+    return out
+
+
+def login_page(root: str) -> str:
+    """What a browser without a token gets (with 401): a form that keeps
+    the token in a cookie for this path only."""
+    return _page(root, "Sign in", [
+        '<form id="login"><p>This view needs a Kubernetes token '
+        '(<code>kubectl create token NAME</code>): you see the queues of the '
+        'namespaces it may read.</p><input type="password" name="token" autocomplete="off" '
+        'placeholder="token" required> <button>Open</button></form>'])

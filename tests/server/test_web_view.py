@@ -27,10 +27,11 @@ HTML = {"Accept": "text/html"}
 
 
 def _app(store: ClusterStore, mode: Any = "loopback",
-         reviewer: access.ViewerReviewer | None = None) -> web.Application:
+         reviewer: access.ViewerReviewer | None = None,
+         leadership: Leadership | None = None) -> web.Application:
     app = web.Application()
     app.add_subapp(web_routes.PREFIX, web_routes.web_app(
-        store=store, overcommit=1.0, leadership=Leadership(), access_mode=mode,
+        store=store, overcommit=1.0, leadership=leadership or Leadership(), access_mode=mode,
         reviewer=reviewer))
     return app
 
@@ -77,6 +78,22 @@ async def test_the_queues_page_shows_each_queue_with_its_counts_and_bars() -> No
         script = await client.get("/view/static/view.js")
         assert script.status == 200 and b"EventSource" in await script.read()
         assert (await client.get("/view/static/secret.py")).status == 404
+
+
+async def test_the_leaders_page_shows_what_its_loop_published_and_agrees_with_a_replica(
+        ) -> None:
+    c = await _cluster()
+    await c.controller.publisher.publish()
+    assert set(c.controller.publisher.views) == {"qa", "qb"}
+    leader = Leadership(controller=c.controller)
+    async with TestClient(TestServer(_app(c.store, leadership=leader))) as client:
+        on_leader = await (await client.get("/view/")).text()
+        queue_on_leader = await (await client.get("/view/queues/qa")).text()
+    async with TestClient(TestServer(_app(c.store))) as client:
+        on_replica = await (await client.get("/view/")).text()
+        queue_on_replica = await (await client.get("/view/queues/qa")).text()
+    assert on_leader == on_replica and '<td data-k="admitted">2</td>' in on_leader
+    assert queue_on_leader == queue_on_replica and "pod-p-004" in queue_on_leader
 
 
 async def test_a_queue_page_lists_waiting_units_in_order_with_the_debug_reason() -> None:

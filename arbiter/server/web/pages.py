@@ -7,17 +7,20 @@ engine: every value goes through `html.escape`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from arbiter.cache.records import QueueRecord
 from arbiter.core.engine.flat import dominant_share_of
 from arbiter.core.quantities import format_quantity
 from arbiter.core.resources import Resources
 from arbiter.loop.mirror import EngineMirror
-from arbiter.loop.status import QueueView, split_key
+from arbiter.loop.status import QueueView, queue_views, split_key
 from arbiter.server.web.access import Visibility
 
 # Waiting and admitted units listed on a queue's page at most.
@@ -87,35 +90,86 @@ def _tree(views: Mapping[str, QueueView]) -> list[tuple[int, QueueView]]:
     return out
 
 
-def queues_page(root: str, mirror: EngineMirror, views: Mapping[str, QueueView],
-                visible: Visibility) -> str:
-    capacity = mirror.engine.capacity()
-    shown = {name: view for name, view in views.items() if visible.queue(name)}
-    body = [f'<p class="summary">{len(shown)} queues · capacity {_resources(capacity)} · '
-            f'free {_resources(mirror.engine.free().clamp_min(0))}</p>',
-            '<table class="queues"><thead><tr><th>queue</th><th>weight</th>'
-            '<th>guarantee</th><th>capability</th><th>allocated / deserved</th>'
-            '<th>share / fair</th><th>admitted</th><th>waiting</th></tr></thead><tbody>']
-    for depth, view in _tree(shown):
-        record = mirror.queues.get(view.name)
-        guarantee = _resources(record.guarantee) if record else "—"
-        capability = _resources(record.capability) if record else "—"
-        names = sorted({*view.allocated, *view.deserved})
-        bars = "".join(_bar(r, view.allocated.get_amount(r), view.deserved.get_amount(r))
-                       for r in names) or "—"
-        fair = dominant_share_of(view.deserved, capacity)
-        name = escape(view.name)
-        closed = ' <span class="closed">closed</span>' if view.state != "Open" else ""
-        reason = f' title="{escape(view.reason)}"' if view.reason else ""
-        body.append(
-            f'<tr data-q="{name}"><td style="padding-left:{0.3 + 1.2 * depth:.1f}em">'
+class QueuesPage:
+    """The queues page, kept between requests. On the leader its numbers
+    are the views the loop last published (`StatusPublisher.views`, what
+    Queue status was written from); elsewhere `queue_views` (the deserved
+    water-fill over every queue: tens of milliseconds at a thousand) is
+    computed again only when the store changed since (or within `SETTLE`
+    seconds before) the last computation, at most every `MIN_AGE` seconds.
+    A row's HTML is built again only when its numbers changed. The live
+    counts on the page come from the event stream meanwhile."""
+
+    MIN_AGE = 1.0
+    SETTLE = 1.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.views: Mapping[str, QueueView] = {}
+        self.built = -math.inf
+        self.changed = 0.0
+        self._rows: dict[str, tuple[object, tuple[Any, ...], str]] = {}
+
+    def on_change(self, kind: str, key: str) -> None:
+        """Store listener."""
+        self.changed = self.clock()
+
+    def current(self, mirror: EngineMirror,
+                published: Mapping[str, QueueView] | None = None) -> Mapping[str, QueueView]:
+        if published:
+            return published
+        now = self.clock()
+        if self.changed >= self.built - self.SETTLE and now - self.built >= self.MIN_AGE:
+            # No waiting lists: the counts come from the engine's counters,
+            # the order and reasons are a queue's own page.
+            self.views = queue_views(mirror, top=0, waiting={})
+            self.built = now
+        return self.views
+
+    def render(self, root: str, mirror: EngineMirror, visible: Visibility,
+               published: Mapping[str, QueueView] | None = None) -> str:
+        views = self.current(mirror, published)
+        capacity = mirror.engine.capacity()
+        shown = {name: view for name, view in views.items() if visible.queue(name)}
+        body = [f'<p class="summary">{len(shown)} queues · capacity {_resources(capacity)} · '
+                f'free {_resources(mirror.engine.free().clamp_min(0))}</p>',
+                '<table class="queues"><thead><tr><th>queue</th><th>weight</th>'
+                '<th>guarantee</th><th>capability</th><th>allocated / deserved</th>'
+                '<th>share / fair</th><th>admitted</th><th>waiting</th></tr></thead><tbody>']
+        rows: dict[str, tuple[object, tuple[Any, ...], str]] = {}
+        for depth, view in _tree(shown):
+            record = mirror.queues.get(view.name)
+            key = (depth, capacity, view.allocated, view.deserved, view.dominant_share,
+                   view.pending, view.admitted, view.weight, view.state)
+            cached = self._rows.get(view.name)
+            if cached is None or cached[0] is not record or cached[1] != key:
+                cached = (record, key, _row(root, depth, view, record, capacity))
+            rows[view.name] = cached
+            body.append(cached[2])
+        if len(shown) == len(views):
+            self._rows = rows
+        else:
+            self._rows.update(rows)
+        body.append("</tbody></table>")
+        return _page(root, "Queues", body)
+
+
+def _row(root: str, depth: int, view: QueueView, record: QueueRecord | None,
+         capacity: Resources) -> str:
+    guarantee = _resources(record.guarantee) if record else "—"
+    capability = _resources(record.capability) if record else "—"
+    names = sorted({*view.allocated, *view.deserved})
+    bars = "".join(_bar(r, view.allocated.get_amount(r), view.deserved.get_amount(r))
+                   for r in names) or "—"
+    fair = dominant_share_of(view.deserved, capacity)
+    name = escape(view.name)
+    closed = ' <span class="closed">closed</span>' if view.state != "Open" else ""
+    return (f'<tr data-q="{name}"><td style="padding-left:{0.3 + 1.2 * depth:.1f}em">'
             f'<a href="{root}queues/{quote(view.name, safe="")}">{name}</a>{closed}</td>'
             f'<td>{view.weight}</td><td>{guarantee}</td><td>{capability}</td>'
             f'<td>{bars}</td><td><span data-k="share">{_percent(view.dominant_share)}</span>'
             f' / {_percent(fair)}</td><td data-k="admitted">{view.admitted}</td>'
-            f'<td data-k="waiting"{reason}>{view.pending}</td></tr>')
-    body.append("</tbody></table>")
-    return _page(root, "Queues", body)
+            f'<td data-k="waiting">{view.pending}</td></tr>')
 
 
 def queue_page(root: str, mirror: EngineMirror, view: QueueView,

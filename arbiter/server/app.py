@@ -126,6 +126,7 @@ def build_metrics_app(ctx: ServerContext) -> web.Application:
     if view != "off":
         reviewer = web_access.ViewerReviewer(ctx.api) \
             if view == "token" and ctx.api is not None else None
+        app.router.add_get(web_routes.PREFIX, web_routes.to_root)
         app.add_subapp(web_routes.PREFIX, web_routes.web_app(
             store=ctx.store, overcommit=config.overcommit, leadership=ctx.leadership,
             access_mode=view, reviewer=reviewer))

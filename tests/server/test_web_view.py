@@ -200,6 +200,9 @@ async def test_anonymous_gets_401_and_a_browser_the_sign_in_form() -> None:
         response = await client.get("/view/", headers=HTML)
         assert response.status == 401
         assert 'id="login"' in await response.text()
+        # What the form needs comes without a token; the data does not.
+        assert (await client.get("/view/static/view.js")).status == 200
+        assert (await client.get("/view/queues/qa")).status == 401
 
 
 async def test_the_flag_mounts_the_view_on_the_metrics_listener_or_not() -> None:
@@ -210,6 +213,8 @@ async def test_the_flag_mounts_the_view_on_the_metrics_listener_or_not() -> None
     async with TestClient(TestServer(build_metrics_app(on), host="127.0.0.1")) as client:
         assert (await client.get("/view/")).status == 200
         assert (await client.get("/metrics")).status == 200
+        bare = await client.get("/view", allow_redirects=False)
+        assert (bare.status, bare.headers["Location"]) == (302, "/view/")
 
 
 async def test_closing_the_pulse_ends_every_stream() -> None:

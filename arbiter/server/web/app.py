@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
@@ -42,6 +41,11 @@ def _html(text: str, status: int = 200) -> web.Response:
         "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
         "connect-src 'self'; img-src 'self'; form-action 'none'; frame-ancestors 'none'")
     return response
+
+
+async def to_root(_: web.Request) -> web.StreamResponse:
+    """`/view` without its slash (mounted on the parent application)."""
+    raise web.HTTPFound(ROOT)
 
 
 @web.middleware
@@ -112,9 +116,20 @@ def web_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
         return web.Response(body=(STATIC / name).read_bytes(), content_type=ASSETS[name],
                             headers={"Cache-Control": "max-age=300"})
 
-    middlewares: list[Any] = [sign_in, debug.access_guard(
-        access_mode, check, surface="the web view", token_of=access.view_token)]
-    app = web.Application(middlewares=middlewares)
+    guard = debug.access_guard(access_mode, check, surface="the web view",
+                               token_of=access.view_token)
+
+    @web.middleware
+    async def guarded(request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                      ) -> web.StreamResponse:
+        # The script and style hold no data, and the sign-in form needs them.
+        if request.path.startswith(ROOT + "static/"):
+            return await handler(request)
+        response: web.StreamResponse = await guard(request, handler)
+        return response
+
+    app = web.Application(middlewares=[sign_in, guarded])
     app.router.add_get("/", queues)
     app.router.add_get("/queues/{name}", queue)
     app.router.add_get("/events", events)

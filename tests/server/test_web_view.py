@@ -234,3 +234,24 @@ async def test_closing_the_pulse_ends_every_stream() -> None:
         pulse.close()
         await asyncio.wait_for(waiter, 1.0)
     assert store.listeners == []
+
+
+async def test_a_failed_read_leaves_the_pulse_running(caplog: Any) -> None:
+    store = ClusterStore()
+    calls = 0
+
+    async def read() -> EngineMirror:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("boom")
+        mirror = EngineMirror()
+        mirror.set_queues(store.queues)
+        return mirror
+
+    pulse = live.Pulse(store, read)
+    with pulse.connected():
+        store.apply("Queue", "ADDED", {"metadata": {"name": "q"}, "spec": {}})
+        await asyncio.wait_for(pulse.wait(0), 2.0)
+    assert pulse.counts == {"q": (0, 0, 0.0)} and calls >= 2
+    assert "reading the counts failed" in caplog.text

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 
 import orjson
@@ -26,6 +27,8 @@ from arbiter.core.engine.flat import format_share
 from arbiter.core.resources import Resources
 from arbiter.loop.mirror import EngineMirror
 from arbiter.server.web.access import Visibility
+
+log = logging.getLogger(__name__)
 
 DEBOUNCE = 0.1
 INTERVAL = 0.25
@@ -138,7 +141,11 @@ class Pulse:
             await asyncio.sleep(max(0.0, INTERVAL - DEBOUNCE))
 
     async def _publish(self) -> None:
-        counts = await self.counts_of(await self.read())
+        try:
+            counts = await self.counts_of(await self.read())
+        except Exception:  # a view that failed once must not end every stream
+            log.exception("web view: reading the counts failed")
+            return
         if counts != self.counts:
             self.counts = counts
             self.version += 1

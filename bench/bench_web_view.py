@@ -13,7 +13,10 @@ units are admitted and 93,600 wait. Printed:
    `/view/events` (a replica's view: every store change goes through the
    kept view and the pulse): one QueueUnit created every 50 ms for
    `--seconds`, a probe task sleeping 1 ms and timing how late it wakes;
-   against the 5 ms budget; and how many messages the client got.
+   against the 5 ms budget; and how many messages the client got. On a
+   shared, loaded machine the wall-clock stall includes the time the OS
+   ran other processes: the CPU time this process spent in the worst gap
+   is printed beside it.
 
     .venv/bin/python bench/bench_web_view.py [--queues 1000] [--units 100000] [--seconds 5]
 """
@@ -91,13 +94,16 @@ async def timed(client: TestClient[Any, Any], path: str,
     return times, body
 
 
-async def probe(stop: asyncio.Event, stalls: list[float]) -> None:
-    """How late a 1 ms sleep wakes: the longest the loop was held."""
+async def probe(stop: asyncio.Event, stalls: list[float], busy: list[float]) -> None:
+    """How late a 1 ms sleep wakes (wall clock: the longest the loop was
+    held, this process descheduled by a loaded machine included), and the
+    CPU time this process spent meanwhile (what the loop itself did)."""
     loop = asyncio.get_running_loop()
     while not stop.is_set():
-        before = loop.time()
+        before, cpu = loop.time(), time.process_time()
         await asyncio.sleep(0.001)
         stalls.append(loop.time() - before - 0.001)
+        busy.append(time.process_time() - cpu)
 
 
 async def main() -> None:
@@ -163,8 +169,8 @@ async def main() -> None:
 
         reader = asyncio.create_task(read())
         await asyncio.sleep(1.0)  # the first message (every count) goes out
-        stop, stalls = asyncio.Event(), list[float]()
-        prober = asyncio.create_task(probe(stop, stalls))
+        stop, stalls, busy = asyncio.Event(), list[float](), list[float]()
+        prober = asyncio.create_task(probe(stop, stalls, busy))
         first = messages
         changes = int(args.seconds / 0.05)
         for index in range(changes):
@@ -175,11 +181,13 @@ async def main() -> None:
         await prober
         reader.cancel()
         stream.close()
-    worst = max(stalls)
-    verdict = "ok" if worst <= 0.005 else "OVER"
+    worst, cpu = max(stalls), max(busy)
+    verdict = "ok" if worst <= 0.005 else \
+        "over on the wall clock, ok in CPU: the machine is loaded" if cpu <= 0.005 else "OVER"
     print(f"  stream connected, {changes} store changes in {args.seconds:.0f} s: "
           f"{messages - first} messages; longest event-loop stall {worst * 1000:.2f} ms "
-          f"(budget 5 ms: {verdict}), p99 {statistics.quantiles(stalls, n=100)[98] * 1000:.2f} ms")
+          f"(budget 5 ms: {verdict}), p99 {statistics.quantiles(stalls, n=100)[98] * 1000:.2f} ms; "
+          f"most CPU time between two wake-ups {cpu * 1000:.2f} ms")
 
 
 if __name__ == "__main__":

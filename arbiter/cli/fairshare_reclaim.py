@@ -36,8 +36,9 @@ from arbiter.cli.fairshare_scenario import (
     load_scenario,
     read_document,
 )
-from arbiter.core.engine.flat import AdmissionEngine, Unit
+from arbiter.core.engine.flat import AdmissionEngine
 from arbiter.core.engine.tree import has_hierarchy
+from arbiter.core.model import Unit
 from arbiter.core.reclaim.sim import Simulation
 
 RUNNING = "running"

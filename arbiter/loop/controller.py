@@ -37,7 +37,7 @@ from arbiter.base.kubeapi import ClusterApi
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
-from arbiter.core.engine.flat import Unit
+from arbiter.core.model import Unit
 from arbiter.loop.access import barred, barred_step
 from arbiter.loop.actions import Actions
 from arbiter.loop.charges import Charges

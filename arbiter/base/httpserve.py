@@ -142,11 +142,12 @@ class ListenerLimits:
         connections are refused at once (a refusal costs an accept, no
         handshake), so one slow source fights only itself.
     max_connections: open connections in all; at the cap a new connection
-        closes the oldest one that has not started a request yet
-        (handshaking, or its request head still arriving), else the oldest
-        idle one; when every connection is mid-request the new one is
-        refused. Slow clients from many sources therefore cannot keep the
-        apiserver or kube-scheduler out: they are the first to go.
+        closes one that has not started a request yet (handshaking, or its
+        request head still arriving), else an idle one, taken from the
+        source holding the most connections (its oldest); when every
+        connection is mid-request the new one is refused. Slow clients from
+        many sources therefore cannot keep the apiserver or kube-scheduler
+        out: they are the first to go.
     handshake_timeout: seconds a TLS handshake may take.
     header_timeout: seconds from the handshake until the first request's
         head is complete.
@@ -208,13 +209,21 @@ class ConnectionGuard:
         return True
 
     def _victim(self) -> _Connection | None:
-        idle = None
+        """The connection to close for a new one: one that has not started a
+        request, else an idle one; within each, from the source holding the
+        most connections (the oldest of those), so that many slow clients
+        from one source push out each other, not a quiet source's handshake."""
+        unserved: _Connection | None = None
+        idle: _Connection | None = None
+        weight = self.per_source.__getitem__
         for connection in self.open:
             if not connection.served():
-                return connection
-            if idle is None and not connection.busy():
+                if unserved is None or weight(connection.source) > weight(unserved.source):
+                    unserved = connection
+            elif not connection.busy() and (
+                    idle is None or weight(connection.source) > weight(idle.source)):
                 idle = connection
-        return idle
+        return unserved or idle
 
     def close_unopened(self) -> None:
         """Close every connection aiohttp does not know of yet (its

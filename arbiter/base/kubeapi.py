@@ -130,7 +130,7 @@ async def open_stream(
     return response
 
 
-# Same keyword signature as open_stream on purpose: one call shape for both.
+# Takes open_stream's keywords, so a caller can switch between the two as they are.
 async def request_json(
     api: Any,
     method: str,

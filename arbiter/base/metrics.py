@@ -79,7 +79,6 @@ partial_admissions_total = Counter(
     registry=REGISTRY,
 )
 
-# Metric declarations repeat one shape by nature (name, help, labels, registry).
 # Per pool (DESIGN §10).
 pool_capacity = Gauge(
     "arbiter_pool_capacity",

@@ -184,6 +184,7 @@ def _load_nodes(raw_nodes: object) -> tuple[Node, ...]:
     return tuple(nodes)
 
 
+# Each pool: a unique name (not "default") and the nodeSelector that picks its nodes.
 def _load_pools(raw_pools: object) -> tuple[Pool, ...]:
     pools: list[Pool] = []
     seen: set[str] = set()

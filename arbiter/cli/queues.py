@@ -322,7 +322,7 @@ async def _load(kubeconfig: Path | None) -> tuple[list[QueueRow], list[Mapping[s
         return await fetch_rows(client), await fetch_reserved(client)
 
 
-# Every CLI command registers itself this way (same shape as the others, by design).
+# `arbiter queues` and its flags (cli/main.py calls each command's add_parser).
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "queues",

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import datetime as dt
 import logging
+import math
 import os
 import socket
 import sys
@@ -80,6 +81,33 @@ class _DefaultsFormatter(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
+class Bounded:
+    """An argparse type: a finite number of `kind`, at least `least` (above it when
+    `above`; `least=None`: no lower bound) and at most `most`."""
+
+    def __init__(self, kind: type[int] | type[float], least: float | None, above: bool,
+                 most: float | None = None) -> None:
+        self.kind, self.least, self.above, self.most = kind, least, above, most
+        self.__name__ = kind.__name__  # argparse names the type in its errors
+
+    def __call__(self, text: str) -> float:
+        try:
+            value = self.kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r} is not {'an integer' if self.kind is int else 'a number'}"
+            ) from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a finite number")
+        if self.least is not None and (value <= self.least if self.above
+                                       else value < self.least):
+            bound = "greater than" if self.above else "at least"
+            raise argparse.ArgumentTypeError(f"{value} must be {bound} {self.least:g}")
+        if self.most is not None and value > self.most:
+            raise argparse.ArgumentTypeError(f"{value} must be at most {self.most:g}")
+        return value
+
+
 def add_parser(subparsers: Any) -> None:
     defaults = ServeConfig()
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -91,16 +119,27 @@ def add_parser(subparsers: Any) -> None:
     )
     add = parser.add_argument
 
-    def number(flag: str, kind: type[int] | type[float], default: float, help: str) -> None:
+    def number(flag: str, kind: type[int] | type[float], default: float, help: str,
+               least: float | None = 0, above: bool = False,
+               most: float | None = None) -> None:
         # The flag's default: its ARBITER_ variable when set and not empty, else the
-        # ServeConfig default.
+        # ServeConfig default. A value outside its range stops the server at start
+        # with the flag named: a zero timeout or cap would hold connections forever
+        # or refuse all of them.
+        convert = Bounded(kind, least, above, most)
         raw = _env(flag[2:])
-        add(flag, type=kind, default=kind(raw) if raw else default, help=help)
+        if raw:
+            try:
+                default = convert(raw)
+            except argparse.ArgumentTypeError as error:
+                variable = "ARBITER_" + flag[2:].upper().replace("-", "_")
+                raise SystemExit(f"{variable}: {error}") from None
+        add(flag, type=convert, default=default, help=help)
 
     add("--kubeconfig", default=_env("kubeconfig"),
         help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     add("--host", default=_env("host", defaults.host), help="address to listen on")
-    number("--port", int, defaults.port,
+    number("--port", int, defaults.port, most=65535,
            help="HTTPS port of the webhook (and of /healthz, /readyz, /metrics)")
     add("--cert-dir", type=Path, default=Path(_env("cert_dir", str(defaults.cert_dir)) or "."),
         help="directory with ca.crt/ca.key/tls.crt/tls.key; generated when empty; used as "
@@ -124,7 +163,7 @@ def add_parser(subparsers: Any) -> None:
              "arbiter.dev/managed=false; listed: only namespaces a Queue admits "
              "(spec.namespaces, spec.namespaceSelector) or labelled arbiter.dev/managed=true; "
              "arbiter labels the admitted ones and its webhooks select on the label")
-    number("--overcommit", float, defaults.overcommit,
+    number("--overcommit", float, defaults.overcommit, above=True,
         help="factor applied to cluster capacity")
     add("--no-leader-elect", action="store_true", default=_env_flag("no_leader_elect"),
         help="run the admission loop without a Lease (one replica only)")
@@ -135,26 +174,26 @@ def add_parser(subparsers: Any) -> None:
     number("--reclaim-grace", float, defaults.reclaim_grace,
         help="seconds a queue below its deserved share waits before resources are "
              "reclaimed for it (short bursts do not thrash)")
-    number("--reclaim-pdb-timeout", float, defaults.reclaim_pdb_timeout,
+    number("--reclaim-pdb-timeout", float, defaults.reclaim_pdb_timeout, least=None,
         help="seconds PodDisruptionBudgets may block taking a pod back for a starving "
              "queue; then the pod is deleted instead of evicted, with an Event (negative: "
              "never, and a PodDisruptionBudget can stop reclaim for good)")
-    number("--admission-timeout", float, defaults.admission_timeout,
+    number("--admission-timeout", float, defaults.admission_timeout, above=True,
         help="seconds an admitted unit may take to start running before it is backed off "
              "and requeued")
     number("--status-interval", float, defaults.status_interval,
         help="minimum seconds between two status writes of one Queue or QueueUnit")
-    number("--status-qps", float, defaults.status_qps,
+    number("--status-qps", float, defaults.status_qps, above=True,
         help="status writes per second, all objects together")
     add("--username", action="append", default=list(_csv(_env("username") or "")),
         help="username arbiter's requests carry, if SelfSubjectReview is unavailable "
              "(repeatable)")
-    number("--max-body-bytes", int, defaults.max_body_bytes,
+    number("--max-body-bytes", int, defaults.max_body_bytes, above=True,
         help="largest AdmissionReview body accepted (larger: HTTP 400)")
-    number("--extender-assume-ttl", float, defaults.extender_assume_ttl,
+    number("--extender-assume-ttl", float, defaults.extender_assume_ttl, above=True,
         help="seconds a pod the scheduler extender approved counts against its queue's "
              "capability before its binding is seen")
-    number("--extender-port", int, defaults.extender_port,
+    number("--extender-port", int, defaults.extender_port, most=65535,
         help="HTTPS port of the scheduler extender (/scheduler/...), its own listener")
     add("--extender-client-ca", type=Path, default=_env("extender_client_ca"),
         help="CA file: the extender then requires a client certificate it signed "
@@ -165,24 +204,25 @@ def add_parser(subparsers: Any) -> None:
         help="with --extender-client-ca: comma-separated commonNames of the client "
              "certificates allowed to call the extender (the CA may sign others too); "
              "empty: any certificate that CA signed")
-    number("--metrics-port", int, defaults.metrics_port,
+    number("--metrics-port", int, defaults.metrics_port, most=65535,
         help="HTTPS port of /metrics, /healthz, /readyz and the debug API")
-    number("--listener-max-connections", int, defaults.listener_max_connections,
+    number("--listener-max-connections", int, defaults.listener_max_connections, above=True,
         help="open connections per listener (webhook, extender, metrics); at the cap a new "
              "connection closes the oldest one that has not sent a request yet")
     number("--listener-max-connections-per-source", int,
-        defaults.listener_max_connections_per_source,
+        defaults.listener_max_connections_per_source, above=True,
         help="open connections per listener from one client IP; past it that IP's new "
              "connections are refused")
     number("--listener-handshake-timeout", float, defaults.listener_handshake_timeout,
+           above=True,
         help="seconds a client may take to finish the TLS handshake")
-    number("--listener-header-timeout", float, defaults.listener_header_timeout,
+    number("--listener-header-timeout", float, defaults.listener_header_timeout, above=True,
         help="seconds from the handshake until the first request's head is complete")
-    number("--listener-idle-timeout", float, defaults.listener_idle_timeout,
+    number("--listener-idle-timeout", float, defaults.listener_idle_timeout, above=True,
         help="seconds a keep-alive connection may sit between requests")
-    number("--max-resource-names", int, defaults.max_resource_names,
+    number("--max-resource-names", int, defaults.max_resource_names, above=True,
         help="resources one pod, Job pod template or QueueUnit may request; more is denied")
-    number("--max-units-per-namespace", int, defaults.max_units_per_namespace,
+    number("--max-units-per-namespace", int, defaults.max_units_per_namespace, above=True,
         help="QueueUnits a namespace may hold; past it new Jobs, pods and QueueUnits there "
              "are denied")
     add("--debug-api", default=_env("debug_api", defaults.debug_api),
@@ -204,8 +244,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     if args.managed_namespaces not in MANAGED_NAMESPACE_MODES:  # from the environment
         raise SystemExit(f"--managed-namespaces (ARBITER_MANAGED_NAMESPACES): "
                          f"{str(args.managed_namespaces)[:40]!r} must be all or listed")
-    # Field by field on purpose (same shape as the other record copies): mypy checks
-    # each name and type, which a generic copy by field name would not.
+    # Field by field, so mypy checks each name and type.
     return ServeConfig(
         host=args.host,
         port=args.port,

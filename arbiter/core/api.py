@@ -76,7 +76,6 @@ CONSUMER_KIND_LABEL: Final = "arbiter.dev/consumer-kind"
 PLACED_ANNOTATION: Final = "arbiter.dev/placed"
 # On a JobFlow's Jobs: labels to select them by, annotations because the
 # cache's JobRecord keeps a Job's arbiter.dev/ annotations (not its labels).
-# Name constants: one shape by nature, each its own API name.
 FLOW_LABEL: Final = "arbiter.dev/jobflow"
 STEP_LABEL: Final = "arbiter.dev/jobflow-step"
 FLOW_ANNOTATION: Final = "arbiter.dev/jobflow"

@@ -48,7 +48,7 @@ class AttemptInfo:
     index: int
     job_name: str
     phase: AttemptPhase
-    # Timestamps as plain fields (same shape as other records, deliberately).
+    # When the attempt's Job was created, started and finished (epoch seconds; 0.0 until then).
     created: float = 0.0
     started: float = 0.0
     finished: float = 0.0

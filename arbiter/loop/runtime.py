@@ -44,7 +44,6 @@ class Leadership:
     controller: AdmissionController | None = None
 
 
-# Settings as a plain field list; same shape as records elsewhere, by nature.
 @dataclass(frozen=True, slots=True)
 class Election:
     """The Lease replicas campaign for."""

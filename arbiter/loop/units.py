@@ -76,7 +76,7 @@ class Owner:
     block_owner_deletion: bool = False
 
 
-# Plain field list (same shape as the cache's records, by nature).
+# The QueueUnit a workload should have, as the loop would write it.
 @dataclass(frozen=True, slots=True)
 class DesiredUnit:
     namespace: str
@@ -356,8 +356,7 @@ def job_state(job: JobRecord | None, uid: str) -> Consumer:
     return Consumer.RELEASED
 
 
-# Same steps as job_state over another record (phase instead of outcome, the gate
-# instead of suspend); kept as two plain functions rather than one with accessors.
+# job_state for a plain pod: its phase stands for the Job's outcome, its gate for suspend.
 def pod_state(pod: PodRecord | None, uid: str) -> Consumer:
     if pod is None or pod.uid != uid:  # no uid: not known to be this Pod's
         return Consumer.MISSING

@@ -204,8 +204,7 @@ def leader_tasks(ctx: ServerContext) -> dict[str, LeaderTask]:
 
 
 def loop_settings(config: ServeConfig) -> LoopSettings:
-    # Field by field on purpose (same shape as the other record copies): mypy checks
-    # each name and type, which a generic copy by field name would not.
+    # Field by field, so mypy checks each name and type.
     return LoopSettings(
         overcommit=config.overcommit,
         admission_timeout=config.admission_timeout,

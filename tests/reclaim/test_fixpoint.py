@@ -314,7 +314,7 @@ def test_mixed_shapes_may_undo_across_passes_yet_terminate() -> None:
     """Found by the random test below: c (priority-ordered, mixed shapes) takes
     a/2 for c/1 in one pass; admissions then serve c's 2-memory unit first, c
     becomes the richer, and the next pass gives a/2 back by taking c/1. Each
-    pass still raises the potential, so it ends; the README says so."""
+    pass still raises the potential, so it ends; docs/reclaim.md says so."""
     cpu, mixed_unit = Resources({"cpu": 1}), Resources({"cpu": 1, "memory": 2})
     specs = [QueueSpec("a", weight=4), QueueSpec("b", weight=2),
              QueueSpec("c", weight=4), QueueSpec("d", weight=1)]

@@ -185,7 +185,7 @@ async def test_room_a_victim_frees_is_not_taken_by_a_unit_fitting_beside_its_pod
 @pytest.mark.xfail(strict=True, reason="open: found by 5,000 examples (issue 26), not fixed yet")
 async def test_mixed_shapes_with_a_capped_pooled_queue() -> None:
     """Mixed shapes, a pool and a capability: the engine's third round gives
-    a its unit back from d (a move the README says mixed shapes may make
+    a its unit back from d (a move docs/reclaim.md says mixed shapes may make
     across passes); the loop stops one move short, d keeps 2 units."""
     case = Case(
         nodes=(("1", "x"), ("1", "y"), ("2", "x"), ("2", "x"), ("4", "x"), ("4", "x")),

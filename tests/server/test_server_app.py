@@ -107,6 +107,36 @@ def test_managed_namespaces_flag_and_variable(monkeypatch: pytest.MonkeyPatch) -
         config_from_args(build_parser(argv).parse_args(argv))
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--listener-handshake-timeout", "0"], "--listener-handshake-timeout: 0.0 must be greater"),
+    (["--listener-max-connections", "0"], "--listener-max-connections: 0 must be greater"),
+    (["--listener-idle-timeout", "inf"], "'inf' is not a finite number"),
+    (["--overcommit", "nan"], "'nan' is not a finite number"),
+    (["--reclaim-grace", "-1"], "--reclaim-grace: -1.0 must be at least 0"),
+    (["--metrics-port", "65536"], "--metrics-port: 65536 must be at most 65535"),
+    (["--max-body-bytes", "1e6"], "--max-body-bytes: '1e6' is not an integer"),
+])
+def test_a_number_out_of_range_is_refused_naming_the_flag(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A zero timeout or cap would leave connections open for good or refuse every
+    one: the server does not start, and says which flag is wrong."""
+    argv = ["serve", *argv]
+    with pytest.raises(SystemExit):
+        build_parser(argv).parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_a_number_variable_out_of_range_is_refused_naming_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARBITER_LISTENER_HEADER_TIMEOUT", "0")
+    argv = ["serve"]
+    with pytest.raises(SystemExit, match=r"ARBITER_LISTENER_HEADER_TIMEOUT: 0\.0 must be greater"):
+        build_parser(argv)
+    monkeypatch.setenv("ARBITER_LISTENER_HEADER_TIMEOUT", "")
+    monkeypatch.setenv("ARBITER_RECLAIM_PDB_TIMEOUT", "-1")  # negative: never delete
+    assert config_from_args(build_parser(argv).parse_args(argv)).reclaim_pdb_timeout == -1
+
+
 def test_json_log_lines_carry_extra_fields() -> None:
     record = logging.LogRecord("arbiter.test", logging.WARNING, __file__, 1, "watch failed %s",
                                ("now",), None)

@@ -100,8 +100,8 @@ class LoopSettings:
     reclaim_pdb_timeout: float = 300.0
 
 
+# What the loop has done so far (cycles, admissions, writes), for tests and logs.
 @dataclass(slots=True)
-# Counters as plain fields (same shape as LoopSettings above, by nature).
 class CycleStats:
     cycles: int = 0
     admitted: int = 0

@@ -13,6 +13,7 @@ from arbiter.sandbox import build, controllers, integrations, kueue
 from arbiter.sandbox.cluster import DEFAULT_DIR, Sandbox
 from arbiter.sandbox.config import NodeShape
 from arbiter.sandbox.probe import SandboxError, all_healthy
+from arbiter.sandbox.process import KubectlError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -92,7 +93,7 @@ def _up(args: argparse.Namespace) -> int:
     try:
         started_now = sandbox.up(shape, arbiter=not args.no_arbiter, integrations=wanted,
                                  timeout=args.timeout)
-    except (SandboxError, build.BuildError) as error:
+    except (SandboxError, KubectlError, build.BuildError) as error:
         print(f"arbiter sandbox up: {error}", file=sys.stderr)
         print(sandbox.log_tails(30), file=sys.stderr)
         return 1

@@ -29,6 +29,7 @@ from arbiter.sandbox.probe import (
     ComponentStatus,
     SandboxError,
     all_healthy,
+    established,
     http_get,
     log_tails,
     probe_process,
@@ -180,17 +181,15 @@ class Sandbox:
                     self._say(f"a healthy sandbox already runs in {self.dir}")
                     self.start_integrations(integrations, timeout)
                     return False
-                self._say(
-                    f"found an unhealthy sandbox in {self.dir}: stopping it and starting afresh"
-                )
+                self._say(f"found an unhealthy sandbox in {self.dir}: "
+                          "stopping it and starting afresh")
             self._stop_all()
             self._remove_managed()
             try:
                 self._bring_up(shape, arbiter, integrations, timeout)
             except BaseException:
-                self._say(
-                    f"bring-up failed; stopping what was started (logs kept in {self.logs_dir})"
-                )
+                self._say(f"bring-up failed; stopping what was started "
+                          f"(logs kept in {self.logs_dir})")
                 self._stop_all()
                 raise
             return True
@@ -238,9 +237,8 @@ class Sandbox:
             self.start_arbiter(wait_ready=False)
         for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
             self._wait_healthy(name, deadline)
-        self._wait(
-            f"{shape.count} Ready nodes", lambda: self.ready_nodes() >= shape.count, deadline
-        )
+        self._wait(f"{shape.count} Ready nodes", lambda: self.ready_nodes() >= shape.count,
+                   deadline)
         if arbiter_port is not None:
             self._wait_healthy(ARBITER_PRIMARY, deadline)
         self._await_integrations(launched, deadline)
@@ -318,14 +316,18 @@ class Sandbox:
         self._spawn("kwok", args, ports={"http": port},
                     health_url=f"http://127.0.0.1:{port}/healthz")
 
-    def _install_crds(self, files: Sequence[Path]) -> None:
-        if not files:
-            return
+    def _install_crds(self, files: Sequence[Path], timeout: float = 60.0) -> None:
+        names = []
         for path in files:
             # Server-side apply: large CRDs overflow client-side apply's
             # last-applied annotation.
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+            names += [d["metadata"]["name"] for d in yaml.safe_load_all(path.read_text()) if d]
+        # Polled, not `kubectl wait`: that fails on a CRD too new to have conditions.
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+        self._wait(f"CRDs {', '.join(names)} established",
+                   lambda: all(established(self.api_get(crds + name)) for name in names),
+                   time.monotonic() + timeout)
 
     # ---- integration controllers (`integrations`) -------------------------------
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from arbiter.sandbox import process
 from arbiter.sandbox.process import ProcessRecord
@@ -100,6 +101,12 @@ def probe_process(record: ProcessRecord,
     if status == 0:
         return False, f"{record.health_url} does not answer"
     return False, f"{record.health_url} answered {status}: {body[:200].decode(errors='replace')}"
+
+
+def established(crd: Mapping[str, Any]) -> bool:
+    """Whether a CustomResourceDefinition (as the apiserver returns it) is served."""
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 def tail(path: Path, lines: int) -> str:

@@ -53,7 +53,7 @@ def _running(pods: list[dict[str, Any]]) -> list[str]:
 
 def test_jobset_runs_its_child_jobs_to_completion(cluster: Sandbox, unmanaged: str) -> None:
     name = unique_name("js")
-    template = {"metadata": {"annotations": {POD_COMPLETE_DELAY_ANNOTATION: "3s"}},
+    template = {"metadata": {"annotations": {POD_COMPLETE_DELAY_ANNOTATION: "10s"}},
                 "spec": {"containers": [CONTAINER]}}  # restartPolicy: the webhook's default
     create(cluster, {
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",

@@ -3,16 +3,19 @@ with, how upstream's webhook manifests become local ones, how builds are keyed."
 
 from __future__ import annotations
 
+import argparse
 import base64
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
 
-from arbiter.sandbox import controllers, integrations, pki
+from arbiter.sandbox import Sandbox, cli, controllers, integrations, pki, process
 from arbiter.sandbox.build import BuildError
+from arbiter.sandbox.cluster import STATE_VERSION
 
 # As controller-gen writes them, before kustomize.
 UPSTREAM: list[dict[str, Any]] = [
@@ -35,7 +38,7 @@ def test_parse_names() -> None:
     assert integrations.parse(" lws , jobset,lws") == ("lws", "jobset")
     assert integrations.parse("all") == tuple(integrations.INTEGRATIONS)
     assert integrations.parse("none") == integrations.parse("") == ()
-    with pytest.raises(ValueError, match="unknown integration.*ray"):
+    with pytest.raises(ValueError, match=r"unknown integration.*ray"):
         integrations.parse("jobset,ray")
 
 
@@ -110,3 +113,29 @@ def test_webhook_serving_certificate_from_the_sandbox_ca(tmp_path: Path) -> None
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     # The caBundle the webhook configurations carry verifies it.
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_file.read_bytes()))
+
+
+def test_up_refuses_an_unknown_integration(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(dir=tmp_path, nodes=1, node_gpu=0, node_cpu="1",
+                              node_memory="1Gi", no_arbiter=True, timeout=1.0,
+                              integrations="jobset,kueue")
+    assert cli._up(args) == 2
+    assert "unknown integration(s) kueue" in capsys.readouterr().err
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_a_running_controller_is_not_started_again(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    sb = Sandbox(tmp_path, quiet=True)
+    sb._state = {"version": STATE_VERSION, "nodes": {"count": 0}, "processes": {}}
+    record = sb._spawn("jobset", [sys.executable, "-c", "import time; time.sleep(60)"],
+                       ports={}, health_url=None)
+    prepared: list[str] = []
+    monkeypatch.setattr(integrations, "prepare", lambda name, *_: prepared.append(name))
+    try:
+        sb.start_integrations(["jobset"])
+        assert prepared == []
+        assert sb.processes()["jobset"].pid == record.pid
+    finally:
+        process.stop(record)

@@ -9,7 +9,7 @@ reaches what the offline engine says.
 * Four seeded scenarios with a 5 s grace (two flat, one of them with a
   Pool; two trees): a first wave fills the cluster, a second, in the seed's
   order, needs reclaim. Each ends where the offline engine
-  (`arbiter.fairshare_reclaim.fixpoint`, what `arbiter fairshare` runs
+  (`arbiter.cli.fairshare_reclaim.fixpoint`, what `arbiter fairshare` runs
   from `running:` units) puts it, within 90 s of the last arrival.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from arbiter.fairshare_reclaim import fixpoint, take_running
-from arbiter.fairshare_scenario import load_scenario
+from arbiter.cli.fairshare_reclaim import fixpoint, take_running
+from arbiter.cli.fairshare_scenario import load_scenario
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
     CPUS,

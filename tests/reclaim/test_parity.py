@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, example, find, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core import reclaim as core_reclaim
-from arbiter.core import reclaim_tree
+from arbiter.core.reclaim import flat as core_reclaim
+from arbiter.core.reclaim import tree as reclaim_tree
 from tests.reclaim.parity import Case, Job, play, run
 
 # The suite's 500 examples are the same every run (derandomized: a drift
@@ -185,7 +185,7 @@ async def test_room_a_victim_frees_is_not_taken_by_a_unit_fitting_beside_its_pod
 @pytest.mark.xfail(strict=True, reason="open: found by 5,000 examples (issue 26), not fixed yet")
 async def test_mixed_shapes_with_a_capped_pooled_queue() -> None:
     """Mixed shapes, a pool and a capability: the engine's third round gives
-    a its unit back from d (a move the README says mixed shapes may make
+    a its unit back from d (a move docs/reclaim.md says mixed shapes may make
     across passes); the loop stops one move short, d keeps 2 units."""
     case = Case(
         nodes=(("1", "x"), ("1", "y"), ("2", "x"), ("2", "x"), ("4", "x"), ("4", "x")),

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.api import MANAGED_LABEL
+from arbiter.core.api import MANAGED_LABEL
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, NodeShape, Sandbox
 from tests.e2e.helpers import create, get, namespace, unique_name, wait_for
 

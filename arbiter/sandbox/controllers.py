@@ -83,14 +83,14 @@ JOBSET = GoController(
         ("MutatingWebhookConfiguration", "config/components/webhook/patches/mutating-patch.yaml"),
         ("ValidatingWebhookConfiguration",
          "config/components/webhook/patches/validating-patch.yaml"),
-    ))
+    ), cold_build="5-20 minutes")
 LWS = GoController(
     name="lws", module="sigs.k8s.io/lws", package="sigs.k8s.io/lws/cmd",
     crd_dir="config/crd/bases", webhooks="config/webhook/manifests.yaml",
     webhook_patches=(
         ("MutatingWebhookConfiguration", "config/webhook/mutating-patch.yaml"),
         ("ValidatingWebhookConfiguration", "config/webhook/validating-patch.yaml"),
-    ))
+    ), cold_build="5-20 minutes")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,9 @@
 version-keyed cache: Kueue's (for bench/compare_kueue.py), JobSet's and
 LeaderWorkerSet's (the integrations the sandbox runs, `integrations`).
 
-Each is pinned by a wrapper module `sandbox/<name>/` (go.mod + go.sum with a
-`tool` directive) and built once per machine:
+Each is pinned by a wrapper module (go.mod + go.sum with `tool` directives:
+`sandbox/kueue/`, `sandbox/controllers/` for JobSet and LWS together) and
+built once per machine:
 
     <cache root>/<name>-<version>_<hash>/
         bin/<name>                  the manager, its version stamped in
@@ -47,7 +48,8 @@ from arbiter.sandbox.build import (
 class GoController:
     """Where a controller manager and its manifests live in its Go module."""
 
-    name: str  # the wrapper module's folder, the cache entry's prefix, the binary's name
+    name: str  # the cache entry's prefix, the binary's name
+    wrapper: str  # the wrapper module's folder in sandbox/
     module: str
     package: str  # the manager's main package
     crd_dir: str  # relative to the module root
@@ -59,7 +61,7 @@ class GoController:
 
     @property
     def wrapper_dir(self) -> Path:
-        return source_dir() / self.name
+        return source_dir() / self.wrapper
 
     def pinned_version(self) -> str:
         return _required_version(self.wrapper_dir / "go.mod", self.module)
@@ -72,11 +74,13 @@ class GoController:
 
 
 KUEUE = GoController(
-    name="kueue", module="sigs.k8s.io/kueue", package="sigs.k8s.io/kueue/cmd/kueue",
+    name="kueue", wrapper="kueue", module="sigs.k8s.io/kueue", package="sigs.k8s.io/kueue/cmd/kueue",
     crd_dir="config/components/crd/bases",
     webhooks="config/components/webhook/manifests.yaml", cold_build="7-19 minutes")
+# JobSet and LWS share one wrapper module, so one dependency graph: a cold
+# build compiles client-go and controller-runtime once for both.
 JOBSET = GoController(
-    name="jobset", module="sigs.k8s.io/jobset", package="sigs.k8s.io/jobset",
+    name="jobset", wrapper="controllers", module="sigs.k8s.io/jobset", package="sigs.k8s.io/jobset",
     crd_dir="config/components/crd/bases",
     webhooks="config/components/webhook/manifests.yaml",
     webhook_patches=(
@@ -85,7 +89,7 @@ JOBSET = GoController(
          "config/components/webhook/patches/validating-patch.yaml"),
     ), cold_build="5-20 minutes")
 LWS = GoController(
-    name="lws", module="sigs.k8s.io/lws", package="sigs.k8s.io/lws/cmd",
+    name="lws", wrapper="controllers", module="sigs.k8s.io/lws", package="sigs.k8s.io/lws/cmd",
     crd_dir="config/crd/bases", webhooks="config/webhook/manifests.yaml",
     webhook_patches=(
         ("MutatingWebhookConfiguration", "config/webhook/mutating-patch.yaml"),

@@ -7,6 +7,7 @@ import argparse
 import base64
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from cryptography import x509
 from arbiter.sandbox import Sandbox, cli, controllers, integrations, pki, process
 from arbiter.sandbox.build import BuildError
 from arbiter.sandbox.cluster import STATE_VERSION
+from arbiter.sandbox.probe import SandboxError, wait_until
 
 # As controller-gen writes them, before kustomize.
 UPSTREAM: list[dict[str, Any]] = [
@@ -90,10 +92,12 @@ def test_unsupported_webhook_patch_fails_the_build(operation: dict[str, Any]) ->
 def test_wrapper_modules_pin_the_controllers() -> None:
     # JobSet at the version Kubeflow Trainer v2.3.0's go.mod requires.
     assert controllers.JOBSET.pinned_version() == "v0.12.0"
-    assert controllers.LWS.pinned_version() == "v0.8.0"
+    assert controllers.LWS.pinned_version() == "v0.9.0"
     for controller in (controllers.JOBSET, controllers.LWS, controllers.KUEUE):
         go_mod = (controller.wrapper_dir / "go.mod").read_text()
-        assert re.search(rf"^tool {re.escape(controller.package)}$", go_mod, re.M)
+        # A `tool` line, or a line of a `tool (...)` block.
+        assert re.search(rf"^(tool |\t){re.escape(controller.package)}$", go_mod, re.M)
+    assert controllers.JOBSET.wrapper_dir == controllers.LWS.wrapper_dir  # one dependency graph
 
 
 def test_controller_cache_key_tracks_version_module_and_toolchain() -> None:
@@ -137,5 +141,28 @@ def test_a_running_controller_is_not_started_again(tmp_path: Path,
         sb.start_integrations(["jobset"])
         assert prepared == []
         assert sb.processes()["jobset"].pid == record.pid
+    finally:
+        process.stop(record)
+
+
+def test_a_controller_that_dies_at_start_fails_with_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "jobset.log"
+    record = process.spawn("jobset", [sys.executable, "-c",
+                                      "print('unable to start manager: no CRD'); exit(1)"],
+                           log, cwd=tmp_path)
+    with pytest.raises(SandboxError, match=r"(?s)jobset exited while waiting.*unable to start"):
+        wait_until("jobset ready", lambda: False, time.monotonic() + 30,
+                   lambda: {"jobset": record}, watch=["jobset"])
+
+
+def test_a_controller_that_never_gets_ready_times_out_with_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "lws.log"
+    record = process.spawn("lws", [sys.executable, "-c",
+                                   "print('waiting for certs', flush=True); "
+                                   "import time; time.sleep(60)"], log, cwd=tmp_path)
+    try:
+        with pytest.raises(SandboxError, match=r"(?s)timed out waiting for lws.*waiting for certs"):
+            wait_until("lws ready", lambda: False, time.monotonic() + 1.0,
+                       lambda: {"lws": record}, watch=["lws"])
     finally:
         process.stop(record)

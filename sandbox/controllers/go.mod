@@ -1,12 +1,16 @@
-// Wrapper module: pins the JobSet controller (sigs.k8s.io/jobset) for the sandbox's
-// integration tests, at the version Kubeflow Trainer v2.3.0 requires. Built from the
-// upstream package via the tool directive:
-//   go build sigs.k8s.io/jobset
-module github.com/kube-arbiter/sandbox/jobset
+// Wrapper module: pins the integration controllers the sandbox runs (arbiter.sandbox.integrations),
+// in one module so that they share one dependency graph and a cold build compiles
+// client-go and controller-runtime once. JobSet at the version Kubeflow Trainer v2.3.0
+// requires. Built from the upstream packages via the tool directives:
+//   go build sigs.k8s.io/jobset      go build sigs.k8s.io/lws/cmd
+module github.com/kube-arbiter/sandbox/controllers
 
 go 1.26.0
 
-tool sigs.k8s.io/jobset
+tool (
+	sigs.k8s.io/jobset
+	sigs.k8s.io/lws/cmd
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -79,21 +83,24 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.36.0 // indirect
-	k8s.io/apiextensions-apiserver v0.36.0 // indirect
-	k8s.io/apimachinery v0.36.0 // indirect
-	k8s.io/apiserver v0.36.0 // indirect
-	k8s.io/client-go v0.36.0 // indirect
-	k8s.io/component-base v0.36.0 // indirect
+	k8s.io/api v0.36.2 // indirect
+	k8s.io/apiextensions-apiserver v0.36.2 // indirect
+	k8s.io/apimachinery v0.36.2 // indirect
+	k8s.io/apiserver v0.36.2 // indirect
+	k8s.io/client-go v0.36.2 // indirect
+	k8s.io/component-base v0.36.2 // indirect
+	k8s.io/component-helpers v0.36.2 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
-	k8s.io/streaming v0.36.0 // indirect
+	k8s.io/streaming v0.36.2 // indirect
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.34.0 // indirect
-	sigs.k8s.io/controller-runtime v0.24.0 // indirect
+	sigs.k8s.io/controller-runtime v0.24.1 // indirect
 	sigs.k8s.io/jobset v0.12.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
+	sigs.k8s.io/lws v0.9.0 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
+	volcano.sh/apis v1.12.1 // indirect
 )

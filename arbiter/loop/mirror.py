@@ -24,9 +24,8 @@ from arbiter.core.model import Placement, demand_of
 from arbiter.core.model import PodSet as EnginePodSet
 from arbiter.core.partial import admit_partial, can_shrink
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.loop.index import LoopIndex, consumer_state
 from arbiter.loop.nodes import NodeModel
-from arbiter.loop.units import Disposition, disposition
+from arbiter.loop.units import Disposition
 
 State = Literal["pending", "parked", "admitted", "orphan"]
 
@@ -359,21 +358,3 @@ def recorded_plan(unit: UnitRecord) -> Placement | None:
     """The plan an admitted unit's status records (None: none recorded)."""
     return unit.admission.placement() if unit.admission is not None else None
 
-
-def mirror_from_store(store: ClusterStore, overcommit: float = 1.0) -> EngineMirror:
-    """An engine over the units as the cache has them, with no loop behind it
-    (for replicas that do not lead: the debug API still answers)."""
-    index = LoopIndex()
-    index.rebuild(store)
-    mirror = EngineMirror()
-    mirror.nodes.overcommit = overcommit
-    mirror.set_queues(store.queues)
-    mirror.set_capacity(store.capacity(overcommit))
-    mirror.nodes.rebuild(store)
-    mirror.sync_nodes()
-    for key, unit in store.units.items():
-        state, pods = consumer_state(store, index, unit)
-        mirror.set(key, disposition(unit, state),
-                   engine_unit(unit, submitted(store, unit, pods)), recorded_plan(unit))
-    mirror.sync_nodes()
-    return mirror

@@ -56,6 +56,13 @@ class ProcessRecord:
         )
 
 
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl call; unlike CalledProcessError, str() includes stderr."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr or ''}".rstrip()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now.
 

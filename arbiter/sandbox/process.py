@@ -116,6 +116,13 @@ def is_running(record: ProcessRecord) -> bool:
     return int(fields[19]) == record.start_ticks
 
 
+def remains(record: ProcessRecord) -> bool:
+    """True while the recorded process (same pid, same start time) exists at all,
+    a zombie included; a recycled pid is another process."""
+    fields = _stat_fields(record.pid)
+    return fields is not None and int(fields[19]) == record.start_ticks
+
+
 def rss_bytes(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -36,8 +36,8 @@ from arbiter.cli.fairshare_scenario import (
     load_scenario,
     read_document,
 )
-from arbiter.core.engine.flat import AdmissionEngine, Unit
 from arbiter.core.engine.tree import has_hierarchy
+from arbiter.core.model import Unit
 from arbiter.core.reclaim.sim import Simulation
 
 RUNNING = "running"
@@ -96,7 +96,6 @@ def settle(scenario: Scenario, running: Entries) -> dict[str, Any]:
                             "modelled offline yet; drop --from/running or the parents")
     simulation, started = fixpoint(scenario, running)
     whole = dataclasses.replace(scenario, units=(*started, *scenario.units))
-    assert isinstance(simulation.engine, AdmissionEngine)  # a tree is refused above
     result = evaluate(whole, engine=simulation.engine)
     result["reclaim"] = {
         "moves": [{"round": m.round, "taker": m.taker, "for": m.for_unit, "victim": m.victim,

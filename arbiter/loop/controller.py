@@ -39,7 +39,7 @@ from arbiter.base.kubeapi import ClusterApi
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
-from arbiter.core.engine.flat import Unit
+from arbiter.core.model import Unit
 from arbiter.loop.access import barred, barred_step
 from arbiter.loop.actions import Actions
 from arbiter.loop.checks import CheckStateGauge, check_deadline, check_step, checks_for
@@ -100,8 +100,8 @@ class LoopSettings:
     reclaim_pdb_timeout: float = 300.0
 
 
+# What the loop has done so far (cycles, admissions, writes), for tests and logs.
 @dataclass(slots=True)
-# Counters as plain fields (same shape as LoopSettings above, by nature).
 class CycleStats:
     cycles: int = 0
     admitted: int = 0

@@ -50,8 +50,8 @@ from arbiter.base import metrics
 from arbiter.base.kubeapi import ApiError
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.api import parse_rfc3339
-from arbiter.core.engine.flat import Unit
 from arbiter.core.engine.tree import has_hierarchy
+from arbiter.core.model import Unit
 from arbiter.core.reclaim.flat import (
     Admitted,
     Plan,

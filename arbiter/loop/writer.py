@@ -21,8 +21,7 @@ from arbiter.base.kubeapi import ApiError
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.api import UnitPhase
-from arbiter.core.engine.flat import Unit
-from arbiter.core.model import Placement
+from arbiter.core.model import Placement, Unit
 from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
 from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision

@@ -16,7 +16,10 @@ logging to `DIR/logs/<component>.log`:
 - kube-scheduler (with arbiter as its extender unless `arbiter=False`;
   see `config.scheduler_config`),
 - kwok, faking N nodes and their pods' lifecycles,
-- the arbiter server from this checkout (`python -m arbiter serve`).
+- the arbiter server from this checkout (`python -m arbiter serve`),
+- when asked (`up(integrations=["jobset", "lws"])`; the CLI's `up` runs
+  all by default), the JobSet and LeaderWorkerSet controllers with their
+  CRDs and webhooks, built from their Go modules (`integrations`).
 
 Then it installs `manifests/crds/*.yaml`, creates the fake nodes and waits
 until everything is healthy and every node is Ready. `DIR/state.json`
@@ -32,14 +35,10 @@ template. Pods not owned by a Job run until deleted; a deleted pod is
 removed at once.
 """
 
-from arbiter.sandbox.cluster import (
-    ARBITER_NAMESPACE,
-    KubectlError,
-    NodeShape,
-    Sandbox,
-    SandboxError,
-)
-from arbiter.sandbox.config import POD_COMPLETE_DELAY_ANNOTATION, scheduler_config
+from arbiter.sandbox.cluster import ARBITER_NAMESPACE, Sandbox
+from arbiter.sandbox.config import POD_COMPLETE_DELAY_ANNOTATION, NodeShape, scheduler_config
+from arbiter.sandbox.probe import SandboxError
+from arbiter.sandbox.process import KubectlError
 
 __all__ = [
     "ARBITER_NAMESPACE",

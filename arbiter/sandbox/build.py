@@ -15,6 +15,7 @@ complete, so a crash never leaves a half-filled cache entry behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,10 +252,17 @@ def _progress(message: str) -> None:
     print(f"[sandbox build] {message}", file=sys.stderr, flush=True)
 
 
-def new_staging(root: Path, key: str) -> Path:
-    """A fresh temporary sibling of the cache entry `key`, where a build goes first."""
+@contextlib.contextmanager
+def staging(root: Path, key: str) -> Iterator[Path]:
+    """A fresh temporary sibling of the cache entry `key`, where a build goes
+    first; removed afterwards unless `publish` renamed it into place."""
     root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    directory = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    try:
+        yield directory
+    finally:
+        if directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def publish(staging: Path, summary: dict[str, Any], target: Path,
@@ -285,11 +293,10 @@ def ensure_built(*, force: bool = False) -> Toolchain:
     toolchain = Toolchain(root / key)
     if toolchain.complete() and not force:
         return toolchain
-    staging = new_staging(root, key)
-    try:
-        partial = Toolchain(staging)
+    with staging(root, key) as staged:
+        partial = Toolchain(staged)
         partial.bin_dir.mkdir()
-        log = staging / "build.log"
+        log = staged / "build.log"
         started = time.monotonic()
         timings: dict[str, float] = {}
         steps: list[tuple[str, Path, list[str]]] = [
@@ -327,9 +334,6 @@ def ensure_built(*, force: bool = False) -> Toolchain:
                 name: round(partial.binary(name).stat().st_size / 2**20, 1) for name in BINARIES
             },
         }
-        publish(staging, summary, toolchain.root, toolchain.complete)
+        publish(staged, summary, toolchain.root, toolchain.complete)
         _progress(f"built in {summary['total_seconds']:.0f}s: {toolchain.bin_dir}")
         return toolchain
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)

@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arbiter.sandbox import build, kueue
-from arbiter.sandbox.cluster import DEFAULT_DIR, NodeShape, Sandbox, SandboxError
-from arbiter.sandbox.probe import all_healthy
+from arbiter.sandbox import build, controllers, integrations, kueue
+from arbiter.sandbox.cluster import DEFAULT_DIR, Sandbox
+from arbiter.sandbox.config import NodeShape
+from arbiter.sandbox.probe import SandboxError, all_healthy
+from arbiter.sandbox.process import KubectlError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -36,6 +38,11 @@ def add_parser(subparsers: Any) -> None:
         "--no-arbiter", action="store_true", help="do not start arbiter or wire the extender"
     )
     up.add_argument(
+        "--integrations", default="all", metavar="LIST",
+        help="integration controllers to run: comma-separated from "
+        f"{', '.join(integrations.INTEGRATIONS)}, or all (default) or none",
+    )
+    up.add_argument(
         "--timeout", type=float, default=180.0, help="seconds to wait for health (default 180)"
     )
     up.set_defaults(handler=_up)
@@ -53,7 +60,8 @@ def add_parser(subparsers: Any) -> None:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_status)
 
-    build_cmd = commands.add_parser("build", help="build (or find cached) control-plane binaries")
+    build_cmd = commands.add_parser(
+        "build", help="build (or find cached) the control plane and the integration controllers")
     build_cmd.add_argument("--force", action="store_true", help="rebuild even when cached")
     build_cmd.add_argument(
         "--with", dest="with_extra", action="append", default=[], choices=["kueue"],
@@ -72,14 +80,20 @@ def _up(args: argparse.Namespace) -> int:
     if args.nodes < 0 or args.node_gpu < 0:
         print("arbiter sandbox up: --nodes and --node-gpu must be >= 0", file=sys.stderr)
         return 2
+    try:
+        wanted = integrations.parse(args.integrations)
+    except ValueError as error:
+        print(f"arbiter sandbox up: --integrations: {error}", file=sys.stderr)
+        return 2
     sandbox = Sandbox(args.dir)
     shape = NodeShape(
         count=args.nodes, cpu=args.node_cpu, memory=args.node_memory, gpu=args.node_gpu
     )
     started = time.monotonic()
     try:
-        started_now = sandbox.up(shape, arbiter=not args.no_arbiter, timeout=args.timeout)
-    except (SandboxError, build.BuildError) as error:
+        started_now = sandbox.up(shape, arbiter=not args.no_arbiter, integrations=wanted,
+                                 timeout=args.timeout)
+    except (SandboxError, KubectlError, build.BuildError) as error:
         print(f"arbiter sandbox up: {error}", file=sys.stderr)
         print(sandbox.log_tails(30), file=sys.stderr)
         return 1
@@ -93,6 +107,8 @@ def _up(args: argparse.Namespace) -> int:
     how = f"up in {elapsed:.1f}s" if started_now else "already running"
     print(f"sandbox {how}: {sandbox.ready_nodes()} fake nodes Ready{arbiter}")
     print(f"  apiserver:  {sandbox.apiserver_url}")
+    running = [name for name in integrations.INTEGRATIONS if name in sandbox.processes()]
+    print(f"  integrations: {', '.join(running) or 'none'}")
     print(f"  kubeconfig: {sandbox.kubeconfig}")
     print(f"  kubectl:    {kubectl} get nodes        (uses the sandbox kubeconfig)")
     print(f"  or:         export KUBECONFIG={sandbox.kubeconfig}")
@@ -161,7 +177,10 @@ def _status(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     try:
         toolchain = build.ensure_built(force=args.force)
-        extra = [kueue.ensure_kueue_built(force=args.force).root] if args.with_extra else []
+        extra = [controllers.ensure_controller_built(integration.controller, force=args.force).root
+                 for integration in integrations.INTEGRATIONS.values()]
+        if args.with_extra:
+            extra.append(kueue.ensure_kueue_built(force=args.force).root)
     except build.BuildError as error:
         print(f"arbiter sandbox build: {error}", file=sys.stderr)
         return 1

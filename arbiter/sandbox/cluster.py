@@ -16,25 +16,28 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from arbiter.sandbox import build, components, config, pki, process
+from arbiter.sandbox import build, components, config, integrations, pki, process
 from arbiter.sandbox.components import CONTROL_PLANE, repo_root
+from arbiter.sandbox.config import NodeShape
 from arbiter.sandbox.probe import (
     ComponentStatus,
+    SandboxError,
     all_healthy,
+    established,
     http_get,
     log_tails,
     probe_process,
-    tail,
     unverified_context,
     verified_context,
+    wait_until,
 )
-from arbiter.sandbox.process import ProcessRecord
+from arbiter.sandbox.process import KubectlError, ProcessRecord
 
 DEFAULT_DIR = Path(".sandbox")
 ARBITER_NAMESPACE = "arbiter-system"
@@ -43,26 +46,7 @@ STATE_VERSION = 2  # 2: arbiter's extender has a port of its own
 # Entries of DIR that the sandbox owns: `down` and a restart remove exactly
 # these (never the directory itself, which may be a user's directory).
 MANAGED_ENTRIES = ("state.json", "kubeconfig", "bin", "pki", "kubeconfigs", "etcd",
-                   "scheduler.yaml", "arbiter-certs")
-
-
-class SandboxError(RuntimeError):
-    pass
-
-
-class KubectlError(subprocess.CalledProcessError):
-    """A failed kubectl call; unlike CalledProcessError, str() includes stderr."""
-
-    def __str__(self) -> str:
-        return f"{super().__str__()}\n{self.stderr or ''}".rstrip()
-
-
-@dataclass(frozen=True, slots=True)
-class NodeShape:
-    count: int = 4
-    cpu: str = "8"
-    memory: str = "32Gi"
-    gpu: int = 0
+                   "scheduler.yaml", "arbiter-certs", "integrations")
 
 
 class Sandbox:
@@ -131,18 +115,15 @@ class Sandbox:
     def node_shape(self) -> NodeShape:
         return NodeShape(**self._state.get("nodes", {}))
 
-    def arbiter_url(self, name: str = ARBITER_PRIMARY) -> str:
+    def arbiter_url(self, name: str = ARBITER_PRIMARY, listener: str = "https") -> str:
         record = self.processes().get(name)
-        if record is None or "https" not in record.ports:
+        if record is None or listener not in record.ports:
             raise SandboxError(f"no arbiter process named {name!r} in {self.dir}")
-        return f"https://127.0.0.1:{record.ports['https']}"
+        return f"https://127.0.0.1:{record.ports[listener]}"
 
     def arbiter_metrics_url(self, name: str = ARBITER_PRIMARY) -> str:
         """The metrics listener of an arbiter process (/metrics, /debug/...)."""
-        record = self.processes().get(name)
-        if record is None or "metrics" not in record.ports:
-            raise SandboxError(f"no arbiter process named {name!r} in {self.dir}")
-        return f"https://127.0.0.1:{record.ports['metrics']}"
+        return self.arbiter_url(name, "metrics")
 
     # ---- state -----------------------------------------------------------
 
@@ -185,8 +166,9 @@ class Sandbox:
     # ---- bring-up --------------------------------------------------------
 
     def up(self, nodes: NodeShape | None = None, *, arbiter: bool = True,
-           timeout: float = 180.0) -> bool:
-        """Start everything; False (and nothing done) if it already runs healthy.
+           integrations: Sequence[str] = (), timeout: float = 180.0) -> bool:
+        """Start everything; False if it already runs healthy (then only the
+        `integrations` controllers it lacks are started).
 
         A sandbox in DIR that is partly dead is stopped and started afresh.
         On failure every started process is stopped again before raising.
@@ -196,24 +178,24 @@ class Sandbox:
             self._state = self._load_state()
             if self._state and self.processes():
                 if self.healthy():
-                    self._say(f"a healthy sandbox already runs in {self.dir}; nothing to do")
+                    self._say(f"a healthy sandbox already runs in {self.dir}")
+                    self.start_integrations(integrations, timeout)
                     return False
-                self._say(
-                    f"found an unhealthy sandbox in {self.dir}: stopping it and starting afresh"
-                )
+                self._say(f"found an unhealthy sandbox in {self.dir}: "
+                          "stopping it and starting afresh")
             self._stop_all()
             self._remove_managed()
             try:
-                self._bring_up(shape, arbiter, timeout)
+                self._bring_up(shape, arbiter, integrations, timeout)
             except BaseException:
-                self._say(
-                    f"bring-up failed; stopping what was started (logs kept in {self.logs_dir})"
-                )
+                self._say(f"bring-up failed; stopping what was started "
+                          f"(logs kept in {self.logs_dir})")
                 self._stop_all()
                 raise
             return True
 
-    def _bring_up(self, shape: NodeShape, arbiter: bool, timeout: float) -> None:
+    def _bring_up(self, shape: NodeShape, arbiter: bool, integration_names: Sequence[str],
+                  timeout: float) -> None:
         started = time.monotonic()
         toolchain = build.ensure_built()
         names = [*CONTROL_PLANE, "etcd-peer"]
@@ -242,23 +224,27 @@ class Sandbox:
         if arbiter_port is not None:
             ca_file = self._arbiter_certificates()
         self._start_controller_manager(toolchain)
-        self._write_scheduler_config(extender_port, ca_file)
+        self.write_scheduler_config(
+            components.scheduler_document(self.dir, self.pki, extender_port, ca_file))
         self._start_scheduler(toolchain)
         self._start_kwok(toolchain)
-        self._install_crds()
+        launched = self._prepare_integrations(integration_names)
+        self._install_crds([*sorted((repo_root() / "manifests" / "crds").glob("*.yaml")),
+                            *(path for launch in launched for path in launch.crd_files)])
         self.apply_yaml(
             yaml.safe_dump(config.node_list(shape.count, shape.cpu, shape.memory, shape.gpu))
         )
+        self._spawn_integrations(launched)
         if arbiter_port is not None:
             self.kubectl("create", "namespace", ARBITER_NAMESPACE)
             self.start_arbiter(wait_ready=False)
         for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
             self._wait_healthy(name, deadline)
-        self._wait(
-            f"{shape.count} Ready nodes", lambda: self.ready_nodes() >= shape.count, deadline
-        )
+        self._wait(f"{shape.count} Ready nodes", lambda: self.ready_nodes() >= shape.count,
+                   deadline)
         if arbiter_port is not None:
             self._wait_healthy(ARBITER_PRIMARY, deadline)
+        self._await_integrations(launched, deadline)
         self._state["up_seconds"] = round(time.monotonic() - started, 1)
         self._save_state()
 
@@ -304,10 +290,6 @@ class Sandbox:
             self.dir / "kubeconfigs" / "kube-controller-manager.conf", port)
         self._spawn_https("kube-controller-manager", args, port, "/healthz")
 
-    def _write_scheduler_config(self, extender_port: int | None, ca_file: Path | None) -> None:
-        self.write_scheduler_config(
-            components.scheduler_document(self.dir, self.pki, extender_port, ca_file))
-
     def write_scheduler_config(self, document: dict[str, Any]) -> Path:
         """Write the scheduler's configuration (takes effect at its next (re)start)."""
         path = self.dir / "scheduler.yaml"
@@ -333,18 +315,50 @@ class Sandbox:
         self._spawn("kwok", args, ports={"http": port},
                     health_url=f"http://127.0.0.1:{port}/healthz")
 
-    def _install_crds(self) -> None:
-        crd_dir = repo_root() / "manifests" / "crds"
-        files = sorted(crd_dir.glob("*.yaml")) if crd_dir.is_dir() else []
+    def _install_crds(self, files: Sequence[Path], timeout: float = 60.0) -> None:
         if not files:
-            self._say(f"no CRDs in {crd_dir} yet; skipping")
             return
-        for path in files:
-            # Server-side apply: large CRDs overflow client-side apply's
-            # last-applied annotation.
-            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        self._say(f"installed {len(files)} CRD file(s) from {crd_dir}")
+        # Server-side apply: large CRDs overflow client-side apply's
+        # last-applied annotation. One call for all: each kubectl costs ~0.5 s.
+        applied = self.kubectl("apply", "--server-side", "--force-conflicts", "-o", "name",
+                               *(f"--filename={path}" for path in files))
+        names = [line.rpartition("/")[2] for line in applied.stdout.split()]
+        # Polled, not `kubectl wait`: that fails on a CRD too new to have conditions.
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+        self._wait(f"CRDs {', '.join(names)} established",
+                   lambda: all(established(self.api_get(crds + name)) for name in names),
+                   time.monotonic() + timeout)
+
+    # ---- integration controllers (`integrations`) -------------------------------
+
+    def start_integrations(self, names: Sequence[str], timeout: float = 120.0) -> None:
+        """Start the integration controllers in `names` that do not run yet,
+        each with its CRDs and, once it serves them, its webhooks."""
+        launches = self._prepare_integrations(names)
+        self._install_crds([path for launch in launches for path in launch.crd_files])
+        self._spawn_integrations(launches)
+        self._await_integrations(launches, time.monotonic() + timeout)
+
+    def _prepare_integrations(self, names: Sequence[str]) -> list[integrations.Launch]:
+        running = {name for name, record in self.processes().items()
+                   if process.is_running(record)}
+        return [integrations.prepare(name, self.dir / "integrations" / name, self.pki,
+                                     self.dir / "kubeconfigs" / f"{name}.conf")
+                for name in names if name not in running]
+
+    def _spawn_integrations(self, launches: Sequence[integrations.Launch]) -> None:
+        for launch in launches:
+            self._spawn(launch.name, launch.args, ports=launch.ports,
+                        health_url=launch.health_url, env=launch.env)
+
+    def _await_integrations(self, launches: Sequence[integrations.Launch], deadline: float) -> None:
+        for launch in launches:
+            self._wait(f"{launch.name} ready and serving its webhooks",
+                       partial(integrations.serving, launch, self.pki.ca_cert),
+                       deadline, watch=[launch.name])
+            self.apply_yaml("---\n".join(yaml.safe_dump(d) for d in launch.webhooks))
+        if launches:
+            self._say(f"started {', '.join(launch.name for launch in launches)}")
 
     def restart_scheduler(self, document: dict[str, Any] | None = None,
                           timeout: float = 60.0) -> int:
@@ -524,21 +538,7 @@ class Sandbox:
 
     def _wait(self, what: str, check: Callable[[], bool], deadline: float,
               watch: Sequence[str] | None = None) -> None:
-        """Poll `check` until true; fail fast when a watched process (default: all) has died."""
-        while True:
-            if check():
-                return
-            for name, record in self.processes().items():
-                if record.stopped and watch is None:
-                    continue
-                if (watch is None or name in watch) and not process.is_running(record):
-                    raise SandboxError(
-                        f"{record.name} exited while waiting for {what}; "
-                        f"last lines of {record.log}:\n{tail(Path(record.log), 40)}"
-                    )
-            if time.monotonic() > deadline:
-                raise SandboxError(f"timed out waiting for {what}")
-            time.sleep(0.2)
+        wait_until(what, check, deadline, self.processes, watch)
 
     # ---- use -----------------------------------------------------------------
 

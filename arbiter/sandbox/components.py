@@ -27,6 +27,8 @@ KCM_CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "ttl-after-finished-controller",
+    # LeaderWorkerSet runs each group as StatefulSets (`integrations`).
+    "statefulset-controller",
 )
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 

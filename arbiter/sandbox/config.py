@@ -4,6 +4,7 @@ KubeSchedulerConfiguration and the fake Nodes. Pure functions, no I/O."""
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,16 @@ NODE_LABEL = ("type", "kwok")
 # pods not owned by a Job run until deleted. Without it: 1 s.
 POD_COMPLETE_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 MAX_PODS_PER_NODE = 110
+
+
+@dataclass(frozen=True, slots=True)
+class NodeShape:
+    """How many fake nodes the sandbox makes, and what each can hold."""
+
+    count: int = 4
+    cpu: str = "8"
+    memory: str = "32Gi"
+    gpu: int = 0
 
 
 def _b64(path: Path) -> str:

@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -41,6 +42,10 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     # arbiter gets an identity of its own, so the webhook can tell its own
     # writes (e.g. unsuspending an admitted Job) from a user's.
     "kube-arbiter": ("kube-arbiter", ("system:masters",)),
+    # The integration controllers (`integrations`), by integration name:
+    # masters, as upstream's ClusterRoles grant them nearly as much.
+    "jobset": ("jobset-controller", ("system:masters",)),
+    "lws": ("lws-controller", ("system:masters",)),
 }
 
 
@@ -87,6 +92,22 @@ class Pki:
         for name in CLIENTS:
             needed += [self.client_cert(name), self.client_key(name)]
         return all(path.is_file() for path in needed)
+
+
+def issue_serving(keys: Pki, directory: Path, common_name: str) -> Path:
+    """A serving certificate for 127.0.0.1 signed by the sandbox's CA, as
+    `directory`/tls.crt and tls.key (the names controller-runtime reads);
+    returns the CA file that verifies it."""
+    ca_cert = x509.load_pem_x509_certificate(keys.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(keys.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{keys.ca_key}: expected an EC private key")
+    cert, key = issue(ca_cert, ca_key, common_name, dns_names=("localhost",),
+                      ip_addresses=("127.0.0.1",), server=True, validity=VALIDITY)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_private(directory / "tls.key", key_pem(key))
+    write_public(directory / "tls.crt", cert_pem(cert))
+    return keys.ca_cert
 
 
 def create_pki(directory: Path) -> Pki:

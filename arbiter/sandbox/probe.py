@@ -6,12 +6,18 @@ from __future__ import annotations
 import http.client
 import os
 import ssl
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from arbiter.sandbox import process
 from arbiter.sandbox.process import ProcessRecord
+
+
+class SandboxError(RuntimeError):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +103,12 @@ def probe_process(record: ProcessRecord,
     return False, f"{record.health_url} answered {status}: {body[:200].decode(errors='replace')}"
 
 
+def established(crd: Mapping[str, Any]) -> bool:
+    """Whether a CustomResourceDefinition (as the apiserver returns it) is served."""
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
 def tail(path: Path, lines: int) -> str:
     """The last `lines` lines of a log file (read from its end)."""
     try:
@@ -118,3 +130,25 @@ def log_tails(processes: dict[str, ProcessRecord], logs_dir: Path, lines: int) -
         logs = {path.stem: path for path in sorted(logs_dir.glob("*.log"))}
     return "\n".join(f"===== {name} ({path}) =====\n{tail(path, lines)}"
                      for name, path in logs.items())
+
+
+def wait_until(what: str, check: Callable[[], bool], deadline: float,
+               processes: Callable[[], Mapping[str, ProcessRecord]],
+               watch: Sequence[str] | None = None) -> None:
+    """Poll `check` until true; fail fast when a watched process (default:
+    every one not stopped on purpose) has died, with the end of its log; on
+    timeout, show the end of the watched processes' logs."""
+    while True:
+        if check():
+            return
+        for name, record in processes().items():
+            if record.stopped and watch is None:
+                continue
+            if (watch is None or name in watch) and not process.is_running(record):
+                raise SandboxError(f"{record.name} exited while waiting for {what}; "
+                                   f"last lines of {record.log}:\n{tail(Path(record.log), 40)}")
+        if time.monotonic() > deadline:
+            logs = [f"last lines of {record.log}:\n{tail(Path(record.log), 40)}"
+                    for name, record in processes().items() if name in (watch or ())]
+            raise SandboxError("\n".join([f"timed out waiting for {what}", *logs]))
+        time.sleep(0.2)

@@ -56,6 +56,13 @@ class ProcessRecord:
         )
 
 
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl call; unlike CalledProcessError, str() includes stderr."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr or ''}".rstrip()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now.
 
@@ -107,6 +114,13 @@ def is_running(record: ProcessRecord) -> bool:
     if fields is None or fields[0] in ("Z", "X"):
         return False
     return int(fields[19]) == record.start_ticks
+
+
+def remains(record: ProcessRecord) -> bool:
+    """True while the recorded process (same pid, same start time) exists at all,
+    a zombie included; a recycled pid is another process."""
+    fields = _stat_fields(record.pid)
+    return fields is not None and int(fields[19]) == record.start_ticks
 
 
 def rss_bytes(pid: int) -> int:

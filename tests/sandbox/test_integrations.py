@@ -1,0 +1,168 @@
+"""The integration controllers' pure parts: which are known, what each runs
+with, how upstream's webhook manifests become local ones, how builds are keyed."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from arbiter.sandbox import Sandbox, cli, controllers, integrations, pki, process
+from arbiter.sandbox.build import BuildError
+from arbiter.sandbox.cluster import STATE_VERSION
+from arbiter.sandbox.probe import SandboxError, wait_until
+
+# As controller-gen writes them, before kustomize.
+UPSTREAM: list[dict[str, Any]] = [
+    {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+     "metadata": {"name": "mutating-webhook-configuration"},
+     "webhooks": [
+         {"name": "mjobset.kb.io", "failurePolicy": "Fail", "clientConfig": {"service": {
+             "name": "webhook-service", "namespace": "system",
+             "path": "/mutate-jobset-x-k8s-io-v1alpha2-jobset"}}},
+         {"name": "mpod.kb.io", "clientConfig": {"service": {
+             "name": "webhook-service", "namespace": "system", "path": "/mutate--v1-pod"}}},
+     ]},
+]
+SELECTOR = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name",
+                                  "operator": "Exists"}]}
+
+
+def test_parse_names() -> None:
+    assert integrations.parse("jobset,lws") == ("jobset", "lws")
+    assert integrations.parse(" lws , jobset,lws") == ("lws", "jobset")
+    assert integrations.parse("all") == tuple(integrations.INTEGRATIONS)
+    assert integrations.parse("none") == integrations.parse("") == ()
+    with pytest.raises(ValueError, match=r"unknown integration.*ray"):
+        integrations.parse("jobset,ray")
+
+
+def test_configuration_keeps_everything_on_loopback(tmp_path: Path) -> None:
+    for integration in integrations.INTEGRATIONS.values():
+        document = integrations.configuration(integration, health_port=1001, webhook_port=1002,
+                                              cert_dir=tmp_path)
+        assert document["apiVersion"].startswith("config.")
+        assert document["health"] == {"healthProbeBindAddress": "127.0.0.1:1001"}
+        assert document["webhook"] == {"host": "127.0.0.1", "port": 1002,
+                                       "certDir": str(tmp_path)}
+        assert document["metrics"] == {"bindAddress": "0"}
+        assert document["leaderElection"] == {"leaderElect": False}
+        assert document["internalCertManagement"] == {"enable": False}
+
+
+def test_webhook_configurations_point_at_the_local_server() -> None:
+    documents = controllers.patched_webhooks(
+        [dict(d, webhooks=list(d["webhooks"])) for d in UPSTREAM],
+        [("MutatingWebhookConfiguration", [{"op": "replace", "path": "/webhooks/1", "value": {
+            **UPSTREAM[0]["webhooks"][1], "objectSelector": SELECTOR}}])])
+    (local,) = integrations.webhook_configurations("jobset", documents, 9443, b"CA PEM")
+    assert local["metadata"] == {"name": "jobset-mutating-webhook-configuration"}
+    bundle = base64.b64encode(b"CA PEM").decode()
+    assert [hook["clientConfig"] for hook in local["webhooks"]] == [
+        {"url": "https://127.0.0.1:9443/mutate-jobset-x-k8s-io-v1alpha2-jobset",
+         "caBundle": bundle},
+        {"url": "https://127.0.0.1:9443/mutate--v1-pod", "caBundle": bundle}]
+    # Upstream's patch keeps the pod webhook off every pod that is not the controller's.
+    assert local["webhooks"][1]["objectSelector"] == SELECTOR
+    assert local["webhooks"][0]["failurePolicy"] == "Fail"
+    # The upstream documents are not changed in place.
+    assert "service" in UPSTREAM[0]["webhooks"][0]["clientConfig"]
+
+
+@pytest.mark.parametrize("operation", [
+    {"op": "add", "path": "/webhooks/1", "value": {}},
+    {"op": "replace", "path": "/webhooks/5", "value": {}},
+    {"op": "replace", "path": "/metadata/name", "value": "x"},
+])
+def test_unsupported_webhook_patch_fails_the_build(operation: dict[str, Any]) -> None:
+    documents = [dict(d, webhooks=list(d["webhooks"])) for d in UPSTREAM]
+    with pytest.raises(BuildError, match="unsupported operation"):
+        controllers.patched_webhooks(documents, [("MutatingWebhookConfiguration", [operation])])
+    with pytest.raises(BuildError, match="0 documents"):
+        controllers.patched_webhooks(documents, [("ValidatingWebhookConfiguration", [])])
+
+
+def test_wrapper_modules_pin_the_controllers() -> None:
+    # JobSet at the version Kubeflow Trainer v2.3.0's go.mod requires.
+    assert controllers.JOBSET.pinned_version() == "v0.12.0"
+    assert controllers.LWS.pinned_version() == "v0.9.0"
+    for controller in (controllers.JOBSET, controllers.LWS, controllers.KUEUE):
+        go_mod = (controller.wrapper_dir / "go.mod").read_text()
+        # A `tool` line, or a line of a `tool (...)` block.
+        assert re.search(rf"^(tool |\t){re.escape(controller.package)}$", go_mod, re.M)
+    assert controllers.JOBSET.wrapper_dir == controllers.LWS.wrapper_dir  # one dependency graph
+
+
+def test_controller_cache_key_tracks_version_module_and_toolchain() -> None:
+    key = controllers.JOBSET.cache_key("v0.12.0", "go1.26")
+    assert re.fullmatch(r"jobset-v0\.12\.0_[0-9a-f]{12}", key)
+    assert controllers.JOBSET.cache_key("v0.12.0", "go1.26") == key
+    assert controllers.JOBSET.cache_key("v0.12.0", "go1.27") != key
+    assert controllers.LWS.cache_key("v0.12.0", "go1.26") != key
+
+
+def test_webhook_serving_certificate_from_the_sandbox_ca(tmp_path: Path) -> None:
+    keys = pki.create_pki(tmp_path / "pki")
+    ca_file = pki.issue_serving(keys, tmp_path / "certs", "jobset-webhook")
+    assert ca_file == keys.ca_cert
+    cert = x509.load_pem_x509_certificate((tmp_path / "certs" / "tls.crt").read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    # The caBundle the webhook configurations carry verifies it.
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_file.read_bytes()))
+
+
+def test_up_refuses_an_unknown_integration(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(dir=tmp_path, nodes=1, node_gpu=0, node_cpu="1",
+                              node_memory="1Gi", no_arbiter=True, timeout=1.0,
+                              integrations="jobset,kueue")
+    assert cli._up(args) == 2
+    assert "unknown integration(s) kueue" in capsys.readouterr().err
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_a_running_controller_is_not_started_again(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    sb = Sandbox(tmp_path, quiet=True)
+    sb._state = {"version": STATE_VERSION, "nodes": {"count": 0}, "processes": {}}
+    record = sb._spawn("jobset", [sys.executable, "-c", "import time; time.sleep(60)"],
+                       ports={}, health_url=None)
+    prepared: list[str] = []
+    monkeypatch.setattr(integrations, "prepare", lambda name, *_: prepared.append(name))
+    try:
+        sb.start_integrations(["jobset"])
+        assert prepared == []
+        assert sb.processes()["jobset"].pid == record.pid
+    finally:
+        process.stop(record)
+
+
+def test_a_controller_that_dies_at_start_fails_with_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "jobset.log"
+    record = process.spawn("jobset", [sys.executable, "-c",
+                                      "print('unable to start manager: no CRD'); exit(1)"],
+                           log, cwd=tmp_path)
+    with pytest.raises(SandboxError, match=r"(?s)jobset exited while waiting.*unable to start"):
+        wait_until("jobset ready", lambda: False, time.monotonic() + 30,
+                   lambda: {"jobset": record}, watch=["jobset"])
+
+
+def test_a_controller_that_never_gets_ready_times_out_with_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "lws.log"
+    record = process.spawn("lws", [sys.executable, "-c",
+                                   "print('waiting for certs', flush=True); "
+                                   "import time; time.sleep(60)"], log, cwd=tmp_path)
+    try:
+        with pytest.raises(SandboxError, match=r"(?s)timed out waiting for lws.*waiting for certs"):
+            wait_until("lws ready", lambda: False, time.monotonic() + 1.0,
+                       lambda: {"lws": record}, watch=["lws"])
+    finally:
+        process.stop(record)

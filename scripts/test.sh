@@ -10,8 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-venv.sh
 # Build (or reuse from ~/.cache/kube-arbiter) etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl and kwok.
+# kube-controller-manager, kube-scheduler, kubectl, kwok and the JobSet and
+# LeaderWorkerSet controllers.
 .venv/bin/arbiter sandbox build
+# Debian's chromium and chromium-driver for the web view's browser test.
+scripts/setup-browser.sh >/dev/null
 .venv/bin/ruff check .
 .venv/bin/mypy
 workers="${ARBITER_TEST_WORKERS:-2}"

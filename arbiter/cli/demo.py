@@ -53,7 +53,7 @@ from arbiter.cli.queues import (
 )
 from arbiter.core.quantities import format_quantity
 from arbiter.core.resources import Resources
-from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, NodeShape, Sandbox
+from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, NodeShape, Sandbox, SandboxError
 
 PART_OF = ("app.kubernetes.io/part-of", "arbiter-demo")
 RUN_LABEL = "demo.arbiter.dev/run"
@@ -400,8 +400,12 @@ def explore_help(kubeconfig: Path, sandbox_dir: Path | None) -> str:
         down = f"{arbiter} sandbox down" + (
             "" if sandbox_dir.resolve() == (cwd / ".sandbox").resolve()
             else f" --dir {shlex.quote(short(sandbox_dir))}")
+        view = ""
+        with contextlib.suppress(SandboxError):
+            view = f"  web view: {Sandbox(sandbox_dir).arbiter_metrics_url()}/view/\n"
         return (
             f"The sandbox keeps running in {short(sandbox_dir)}. Explore it:\n"
+            f"{view}"
             f"  {kubectl} get queues\n"
             f"  {kubectl} get queueunits -A\n"
             f"  {kubectl} get jobs -n ml-training\n"

@@ -107,6 +107,8 @@ def _up(args: argparse.Namespace) -> int:
     how = f"up in {elapsed:.1f}s" if started_now else "already running"
     print(f"sandbox {how}: {sandbox.ready_nodes()} fake nodes Ready{arbiter}")
     print(f"  apiserver:  {sandbox.apiserver_url}")
+    if sandbox.arbiter_port:
+        print(f"  web view:   {sandbox.arbiter_metrics_url()}/view/   (this host only)")
     running = [name for name in integrations.INTEGRATIONS if name in sandbox.processes()]
     print(f"  integrations: {', '.join(running) or 'none'}")
     print(f"  kubeconfig: {sandbox.kubeconfig}")

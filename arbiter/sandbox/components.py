@@ -159,8 +159,8 @@ def arbiter_args(*, kubeconfig: Path, port: int, extender_port: int, metrics_por
                  extra_args: Sequence[str]) -> list[str]:
     """`arbiter serve` on 127.0.0.1:`port`, its extender on `extender_port`
     answering only clients whose certificate `client_ca` signed
-    (kube-scheduler's), and metrics with the debug API (loopback: everything
-    here is local) on `metrics_port`; the webhook configurations point at
+    (kube-scheduler's), and metrics with the debug API and the web view
+    (loopback: everything here is local) on `metrics_port`; the webhook configurations point at
     `webhook_port` (the primary replica's)."""
     return [
         *arbiter_command(), "serve",
@@ -171,6 +171,7 @@ def arbiter_args(*, kubeconfig: Path, port: int, extender_port: int, metrics_por
         "--extender-client-ca", str(client_ca),
         "--metrics-port", str(metrics_port),
         "--debug-api", "loopback",
+        "--web-view", "loopback",
         "--cert-dir", str(cert_dir),
         "--webhook-url", f"https://127.0.0.1:{webhook_port}",
         "--namespace", namespace,

@@ -107,6 +107,10 @@ class NodeModel:
         # Units reclaim took back (or is taking back): their pods, while they
         # terminate, are not counted (see `set_leaving`).
         self._leaving: set[str] = set()
+        # Pods of such a unit that were bound when it was admitted again
+        # (the old admission's, not deleted yet): its new plan does not
+        # follow them, and, like a victim's pods, they count nowhere.
+        self._stale: set[str] = set()  # pod uids
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
@@ -117,6 +121,7 @@ class NodeModel:
         self.set_pools(store.pools.values())
         self._pods = {}
         self._by_unit = {}
+        self._stale &= store.pods.keys()
         self._used = {}
         self._deferred = {}
         self._covered = set(self._engine().plans())
@@ -164,6 +169,8 @@ class NodeModel:
         old = self._pods.get(uid)
         if old == new:
             return False
+        if new is None:
+            self._stale.discard(uid)
         if old is not None:
             self._count(old, -1)
             members = self._by_unit.get(old.unit)
@@ -222,6 +229,13 @@ class NodeModel:
             return
         pods = [self._pods[uid] for uid in self._by_unit.get(key, ())]
         if has_plan:
+            if key in self._leaving:
+                # Admitted again before the pods it was taken back from left:
+                # the new plan (made as offline, where a victim's room is
+                # free at once) is where its new pods go. Followed, it moved
+                # to the old pods' nodes and took room reclaim had chosen
+                # otherwise, and the loop ended elsewhere than the engine.
+                self._stale.update(self._by_unit.get(key, ()))
             for pod in pods:
                 self._count(pod, -1)
             self._covered.add(key)
@@ -231,6 +245,7 @@ class NodeModel:
             self._replan.discard(key)
             self._plan_dropped = True
             self._count_extra(self._deferred.pop(key, ()), -1)
+            self._stale.difference_update(self._by_unit.get(key, ()))
             for pod in pods:
                 self._count(pod, +1)
 
@@ -283,7 +298,7 @@ class NodeModel:
             unit = units(key)
             if plan is None or unit is None:
                 continue
-            bound = [self._pods[uid] for uid in self._by_unit.get(key, ())]
+            bound = self._placed(key)
             moved = follow_bindings(plan, unit, bound)
             if moved.nodes == plan.nodes:
                 continue
@@ -303,6 +318,10 @@ class NodeModel:
             engine.replan(key, moved)
         self._replan.clear()
 
+    def _placed(self, key: str) -> list[_Bound]:
+        """Unit `key`'s bound pods its plan follows (not the stale ones)."""
+        return [self._pods[uid] for uid in self._by_unit.get(key, ()) if uid not in self._stale]
+
     def _unbound_slots(self, engine: AnyEngine,
                        units: Callable[[str], Unit | None]) -> dict[str, set[str]]:
         """Node -> the units with a pod not seen bound yet planned there, by
@@ -311,7 +330,7 @@ class NodeModel:
         waiting: dict[str, set[str]] = {}
         for key, plan in engine.plans().items():
             unit = units(key)
-            bound = [self._pods[uid] for uid in self._by_unit.get(key, ())]
+            bound = self._placed(key)
             followed = follow_bindings(plan, unit, bound) if unit is not None else plan
             slots = Counter(_planned(followed)) - Counter(pod.node for pod in bound)
             for node in slots:

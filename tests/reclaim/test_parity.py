@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from arbiter.core import reclaim as core_reclaim
 from arbiter.core import reclaim_tree
+from arbiter.core.model import Placement
 from tests.reclaim.parity import Case, Job, play, run
 
 # The suite's 500 examples are the same every run (derandomized: a drift
@@ -182,11 +183,13 @@ async def test_room_a_victim_frees_is_not_taken_by_a_unit_fitting_beside_its_pod
     assert outcome.evicted == 1
 
 
-@pytest.mark.xfail(strict=True, reason="open: found by 5,000 examples (issue 26), not fixed yet")
-async def test_mixed_shapes_with_a_capped_pooled_queue() -> None:
-    """Mixed shapes, a pool and a capability: the engine's third round gives
-    a its unit back from d (a move the README says mixed shapes may make
-    across passes); the loop stops one move short, d keeps 2 units."""
+async def test_a_victim_admitted_again_at_once_goes_where_it_is_planned() -> None:
+    """Found by 5,000 examples. c's 1-CPU unit, taken back from n5, is
+    admitted again in the same cycle, planned on n4 as offline. Its old pod
+    was still bound on n5: the plan followed it there, n5 looked fuller and
+    n4 emptier than the engine's, d's 2 x 2 CPU unit took three victims
+    instead of two, and the move a then makes back from d never came (the
+    loop ended with d at 2 units, the engine at 1)."""
     case = Case(
         nodes=(("1", "x"), ("1", "y"), ("2", "x"), ("2", "x"), ("4", "x"), ("4", "x")),
         queues={"a": {"capability": {"cpu": "2"}, "pools": ["px"]}, "b": {"pools": ["px"]},
@@ -195,5 +198,6 @@ async def test_mixed_shapes_with_a_capped_pooled_queue() -> None:
               Job("c", "1"), Job("b", "2"), Job("b", "2"), Job("d", "1"), Job("a", "500m"),
               Job("c", "1"), Job("a", "500m", 2), Job("d", "2", 2)),
         pools={"px": "x", "py": "y"})
-    outcome = await play(case)
-    assert outcome.loop == outcome.engine, outcome
+    outcome, c, _ = await run(case)
+    assert outcome.loop == outcome.engine == {"a": 2, "b": 2, "c": 4, "d": 1}, outcome
+    assert c.controller.mirror.plan("ns-c/job-j009") == Placement("px", {"main": ("n4",)})

@@ -209,9 +209,10 @@ async def test_a_tree_with_a_capped_guaranteed_child() -> None:
     The engine takes p2's 2 x 1 CPU unit for q's 2 x 1 CPU unit (q 2, p2 1);
     the loop's pass, given the same p2 units placed the same, picks none
     ("the 2 victim(s) the rules allow do not make room for it"): q 1, p2 2.
-    Not the node model (the same without the fix above). To check first: the
-    loop passes `allocated=` and only the units of queues that could lose
-    (p1's left out), the engine neither: p's share may differ."""
+    Not the node model fix above (the same without it); not `allocated=` nor
+    `ordered=` (the loop's pass picks none without them too); with `room=None`
+    it picks p2's newest unit: the node-fit step of the pass differs (the
+    loop's `NodeRoom`, `Reclaimer._node_room`, against `reclaim_round`'s)."""
     case = Case(
         nodes=(("4", "x"), ("1", "x")),
         queues={"p": {}, "p1": {"parent": "p", "guarantee": {"cpu": "1"},

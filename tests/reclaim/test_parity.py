@@ -222,3 +222,18 @@ async def test_a_tree_with_a_capped_guaranteed_child() -> None:
               Job("p1", "500m"), Job("q", "1", 2)))
     outcome = await play(case)
     assert outcome.loop == outcome.engine, outcome
+
+
+@pytest.mark.xfail(strict=True, reason="open: found by a 5,000-example run (issue 26)")
+async def test_flat_guarantees_with_mixed_shapes() -> None:
+    """Flat, a and b under guarantees: the engine moves nothing (b 1); the
+    loop evicts once and ends with b at 2. Not looked into yet."""
+    case = Case(
+        nodes=(("1", "x"), ("2", "x"), ("4", "x"), ("4", "x"), ("1", "x"), ("1", "x")),
+        queues={"a": {"guarantee": {"cpu": "3"}}, "b": {"guarantee": {"cpu": "1"}},
+                "c": {"weight": 2}, "d": {"weight": 4}},
+        jobs=(Job("a", "500m"), Job("a", "500m", 2), Job("a", "1"), Job("c", "500m", 2),
+              Job("a", "1", 2), Job("a", "500m", 2), Job("a", "1"), Job("a", "500m"),
+              Job("b", "2", 2), Job("b", "500m")))
+    outcome = await play(case)
+    assert outcome.loop == outcome.engine, outcome

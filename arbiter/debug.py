@@ -185,7 +185,7 @@ class TokenReviewer:
         self.max_tokens = max_tokens
         self._per_source = KeyedBuckets(rate, burst, MAX_SOURCES)
         self._total = TokenBucket(total_rate, total_burst, clock())
-        # digest -> (expiry, allowed), good and bad apart; insertion-ordered
+        # digest -> expiry, good and bad tokens apart; insertion-ordered
         # (re-inserted on every review), so the first is the oldest.
         self._good: dict[str, float] = {}
         self._bad: dict[str, float] = {}

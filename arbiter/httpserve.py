@@ -269,7 +269,7 @@ class _Connection(asyncio.Protocol):
         handshake = loop.create_future()
         handshake.add_done_callback(self._handshake_done)
         tls = _TLS(loop, self, guard.tls, handshake, server_side=True,
-                   # typeshed wants an int here; asyncio takes any seconds.
+                   # Whole seconds, rounded up (typed as an int).
                    ssl_handshake_timeout=math.ceil(guard.limits.handshake_timeout))
         raw.set_protocol(tls)
         tls.connection_made(raw)

@@ -16,12 +16,9 @@ def admitted_job_unit(env: AdmissionEnv, namespace: str, uid: str) -> UnitRecord
     one a deleted Job of that name left behind, and the loop names a Job's
     unit apart when that name is taken."""
     unit = env.store.unit_for_consumer(namespace, uid)
-    if unit is None or unit.phase not in ADMITTED_PHASES or not uid:
+    if unit is None or unit.phase not in ADMITTED_PHASES:
         return None
-    consumer = unit.consumer
-    if consumer is None or consumer.kind != "Job" or consumer.uid != uid:
-        return None
-    return unit
+    return unit if unit.consumer is not None and unit.consumer.kind == "Job" else None
 
 
 def claims_problem(spec: Obj | None, where: str) -> str | None:

@@ -216,8 +216,9 @@ def _loop_unit_problem(request: AdmissionRequest, name: str, spec: Obj) -> str |
                     "otherwise")
         return None
     old = require_object(request, old=True)
-    old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
-    assert isinstance(old_spec, dict)
+    old_spec = old.get("spec")
+    if not isinstance(old_spec, dict):
+        old_spec = {}
     if old_spec.get("consumerRef") is None and not name.startswith(LOOP_PREFIXES):
         return None  # a user's reservation
     changed = sorted(str(key)[:60] for key in spec.keys() | old_spec.keys()

@@ -388,6 +388,8 @@ class AdmissionEngine(NodeFit):
         shape = q.shapes.get(skey)
         if shape is None:
             shape = q.shapes[skey] = Shape(skey, self._pairs(unit.demand), unit.pods)
+            if not shape.pairs:
+                q.bare = True
         self._pending[key] = unit
         okey = q.order(unit)
         units = shape.units
@@ -420,7 +422,7 @@ class AdmissionEngine(NodeFit):
         self._push_shape(q, shape)
         cand = q.cand
         if cand is not None and not okey < q.order(cand):
-            if self._nodes is not None and q.hasguar and q.status == CAND:
+            if self._nodes is not None and (q.hasguar or not shape.pairs) and q.status == CAND:
                 self._push_cand(q)  # its optimistic guarantee flag may drop
             return  # comes after the unit the queue offers now
         if self._fits(q, shape.pairs):
@@ -579,7 +581,7 @@ class AdmissionEngine(NodeFit):
                 else:
                     self._find(q)
                 continue
-            exact = self._flag(q, shape.pairs) if q.hasguar else top[0]
+            exact = self._flag(q, shape.pairs)
             if exact <= top[0]:
                 for entry in held:
                     heapq.heappush(self._heap, entry[1])
@@ -838,6 +840,7 @@ class AdmissionEngine(NodeFit):
         seq = self._seq
         empty: list[ShapeKey] = []
         noroom: list[Shape] = []
+        bare = False
         for skey, shape in q.shapes.items():
             if shape.unsorted or (shape.head > TIDY_MIN and shape.head * 2 > len(shape.units)):
                 shape.tidy(order)
@@ -845,6 +848,8 @@ class AdmissionEngine(NodeFit):
             if unit is None:
                 empty.append(skey)
                 continue
+            if not shape.pairs:
+                bare = True
             if shape.noroom and not q.blocking and self._still_no_room(q, shape):
                 noroom.append(shape)  # cheaper than offering it and placing it again
                 continue
@@ -856,6 +861,7 @@ class AdmissionEngine(NodeFit):
         self._seq = seq
         for skey in empty:
             del q.shapes[skey]
+        q.bare = bare
         heapq.heapify(sheap)
         q.sheap = sheap
         for shape in noroom:
@@ -959,11 +965,12 @@ class AdmissionEngine(NodeFit):
         version = self._seq
         q.version = version
         heap = self._heap
-        flag = self._flag(q, pairs) if q.hasguar else (1 if pairs else 0)
-        if flag and q.hasguar and self._nodes is not None:
+        flag = self._flag(q, pairs)
+        if flag and (q.hasguar or q.bare) and self._nodes is not None:
             # Node fit is checked only when the queue wins; if its candidate
-            # then has no room, a later unit within its guarantee may be next.
-            # Keep the key a lower bound of what the queue may offer.
+            # then has no room, a later unit within its guarantee may be next
+            # (a unit requesting nothing is within any, even in a queue
+            # without one). Keep the key a lower bound of what it may offer.
             flag = self._optimistic_flag(q)
         entry: Entry = (flag, q.share, q.name, 1, version, q)
         if heap and heap[0][5] is q:

@@ -155,6 +155,7 @@ ShapeEntry = tuple[OrderKey, int, Shape]  # (order key of the shape's head, ver,
 class QueueState:
     __slots__ = (
         "alloc",
+        "bare",
         "blocking",
         "cand",
         "capl",
@@ -203,6 +204,11 @@ class QueueState:
     capl: list[int]  # capability per resource index, UNLIMITED when absent
     guar: list[int]  # guarantee per resource index
     hasguar: bool
+    # Some shape requests nothing, so is within any guarantee (even none):
+    # with lazy node fit the queue's key may then drop to flag 0 like one
+    # with a guarantee (see `_push_cand`). Set when such a shape is made,
+    # recomputed on re-examination.
+    bare: bool
     divs: list[tuple[int, int]]  # (index, capacity * weight) for capacity > 0
     divl: list[int]  # capacity * weight per resource index, 0 where capacity is 0
     shapes: dict[ShapeKey, Shape]
@@ -245,6 +251,7 @@ class QueueState:
         self.capl = [UNLIMITED] * nres
         self.guar = [0] * nres
         self.hasguar = False
+        self.bare = False
         self.divs = []
         self.divl = [0] * nres
         self.shapes = {}

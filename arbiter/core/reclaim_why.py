@@ -1,4 +1,4 @@
-"""Why a waiting unit is not reclaiming (issue 26): which rule refused which
+"""Why a waiting unit is not reclaiming: which rule refused which
 victim, one line, for its QueueUnit message and the decision log. Pure: no
 I/O. Asked only when a pass could not serve a unit that starves (the move
 rule might let it gain, `arbiter.core.reclaim.plan`), so the cost is paid

@@ -202,12 +202,10 @@ class NodeModel:
     def set_leaving(self, keys: Set[str]) -> None:
         """Units reclaim is taking back or took back whose pods may still be
         on their nodes: those pods no longer count in `used`. Reclaim chose
-        them so that their room goes to the units it served (as it does
-        offline and in total: the aggregate frees a victim at once); counting
-        the pods until they are gone let a unit that fits beside them (the
-        victim itself, requeued, or anyone's) take the room first, and the
-        taker reclaimed again: a loop the offline engine never makes. The
-        units admitted there wait, Pending, until the pods have left."""
+        them so that their room goes to the units it served, as the engine
+        frees a victim at once; anyone else fitting beside the pods first
+        would make the served unit reclaim again. The units admitted there
+        wait, Pending, until the pods have left."""
         if keys == self._leaving:
             return
         changes = [(key, +1) for key in self._leaving - keys]

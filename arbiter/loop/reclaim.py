@@ -189,10 +189,9 @@ class Reclaimer:
     def forget_done(self, mirror: EngineMirror, now: float,
                     record: Callable[[str], UnitRecord | None] = lambda _: None) -> None:
         """Drop in-flight victims the engine no longer counts admitted, or
-        admitted again since (`record`: the unit as the loop has it). Kept
-        in flight, a victim admitted again at once (room elsewhere) counted
-        as free room and its queue as poorer for two minutes, and the
-        reclaim it should have allowed next did not happen."""
+        admitted again since (`record`: the unit as the loop has it): a
+        victim admitted again holds room and counts for its queue, as it
+        does in the engine, so it is no longer room being freed."""
         def readmitted(key: str, attempt: int | None) -> bool:
             found = record(key)
             return attempt is not None and (found is None or found.attempts != attempt)

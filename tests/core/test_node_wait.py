@@ -118,6 +118,42 @@ def test_a_growth_outside_a_queues_pool_does_not_recheck_it(
     assert engine.plan("b") == Placement("default", {"main": ("n0", "n0")})
 
 
+@pytest.mark.parametrize(
+    ("big", "late", "expected"),
+    [
+        (5, False, ["a/none", "b/one", "b/two"]),
+        (5, True, ["b/one", "a/none", "b/two"]),
+        # a's key is flag 0, but its candidate fits and is over: it is held
+        # aside and competes by share, as the reference orders it.
+        (1, False, ["b/one", "b/two", "a/big", "a/none"]),
+    ],
+    ids=["from-scratch", "added-behind-the-candidate", "candidate-fits"],
+)
+def test_a_unit_requesting_nothing_is_within_guarantee_in_a_queue_without_one(
+        big: int, late: bool, expected: list[str]) -> None:
+    """Seed 3246 of the property test below, minimised. A unit requesting
+    nothing is within any guarantee (§4), so a queue without one may offer
+    flag 0 once its candidate, chosen on aggregate fit, finds no node room:
+    its heap key must be that lower bound, as for a queue with a guarantee.
+    The engine built from scratch gave a's key flag 1 and admitted b first."""
+    nodes = [Node("n0", {}, cpu(4)), Node("n1", {}, cpu(4))]
+    specs = [QueueSpec("a"), QueueSpec("b")]
+    engine = AdmissionEngine(cpu(8), specs, nodes)
+    engine.add_admitted(pods("a/first", "a", 1, 2), Placement("default", {"main": ("n0",)}))
+    engine.add_pending(pods("a/big", "a", 1, big))  # 5: fits in total (6 free), on no node
+    engine.add_pending(pods("b/one", "b", 1, 1))
+    engine.add_pending(pods("b/two", "b", 1, 1, created=1))
+    none = Unit("a/none", "a", EMPTY, created=1, pods=(PodSet("main", 2, EMPTY),))
+    got = []
+    if late:  # b's share 0 < a's; then a/none comes behind a's candidate a/big
+        got.append(engine.next())
+        assert engine.is_pending("a/big")
+    engine.add_pending(none)
+    got.extend(engine.admit_all())
+    assert [u.key for u in got if u is not None] == expected
+    assert engine.plan("a/none") == Placement("default", {"main": ("n0", "n0")})
+
+
 def replay_against_scratch(rng: random.Random) -> None:
     """Admit, release a few plans, admit again, six times: each decision and
     plan must be the from-scratch engine's. Units with one pod set only:

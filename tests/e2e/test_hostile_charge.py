@@ -83,8 +83,14 @@ def test_a_patched_down_unit_is_admitted_at_the_jobs_real_size(sandbox: Sandbox)
         name = unit["metadata"]["name"]
         small = {"spec": {"podSets": [{"name": "main", "count": 1,
                                        "requests": {"cpu": "10m"}}]}}
-        sandbox.kubectl("patch", "queueunit", name, "-n", ns, "--type=merge",
-                        "-p", json.dumps(small))
+        patch = ("patch", "queueunit", name, "-n", ns, "--type=merge", "-p", json.dumps(small))
+        # The door: nobody but arbiter writes a loop-made unit's spec.
+        denied = sandbox.kubectl(*patch, check=False)
+        assert denied.returncode != 0
+        assert "spec.podSets cannot change" in denied.stderr, denied.stderr
+        # The backstop, as if the door were bypassed: the write in arbiter's
+        # own name (the sandbox's `kube-arbiter`, impersonated by the admin).
+        sandbox.kubectl(*patch, "--as=kube-arbiter", "--as-group=system:masters")
         # The loop puts the Job's demand back and admits nothing meanwhile.
         wait_for("the unit's spec is the Job's again", lambda: get(
             sandbox, "queueunit", name, "-n", ns)["spec"]["podSets"][0]["count"] == 2,

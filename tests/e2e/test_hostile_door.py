@@ -2,6 +2,7 @@
 the verbs a tenant has in its own namespace (kubectl --as a user bound to a
 namespaced Role), fails with the webhook's message.
 
+Rows 6 (a pod group's late members) and 9 (resource names) are here too.
 Row 14 (a later mutating webhook drops arbiter's patch) needs a second
 webhook the sandbox does not run: tests/webhook/test_door.py pins it on
 the validating endpoint.
@@ -10,12 +11,18 @@ the validating endpoint.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
+from arbiter.api import (
+    ADMISSION_GATE,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_ANNOTATION,
+    QUEUE_LABEL,
+)
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import create, get, job, pod, tenant, unique_name, wait_for
 
@@ -176,3 +183,49 @@ def test_a_running_pod_keeps_its_queue_and_size(sandbox: Sandbox,
     assert "pods/resize may not raise spec.containers[].resources requests" in stderr
     assert "(cpu 100m to 800m)" in stderr
     sandbox.kubectl("delete", "pod", name, "-n", ns, "--wait=false")
+
+
+def test_pods_joining_an_admitted_group_stay_held(sandbox: Sandbox,
+                                                  space: tuple[str, str, str]) -> None:
+    # Row 6: a group of 2 is admitted; 4 more pods labelled into it later are
+    # not released with it (its release covers the pods recorded at
+    # admission), so they never run on its quota.
+    ns, _, _ = space
+    group = unique_name("grp")
+
+    def member(index: int) -> dict[str, Any]:
+        body = pod(f"{group}-{index}", ns, cpu="100m")
+        body["metadata"]["labels"] = {POD_GROUP_LABEL: group}
+        body["metadata"]["annotations"] = {POD_GROUP_SIZE_ANNOTATION: "2"}
+        return body
+
+    for index in range(2):
+        tenant_ok(sandbox, "create", "-f", "-", body=member(index))
+    for index in range(2):
+        running_pod(sandbox, ns, f"{group}-{index}")
+    for index in range(2, 6):
+        tenant_ok(sandbox, "create", "-f", "-", body=member(index))
+    deadline = time.monotonic() + 8  # several loop cycles
+    while time.monotonic() < deadline:
+        for index in range(2, 6):
+            late = get(sandbox, "pod", f"{group}-{index}", "-n", ns)
+            assert not late["spec"].get("nodeName"), late["metadata"]["name"]
+            assert {"name": ADMISSION_GATE} in late["spec"].get("schedulingGates", [])
+        time.sleep(1)
+    unit = get(sandbox, "queueunit", f"group-{group}", "-n", ns)
+    first = {get(sandbox, "pod", f"{group}-{i}", "-n", ns)["metadata"]["uid"] for i in range(2)}
+    assert set(unit["status"]["admittedPods"]) == first
+
+
+def test_seventeen_resource_names_are_denied(sandbox: Sandbox,
+                                             space: tuple[str, str, str]) -> None:
+    # Row 9: every name is a slot in every queue's status pass.
+    ns, _, _ = space
+    body = job(unique_name("names"), ns, cpu="100m")
+    resources = body["spec"]["template"]["spec"]["containers"][0]["resources"]
+    extended = {f"example.com/r{i:02d}": "1" for i in range(16)}
+    resources["requests"].update(extended)
+    resources["limits"] = dict(extended)  # the apiserver wants limits for these
+    stderr = as_tenant(sandbox, "create", "-f", "-", body=body)
+    assert "spec.template.spec names 17 resources" in stderr
+    assert "at most 16 are allowed per unit (--max-resource-names)" in stderr

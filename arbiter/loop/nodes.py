@@ -109,8 +109,11 @@ class NodeModel:
         self._leaving: set[str] = set()
         # Pods of such a unit that were bound when it was admitted again
         # (the old admission's, not deleted yet): its new plan does not
-        # follow them, and, like a victim's pods, they count nowhere.
-        self._stale: set[str] = set()  # pod uids
+        # follow them, and, like a victim's pods, they count nowhere. Pod
+        # uid -> when that ends unless the pod is terminating by then (None:
+        # not stamped yet). See `expire_stale`.
+        self._stale: dict[str, float | None] = {}
+        self._terminating: set[str] = set()  # bound pods being deleted
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
@@ -121,7 +124,8 @@ class NodeModel:
         self.set_pools(store.pools.values())
         self._pods = {}
         self._by_unit = {}
-        self._stale &= store.pods.keys()
+        self._stale = {uid: until for uid, until in self._stale.items() if uid in store.pods}
+        self._terminating = set()
         self._used = {}
         self._deferred = {}
         self._covered = set(self._engine().plans())
@@ -164,13 +168,17 @@ class NodeModel:
     def on_pod(self, uid: str, pod: PodRecord | None) -> bool:
         """A pod changed; whether a node's usage or a plan may change."""
         new = _bound(pod)
+        if new is not None and pod is not None and pod.terminating:
+            self._terminating.add(uid)
+        else:
+            self._terminating.discard(uid)
         if new is not None and uid in self._keys:
             new = _Bound(self._keys[uid], new.node, new.requests)
         old = self._pods.get(uid)
         if old == new:
             return False
         if new is None:
-            self._stale.discard(uid)
+            self._stale.pop(uid, None)
         if old is not None:
             self._count(old, -1)
             members = self._by_unit.get(old.unit)
@@ -215,6 +223,23 @@ class NodeModel:
             if key not in self._covered:
                 self._count_extra((self._pods[uid] for uid in self._by_unit.get(key, ())), sign)
 
+    def expire_stale(self, now: float, ttl: float) -> None:
+        """Stale pods (see `planned`) not terminating `ttl` seconds after
+        they were first seen here are the unit's after all: its Job was
+        admitted again before the Job controller acted on the suspension, so
+        they were never deleted. Its plan follows them again; left stale,
+        they would count on no node for good."""
+        for uid, until in list(self._stale.items()):
+            if uid in self._terminating:
+                continue  # the old admission's for sure: stale until it is gone
+            if until is None:
+                self._stale[uid] = now + ttl
+            elif now >= until:
+                del self._stale[uid]
+                pod = self._pods.get(uid)
+                if pod is not None and pod.unit in self._covered:
+                    self._replan.add(pod.unit)
+
     def engine_replaced(self) -> None:
         """A new engine took over (flat <-> tree): give it the nodes again."""
         self._rebuild_engine = self.enabled
@@ -233,7 +258,7 @@ class NodeModel:
                 # free at once) is where its new pods go. Followed, it moved
                 # to the old pods' nodes and took room reclaim had chosen
                 # otherwise, and the loop ended elsewhere than the engine.
-                self._stale.update(self._by_unit.get(key, ()))
+                self._stale.update(dict.fromkeys(self._by_unit.get(key, ())))
             for pod in pods:
                 self._count(pod, -1)
             self._covered.add(key)
@@ -243,7 +268,8 @@ class NodeModel:
             self._replan.discard(key)
             self._plan_dropped = True
             self._count_extra(self._deferred.pop(key, ()), -1)
-            self._stale.difference_update(self._by_unit.get(key, ()))
+            for uid in self._by_unit.get(key, ()):
+                self._stale.pop(uid, None)
             for pod in pods:
                 self._count(pod, +1)
 

@@ -222,6 +222,7 @@ class Reclaimer:
         the victims' pods stop counting on their nodes for admission."""
         result = self._look(mirror, now, busy, record)
         mirror.nodes.set_leaving(self.inflight.keys() | self.draining.keys())
+        mirror.nodes.expire_stale(now, self.settings.inflight_ttl)
         if result.looked:
             self._note(dict(result.plan.refused), record)
         return result

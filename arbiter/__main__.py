@@ -1,5 +1,5 @@
 """`python -m arbiter` is the same as the `arbiter` console script."""
 
-from arbiter.cli import main
+from arbiter.cli.main import main
 
 raise SystemExit(main())

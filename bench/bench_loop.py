@@ -47,9 +47,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arbiter.api import ADMISSION_GATE, QUEUE_LABEL, format_rfc3339
+from arbiter.base.kubeapi import pod_path, queue_path, unit_path
 from arbiter.cache.store import KINDS, ClusterStore
-from arbiter.kubeapi import pod_path, queue_path, unit_path
+from arbiter.core.api import ADMISSION_GATE, QUEUE_LABEL, format_rfc3339
 from arbiter.loop.controller import AdmissionController, LoopSettings
 from arbiter.testing.memory import InMemoryApi
 from bench.watching import pct
@@ -242,7 +242,7 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
                      rate: float | None = None, dump: Path | None = None) -> None:
     from kubernetes_asyncio import config as kube_config
 
-    from arbiter.kubeapi import ApiError, request_json
+    from arbiter.base.kubeapi import ApiError, request_json
     from bench.watching import Watches
 
     client = await kube_config.new_client_from_config(
@@ -331,7 +331,7 @@ async def cleanup(client: Any, names: list[str]) -> None:
     """Namespaces first (their units go with them), then the queues, which
     may only be deleted once nothing admitted is left in them (given up
     after a minute: a loaded sandbox empties namespaces slowly)."""
-    from arbiter.kubeapi import ApiError, request_json
+    from arbiter.base.kubeapi import ApiError, request_json
 
     for name in names:
         await request_json(client, "DELETE", f"/api/v1/namespaces/{name}")

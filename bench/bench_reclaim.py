@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arbiter.cache.records import QueueRecord
 from arbiter.core.deserved import deserved
-from arbiter.core.fairshare import AdmissionEngine, Node, QueueSpec, Unit
-from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
-from arbiter.core.reclaim_room import NodeRoom
+from arbiter.core.engine.flat import AdmissionEngine, Node, QueueSpec, Unit
+from arbiter.core.reclaim.flat import Admitted, ReclaimQueue, Waiting, plan
+from arbiter.core.reclaim.room import NodeRoom
 from arbiter.core.resources import Resources
 from arbiter.loop.mirror import EngineMirror
 from arbiter.loop.reclaim import Reclaimer, ReclaimSettings

@@ -5,7 +5,7 @@ Two measurements, both printed:
 1. In-process handler time: parse + decide + render of one realistic
    AdmissionReview (`kubectl run` pod, as the apiserver sends it), timed
    per call with perf_counter; p50/p99 over many calls.
-2. Over HTTP: the real aiohttp app (`arbiter.app.build_app`, uvloop) in
+2. Over HTTP: the real aiohttp app (`arbiter.server.app.build_app`, uvloop) in
    a server process pinned to one core, driven from another process (pinned
    to another core when there is one) by a minimal keep-alive HTTP/1.1
    client with several connections. Reviews/s is what the client saw;
@@ -104,9 +104,9 @@ def serve(port_queue: Any, stats_queue: Any, stop_event: Any, cert_dir: str | No
     import uvloop
     from aiohttp import web
 
-    from arbiter.app import build_app
-    from arbiter.config import ServeConfig
-    from arbiter.server import ServerContext
+    from arbiter.server.app import build_app
+    from arbiter.server.config import ServeConfig
+    from arbiter.server.context import ServerContext
 
     samples: list[float] = []
 

@@ -72,12 +72,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arbiter.api import MANAGED_LABEL
-from arbiter.kubeapi import ApiError, open_stream, request_json
+from arbiter.base.kubeapi import ApiError, open_stream, request_json
+from arbiter.core.api import MANAGED_LABEL
 from arbiter.sandbox import NodeShape, Sandbox
 from arbiter.sandbox.kueue import ensure_kueue_built
 from arbiter.sandbox.process import ProcessRecord
-from bench.compare_report import print_table
+from bench.compare_report import add_write_doc, print_table, table, write_doc
 from bench.kueue_run import CONCURRENCY, KueueProcess
 from bench.watching import Watches, pct
 
@@ -176,8 +176,8 @@ def nominal_quotas(tenants: list[tuple[str, int]], capacity_milli: int) -> list[
     admits at most one borrowing workload per cohort in a scheduling cycle.
     With nominal quota a workload within it does not borrow; borrowing
     beyond nominal, fair sharing and reclaim work as before. (Measured: it
-    did not raise Kueue's admission rate here, 2.8/s against 3.4/s; the
-    README's "Kueue's throughput" says what is left.)"""
+    did not raise Kueue's admission rate here, 2.8/s against 3.4/s;
+    docs/against-kueue.md, "Kueue's throughput", says what is left.)"""
     total = sum(weight for _, weight in tenants)
     quotas = [capacity_milli * weight // total for _, weight in tenants]
     quotas[0] += capacity_milli - sum(quotas)
@@ -511,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="which to run, comma-separated (default both; one: for debugging)")
     parser.add_argument("--phases", default="throughput,fairness",
                         help="which workloads, comma-separated (default both)")
+    add_write_doc(parser)
     args = parser.parse_args(argv)
     args.phases = set(args.phases.split(","))
     systems = set(args.systems.split(","))
@@ -544,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
             runner.stop()
         sandbox.down()
     print_table(info, results, args)
+    if args.write_doc is not None:
+        write_doc(table(info, results, args), args.write_doc)
     if args.json is not None:
         info["args"] = {k: str(v) for k, v in vars(args).items()}
         args.json.write_text(json.dumps({"info": info, "results": results}, indent=1))

@@ -1,13 +1,20 @@
-"""The side-by-side table of bench/compare_kueue.py (Markdown, ready for the README)."""
+"""The side-by-side table of bench/compare_kueue.py (Markdown), printed and, with
+`--write-doc`, written into docs/against-kueue.md between its marker comments."""
 
 from __future__ import annotations
 
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 Json = dict[str, Any]
+
+# Where the latest comparison lives: the table sits between these two lines.
+DOC = Path(__file__).resolve().parent.parent / "docs" / "against-kueue.md"
+BEGIN = "<!-- compare_kueue: begin"
+END = "<!-- compare_kueue: end -->"
 
 # (label, how to read it from one system's result, format, True when lower is better)
 ROWS: list[tuple[str, Callable[[Json], float], str, bool]] = [
@@ -93,11 +100,31 @@ def print_table(info: Json, results: list[Json], args: argparse.Namespace) -> No
     print(table(info, results, args))
 
 
-if __name__ == "__main__":
-    # Print the table again from a run's --json file.
-    import json
-    import sys
-    from pathlib import Path
+def write_doc(text: str, doc: Path = DOC) -> None:
+    """Put `text` (a `table`) between the markers of `doc`, replacing the
+    previous run's; the machine, versions and workload lines become a list."""
+    page = doc.read_text()
+    start = page.index("\n", page.index(BEGIN)) + 1
+    end = page.index(END, start)
+    head, _, rest = text.partition("\n\n")
+    listed = "\n".join(f"- {line}" for line in head.splitlines())
+    doc.write_text(f"{page[:start]}{listed}\n\n{rest.strip()}\n{page[end:]}")
 
-    saved = json.loads(Path(sys.argv[1]).read_text())
+
+def add_write_doc(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--write-doc", nargs="?", const=DOC, type=Path, metavar="FILE",
+                        help=f"also write the table into FILE (default {DOC.name} in docs/)")
+
+
+if __name__ == "__main__":
+    # Print the table again from a run's --json file (and, asked, write it).
+    import json
+
+    cli = argparse.ArgumentParser(description="the table of a compare_kueue.py --json file")
+    cli.add_argument("json", type=Path)
+    add_write_doc(cli)
+    options = cli.parse_args()
+    saved = json.loads(options.json.read_text())
     print(table(saved["info"], saved["results"]))
+    if options.write_doc is not None:
+        write_doc(table(saved["info"], saved["results"]), options.write_doc)

@@ -1,6 +1,6 @@
 """Fuzz benchmark: hostile requests against every HTTP surface over real HTTP.
 
-The server's surfaces (`arbiter.app.build_app` with the extender mounted
+The server's surfaces (`arbiter.server.app.build_app` with the extender mounted
 beside it: `tests.hostile.one_port_app`) run in a child process on
 127.0.0.1, answering from a synced in-memory cache; this process sends it `--reviews` malformed
 AdmissionReviews (every webhook path and kind) and `--extender-args`
@@ -40,8 +40,8 @@ WARMUP = 300
 def _serve(port_out: mp.connection.Connection, log_path: str) -> None:
     from aiohttp import web
 
-    from arbiter.config import ServeConfig
-    from arbiter.server import ServerContext
+    from arbiter.server.config import ServeConfig
+    from arbiter.server.context import ServerContext
     from tests.hostile import one_port_app, world
 
     logging.basicConfig(filename=log_path, level=logging.INFO,

@@ -1,6 +1,6 @@
 """Benchmark: slow clients against the listeners (issue #25 row 8).
 
-A server child process runs `arbiter.app.start_listeners` (all three TLS
+A server child process runs `arbiter.server.app.start_listeners` (all three TLS
 listeners, uvloop, as `arbiter serve` does) on 127.0.0.1 with a synced
 in-memory cache. This process then opens `--plain` slow TCP clients (they
 connect and trickle one byte every `--interval` seconds, never finishing a
@@ -53,10 +53,10 @@ def _serve(port_out: Any, stop: Any, cert_dir: str, fds: int) -> None:
     _raise_fd_limit(fds)
     import uvloop
 
-    from arbiter.app import start_listeners
-    from arbiter.config import ServeConfig
-    from arbiter.metrics import REGISTRY
-    from arbiter.server import ServerContext
+    from arbiter.base.metrics import REGISTRY
+    from arbiter.server.app import start_listeners
+    from arbiter.server.config import ServeConfig
+    from arbiter.server.context import ServerContext
     from bench.bench_webhook import build_store
     from certs.manager import CertManager
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from arbiter.kubeapi import ApiError, open_stream, request_json
+from arbiter.base.kubeapi import ApiError, open_stream, request_json
 
 Handler = Callable[[str, dict[str, Any], float], None]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arbiter.kubeapi import ApiError
+from arbiter.base.kubeapi import ApiError
 from certs import secret as secret_store
 from certs.authority import CertificatePaths, ensure_serving_certificate, paths_in
 from certs.reload import ReloadingTLS

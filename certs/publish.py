@@ -6,7 +6,7 @@ import base64
 import logging
 from typing import Any
 
-from arbiter.kubeapi import ApiError, request_json
+from arbiter.base.kubeapi import ApiError, request_json
 
 log = logging.getLogger(__name__)
 

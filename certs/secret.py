@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from arbiter.kubeapi import ApiError, request_json
+from arbiter.base.kubeapi import ApiError, request_json
 from certs.authority import CertificatePaths, write_private
 
 log = logging.getLogger(__name__)

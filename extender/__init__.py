@@ -10,5 +10,5 @@ API server.
   pods approved but not yet bound (`assumed`);
 - `filter`, `prioritize`, `preempt`: one pure decision per verb;
 - `routes`: the aiohttp adapter and metrics; `extender.routes.extender_app`
-  is the sub-application `arbiter.app` mounts at `/scheduler`.
+  is the sub-application `arbiter.server.app` mounts at `/scheduler`.
 """

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from itertools import filterfalse
 from typing import Literal
 
-from arbiter.api import QUEUE_LABEL
 from arbiter.cache.ownership import holding_unit
 from arbiter.cache.records import PodRecord, QueueRecord, UnitRecord
 from arbiter.cache.store import no_queue_message
+from arbiter.core.api import QUEUE_LABEL
 from arbiter.core.quantities import format_quantity
 from extender.state import ExtenderState
 from extender.wire import ExtenderArgs, ExtenderFilterResult

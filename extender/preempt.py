@@ -31,10 +31,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
-from arbiter.api import FINISHED_PHASES
 from arbiter.cache.records import PodRecord, QueueRecord
+from arbiter.core.api import FINISHED_PHASES
 from arbiter.core.deserved import deserved
-from arbiter.core.fairshare import QueueSpec
+from arbiter.core.engine.flat import QueueSpec
 from arbiter.core.resources import EMPTY, Resources
 from extender.state import ExtenderState
 from extender.wire import ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaVictims, Victim

@@ -20,8 +20,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler as AiohttpHandler
 from aiohttp.typedefs import Middleware
 
-from arbiter import metrics
-from arbiter.httpserve import CachedCounter, one_line, read_limited
+from arbiter.base import metrics
+from arbiter.base.httpserve import CachedCounter, one_line, read_limited
 from extender.filter import filter_nodes
 from extender.preempt import preempt
 from extender.prioritize import prioritize_nodes

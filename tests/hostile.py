@@ -22,9 +22,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from arbiter.app import build_app, extender_state
 from arbiter.cache.store import ClusterStore
-from arbiter.server import ServerContext
+from arbiter.server.app import build_app, extender_state
+from arbiter.server.context import ServerContext
 from extender import routes as extender_routes
 from tests.extender import builders as b
 from tests.webhook.admission_samples import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from arbiter.api import (
+from arbiter.core.api import (
     API_KINDS,
     API_PATH,
     API_VERSION,

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from arbiter.api import MANAGED_LABEL, ManagedNamespaces
-from arbiter.kubeapi import ApiError, request_json
+from arbiter.base.kubeapi import ApiError, request_json
+from arbiter.core.api import MANAGED_LABEL, ManagedNamespaces
 from webhook.endpoints import ENDPOINTS, Endpoint, Hook
 
 log = logging.getLogger(__name__)

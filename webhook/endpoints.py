@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from arbiter.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
+from arbiter.core.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
 from webhook import jobflows, jobs, pods, queues, queueunits
 from webhook.limits import limited
 from webhook.review import AdmissionEnv, AdmissionRequest, Decision

@@ -5,8 +5,8 @@ what a managed pod spec may not carry because arbiter cannot charge it.
 
 from __future__ import annotations
 
-from arbiter.api import ADMITTED_PHASES
 from arbiter.cache.records import UnitRecord
+from arbiter.core.api import ADMITTED_PHASES
 from webhook.review import AdmissionEnv, Obj, get_list
 
 

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from arbiter import metrics
-from arbiter.httpserve import CachedCounter, one_line, read_limited
+from arbiter.base import metrics
+from arbiter.base.httpserve import CachedCounter, one_line, read_limited
 from webhook.endpoints import ENDPOINTS, Endpoint
 from webhook.endpoints import PREFIX as PREFIX  # where the app mounts webhook_app
 from webhook.review import AdmissionEnv, MalformedReview, parse_review, render

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import API_GROUP, JOB_FLOW
 from arbiter.cache.jobflow_records import FlowSpec, FlowSpecError, parse_flow_spec
+from arbiter.core.api import API_GROUP, JOB_FLOW
 from arbiter.core.jsonvalues import json_equal
 from arbiter.jobflow.dag import MAX_PROBLEMS, validate_steps
 from webhook.queueing import (

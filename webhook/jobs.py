@@ -20,7 +20,7 @@ change freely and the loop queues its new size).
 
 from __future__ import annotations
 
-from arbiter.api import MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
+from arbiter.core.api import MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
 from webhook.held import admitted_job_unit, claims_problem
 from webhook.patch import set_label
 from webhook.queueing import check_new_work, check_open, not_ready

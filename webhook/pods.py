@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
+from arbiter.core.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
 from arbiter.core.jsonvalues import brief
 from arbiter.core.podrequests import effective_pod_requests
 from arbiter.core.quantities import QuantityError, format_quantity

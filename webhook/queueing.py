@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from arbiter.api import QUEUE_LABEL
 from arbiter.cache.access import queue_list
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.cache.store import no_queue_message as no_queue_message  # shared with the extender
+from arbiter.core.api import QUEUE_LABEL
 from webhook.review import ALLOW, AdmissionEnv, Decision, deny
 
 # What the pod, Job and JobFlow webhooks read: a decision taken before

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from arbiter.api import ADMITTED_PHASES, API_GROUP, FINISHED_PHASES, QUEUE
+from arbiter.core.api import ADMITTED_PHASES, API_GROUP, FINISHED_PHASES, QUEUE
 from arbiter.core.jsonvalues import brief
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources, resource_name_problem

@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from arbiter.api import (
+from arbiter.core.api import (
     ADMITTED_PHASES,
     API_GROUP,
     MAX_POD_SETS,

@@ -16,9 +16,9 @@ from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, TypeGuard, 
 
 import orjson
 
+from arbiter.base.httpserve import one_line
 from arbiter.cache.store import ClusterStore
 from arbiter.core.jsonvalues import brief
-from arbiter.httpserve import one_line
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"

@@ -11,20 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from arbiter.api import (
-    ADMISSION_GATE,
-    CHECK_STATES,
-    DEFAULT_RETRY_DELAY,
-    MANAGED_BY_ARBITER_ANNOTATION,
-    MANAGED_LABEL,
-    POD_GROUP_LABEL,
-    POD_GROUP_SIZE_ANNOTATION,
-    QUEUE_LABEL,
-    UnitPhase,
-    is_arbiter_key,
-    parse_rfc3339,
-    parse_time,
-)
 from arbiter.cache.records import (
     AdmissionCheckRecord,
     JobOutcome,
@@ -44,6 +30,20 @@ from arbiter.cache.records import (
     UnitAdmission,
     UnitCheck,
     UnitRecord,
+)
+from arbiter.core.api import (
+    ADMISSION_GATE,
+    CHECK_STATES,
+    DEFAULT_RETRY_DELAY,
+    MANAGED_BY_ARBITER_ANNOTATION,
+    MANAGED_LABEL,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_ANNOTATION,
+    QUEUE_LABEL,
+    UnitPhase,
+    is_arbiter_key,
+    parse_rfc3339,
+    parse_time,
 )
 from arbiter.core.jsonvalues import brief
 from arbiter.core.podrequests import effective_pod_requests

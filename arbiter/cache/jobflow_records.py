@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from arbiter.api import QUEUE_LABEL, parse_time
 from arbiter.cache.convert import ConversionError
+from arbiter.core.api import QUEUE_LABEL, parse_time
 from arbiter.core.jsonvalues import brief
 
 Obj = dict[str, Any]

@@ -4,7 +4,7 @@ decision, shared by the loop (which creates the units) and the extender
 
 A pod of a Job belongs to the Job, a pod labelled with a pod group to the
 group, any other pod to itself; each consumer has one unit, named by
-`arbiter.api` in the pod's namespace.
+`arbiter.core.api` in the pod's namespace.
 
 A gated pod is the exception: its gate is lifted by its pod group's unit,
 else by its own, even when a Job controls it. A Job arbiter holds is
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from arbiter.api import group_unit_name, job_unit_name, pod_unit_name
 from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.core.api import group_unit_name, job_unit_name, pod_unit_name
 
 ConsumerKind = Literal["Job", "Pod", "PodGroup"]
 

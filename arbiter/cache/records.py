@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from arbiter.api import (
+from arbiter.core.api import (
     ADMITTED_PHASES,
     DEFAULT_RETRY_DELAY,
     CheckState,

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from arbiter.api import QUEUE_LABEL, ManagedNamespaces
 from arbiter.cache import access, convert
 from arbiter.cache.jobflow_records import (
     JobFlowRecord,
@@ -34,6 +33,7 @@ from arbiter.cache.records import (
     RuntimeClassRecord,
     UnitRecord,
 )
+from arbiter.core.api import QUEUE_LABEL, ManagedNamespaces
 from arbiter.core.resources import Resources
 
 log = logging.getLogger(__name__)

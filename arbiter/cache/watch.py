@@ -25,10 +25,10 @@ from typing import Any, cast
 import aiohttp
 import orjson
 
-from arbiter import metrics
-from arbiter.api import API_KINDS
+from arbiter.base import metrics
+from arbiter.base.kubeapi import ApiError, open_stream
 from arbiter.cache.store import NAMESPACED_KINDS, ClusterStore, EventType, Kind, store_key
-from arbiter.kubeapi import ApiError, open_stream
+from arbiter.core.api import API_KINDS
 
 log = logging.getLogger(__name__)
 

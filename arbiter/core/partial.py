@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from arbiter.core.hierarchy import AnyEngine
+from arbiter.core.engine.tree import AnyEngine
 from arbiter.core.model import Unit, demand_of
 
 

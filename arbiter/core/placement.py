@@ -521,7 +521,7 @@ class NodeIndex:
 @dataclass(frozen=True, slots=True)
 class NodeView:
     """An engine's nodes as reclaim's node fit reads them
-    (`arbiter.core.reclaim_room`), for either engine."""
+    (`arbiter.core.reclaim.room`), for either engine."""
 
     index: NodeIndex
     pairs: Callable[[Mapping[str, int]], Pairs]  # amounts by name -> by resource index

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from arbiter.api import API_PATH
 from arbiter.cache.jobflow_records import FlowSpecError, parse_flow_spec
+from arbiter.core.api import API_PATH
 from arbiter.jobflow.patch import job_from_template, template_from_job
 
 Obj = dict[str, Any]
@@ -145,7 +145,7 @@ async def _get(kubeconfig: Path | None, namespace: str | None,
                path_of: Callable[[str], str]) -> Obj:
     from kubernetes_asyncio import config
 
-    from arbiter.kubeapi import request_json
+    from arbiter.base.kubeapi import request_json
 
     client = await config.new_client_from_config(
         config_file=str(kubeconfig) if kubeconfig else None, persist_config=False)
@@ -175,7 +175,7 @@ def _context_namespace(kubeconfig: Path | None) -> str:
 
 
 def _fetch(args: argparse.Namespace, path_of: Callable[[str], str], what: str) -> Obj | None:
-    from arbiter.kubeapi import ApiError
+    from arbiter.base.kubeapi import ApiError
 
     try:
         return asyncio.run(_get(args.kubeconfig, args.namespace, path_of))

@@ -23,21 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from arbiter import metrics
-from arbiter.api import FLOW_ANNOTATION, QUEUE_LABEL
-from arbiter.cache import convert
-from arbiter.cache.jobflow_records import JobFlowRecord
-from arbiter.cache.store import ClusterStore, Kind
-from arbiter.jobflow.dag import CycleError, Evaluation, Step, evaluate, job_name
-from arbiter.jobflow.patch import build_job
-from arbiter.jobflow.state import (
-    AttemptInfo,
-    collect_attempts,
-    observe_job,
-    render_status,
-    running_seconds,
-)
-from arbiter.kubeapi import (
+from arbiter.base import metrics
+from arbiter.base.kubeapi import (
     AlreadyExists,
     ApiError,
     Denied,
@@ -47,6 +34,19 @@ from arbiter.kubeapi import (
     job_path,
     jobflow_path,
     request_json,
+)
+from arbiter.cache import convert
+from arbiter.cache.jobflow_records import JobFlowRecord
+from arbiter.cache.store import ClusterStore, Kind
+from arbiter.core.api import FLOW_ANNOTATION, QUEUE_LABEL
+from arbiter.jobflow.dag import CycleError, Evaluation, Step, evaluate, job_name
+from arbiter.jobflow.patch import build_job
+from arbiter.jobflow.state import (
+    AttemptInfo,
+    collect_attempts,
+    observe_job,
+    render_status,
+    running_seconds,
 )
 
 log = logging.getLogger(__name__)
@@ -412,7 +412,7 @@ class JobFlowController:
 
 
 async def run_leader(*, api: Any | None, store: ClusterStore) -> None:
-    """Leader-only work (one of `arbiter.app.leader_tasks`): a fresh
+    """Leader-only work (one of `arbiter.server.app.leader_tasks`): a fresh
     controller for each leadership term, restarted after a crash."""
     if api is None:
         return

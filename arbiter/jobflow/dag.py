@@ -85,7 +85,7 @@ class Attempt:
     retryable: bool = True
 
 
-# Plain field lists (same shape as records elsewhere, by nature).
+# What evaluating a flow decided: each step's phase, why it waits, which Jobs to create.
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     phases: Mapping[str, StepPhase]

@@ -15,7 +15,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from arbiter.api import (
+from arbiter.core.api import (
     ADMISSION_GATE,
     API_VERSION,
     ATTEMPT_ANNOTATION,

@@ -14,14 +14,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from arbiter.api import (
+from arbiter.cache.records import JobRecord
+from arbiter.core.api import (
     ATTEMPT_ANNOTATION,
     FLOW_UID_ANNOTATION,
     STEP_ANNOTATION,
     format_rfc3339,
     parse_time,
 )
-from arbiter.cache.records import JobRecord
 from arbiter.jobflow.dag import (
     Attempt,
     AttemptPhase,
@@ -48,7 +48,7 @@ class AttemptInfo:
     index: int
     job_name: str
     phase: AttemptPhase
-    # Timestamps as plain fields (same shape as other records, deliberately).
+    # When the attempt's Job was created, started and finished (epoch seconds; 0.0 until then).
     created: float = 0.0
     started: float = 0.0
     finished: float = 0.0

@@ -24,11 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from arbiter.api import ADMISSION_GATE, UnitPhase, format_rfc3339
-from arbiter.cache import convert
-from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
-from arbiter.core.model import Placement, demand_of
-from arbiter.kubeapi import (
+from arbiter.base.kubeapi import (
     AlreadyExists,
     ApiError,
     ClusterApi,
@@ -41,6 +37,10 @@ from arbiter.kubeapi import (
     pod_path,
     unit_path,
 )
+from arbiter.cache import convert
+from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
+from arbiter.core.api import ADMISSION_GATE, UnitPhase, format_rfc3339
+from arbiter.core.model import Placement, demand_of
 from arbiter.loop.checks import pending_checks_status
 from arbiter.loop.placement import (
     NOTHING,

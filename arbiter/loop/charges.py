@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore
-from arbiter.core.fairshare import Unit
+from arbiter.core.engine.flat import Unit
 from arbiter.core.model import MAIN_POD_SET, Placement, PodSet
 from arbiter.core.resources import Resources
 from arbiter.loop.index import LoopIndex

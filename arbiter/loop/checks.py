@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from arbiter import metrics
-from arbiter.api import format_rfc3339
+from arbiter.base import metrics
 from arbiter.cache.records import AdmissionCheckRecord, QueueRecord, UnitCheck, UnitRecord
+from arbiter.core.api import format_rfc3339
 from arbiter.loop.units import NOTHING, Step
 
 # The condition a rejected unit carries (besides phase Failed and its message).

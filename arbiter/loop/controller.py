@@ -32,12 +32,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from arbiter import metrics
+from arbiter.base import metrics
+from arbiter.base.kubeapi import ClusterApi
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
-from arbiter.core.fairshare import Unit
-from arbiter.kubeapi import ClusterApi
+from arbiter.core.engine.flat import Unit
 from arbiter.loop.access import barred, barred_step
 from arbiter.loop.actions import Actions
 from arbiter.loop.charges import Charges

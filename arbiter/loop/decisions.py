@@ -3,7 +3,7 @@ admitted, backed off, requeued, or its pods evicted. Each line carries
 `decision`, `queue`, `unit` (namespace/name), `reason` and the unit's
 `resources` (its demand, as Kubernetes quantities), plus what the decision
 adds (the attempt, the queue a reclaim was for). The server's JSON formatter
-(`arbiter.serve_cli.JsonFormatter`) prints these fields as they are, so one
+(`arbiter.cli.serve.JsonFormatter`) prints these fields as they are, so one
 decision is one JSON object a log pipeline can filter by queue or unit.
 
 A decision is logged once its write succeeded (a refused or failed write

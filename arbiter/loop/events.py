@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from arbiter.api import API_VERSION, QUEUE_UNIT, format_rfc3339
+from arbiter.base.kubeapi import ApiError, ClusterApi, events_path
+from arbiter.base.ratelimit import TokenBucket
 from arbiter.cache.records import UnitRecord
-from arbiter.kubeapi import ApiError, ClusterApi, events_path
-from arbiter.ratelimit import TokenBucket
+from arbiter.core.api import API_VERSION, QUEUE_UNIT, format_rfc3339
 
 log = logging.getLogger(__name__)
 

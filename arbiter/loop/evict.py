@@ -1,5 +1,5 @@
 """Taking admitted work back: the API writes of reclaim and within-queue
-preemption (the decisions are `arbiter.core.reclaim`'s, the timing
+preemption (the decisions are `arbiter.core.reclaim.flat`'s, the timing
 `arbiter.loop.reclaim`'s).
 
 - A **Job** is requeued, not killed: its QueueUnit's status goes back to
@@ -35,9 +35,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from arbiter.api import UnitPhase, format_rfc3339
+from arbiter.base.kubeapi import ApiError, ClusterApi, Conflict, Invalid, NotFound, pod_path
 from arbiter.cache.records import UnitRecord
-from arbiter.kubeapi import ApiError, ClusterApi, Conflict, Invalid, NotFound, pod_path
+from arbiter.core.api import UnitPhase, format_rfc3339
 from arbiter.loop.actions import Actions, Written, in_phase
 
 log = logging.getLogger(__name__)

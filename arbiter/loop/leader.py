@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter import metrics
-from arbiter.kubeapi import AlreadyExists, ApiError, ClusterApi, Conflict, NotFound, lease_path
+from arbiter.base import metrics
+from arbiter.base.kubeapi import AlreadyExists, ApiError, ClusterApi, Conflict, NotFound, lease_path
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Literal
 from arbiter.cache.records import PodRecord, PodSet, QueueRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.deserved import deserved, hierarchical_deserved
-from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
-from arbiter.core.hierarchy import AnyEngine, HierarchicalEngine, has_hierarchy
+from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit
+from arbiter.core.engine.tree import AnyEngine, HierarchicalEngine, has_hierarchy
 from arbiter.core.model import Placement, demand_of
 from arbiter.core.model import PodSet as EnginePodSet
 from arbiter.core.partial import admit_partial, can_shrink

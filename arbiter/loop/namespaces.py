@@ -20,9 +20,9 @@ import logging
 from typing import Any
 from urllib.parse import quote
 
-from arbiter.api import MANAGED_BY_ARBITER_ANNOTATION, MANAGED_LABEL
+from arbiter.base.kubeapi import ApiError, ClusterApi, KubeApi, NotFound
 from arbiter.cache.store import ClusterStore, Kind
-from arbiter.kubeapi import ApiError, ClusterApi, KubeApi, NotFound
+from arbiter.core.api import MANAGED_BY_ARBITER_ANNOTATION, MANAGED_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ async def apply_label_patches(api: ClusterApi, store: ClusterStore) -> int:
 
 
 async def run_leader(*, api: Any | None, store: ClusterStore) -> None:
-    """Leader-only, `listed` mode only (one of `arbiter.app.leader_tasks`):
+    """Leader-only, `listed` mode only (one of `arbiter.server.app.leader_tasks`):
     a pass after every Queue or Namespace change, and every RESYNC seconds."""
     if api is None or store.managed_mode != "listed":
         return

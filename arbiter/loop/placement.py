@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter.api import ADMISSION_GATE, PLACED_ANNOTATION
 from arbiter.cache.records import JobRecord, PoolRecord, QueueRecord, Toleration, UnitRecord
+from arbiter.core.api import ADMISSION_GATE, PLACED_ANNOTATION
 
 Op = dict[str, Any]
 

@@ -10,13 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter import metrics
-from arbiter.api import POOL
+from arbiter.base import metrics
+from arbiter.base.kubeapi import ClusterApi, NotFound
+from arbiter.base.ratelimit import Throttle
+from arbiter.core.api import POOL
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.kubeapi import ClusterApi, NotFound
 from arbiter.loop.mirror import EngineMirror
 from arbiter.loop.status import ResourceGauges, add_summaries
-from arbiter.ratelimit import Throttle
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,12 @@ import functools
 import logging
 from collections.abc import Callable, Mapping
 
-from arbiter import metrics
+from arbiter.base import metrics
+from arbiter.base.kubeapi import ApiError
+from arbiter.base.ratelimit import Throttle, TokenBucket
 from arbiter.cache.records import UnitRecord
 from arbiter.cache.store import ClusterStore
-from arbiter.core.fairshare import Unit
-from arbiter.kubeapi import ApiError
+from arbiter.core.engine.flat import Unit
 from arbiter.loop.actions import Actions
 from arbiter.loop.events import EventSink
 from arbiter.loop.inflight import InFlightWrites
@@ -30,7 +31,6 @@ from arbiter.loop.pool_status import (
     queue_pools,
 )
 from arbiter.loop.status import QueueMetrics, QueueStatusWriter, QueueView, positions, queue_views
-from arbiter.ratelimit import Throttle, TokenBucket
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Reclaim in the admission loop: when to take resources back, from whom
-(`arbiter.core.reclaim.plan`), and carrying it out (`arbiter.loop.evict`).
+(`arbiter.core.reclaim.flat.plan`), and carrying it out (`arbiter.loop.evict`).
 
 After each cycle's admissions the controller calls `Reclaimer.after_cycle`
 with a `LoopAccess` (the loop's in-flight writes and lookups, nothing more).
@@ -7,7 +7,7 @@ At most once per `interval` it looks at the engine:
 
 - a queue is *starving* while the unit it offers next does not fit, is
   within its capability, and it is under its guarantee with it or some
-  queue that could lose is richer (the move rule, `arbiter.core.reclaim`);
+  queue that could lose is richer (the move rule, `arbiter.core.reclaim.flat`);
   `since[q]` is when that began, and it is
   forgotten as soon as a look finds the queue not starving (a head that
   fits free room the cycle could not give it, a victim's pods still
@@ -24,7 +24,7 @@ At most once per `interval` it looks at the engine:
   on no node for admission either (`NodeModel.set_leaving`): the room is
   the taker's.
 - A look that cannot serve a starving unit says why (`Plan.refused`, from
-  `arbiter.core.reclaim_why`): `notes`, shown as the unit's message, and
+  `arbiter.core.reclaim.why`): `notes`, shown as the unit's message, and
   one `hold` decision log line per new reason. An eviction a PodDisruptionBudget blocks
   (429) is not in flight any more; the unit is left alone for a while
   (doubling, capped) and the next look decides afresh.
@@ -46,12 +46,13 @@ from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter import metrics
-from arbiter.api import parse_rfc3339
+from arbiter.base import metrics
+from arbiter.base.kubeapi import ApiError
 from arbiter.cache.records import PodRecord, UnitRecord
-from arbiter.core.fairshare import Unit
-from arbiter.core.hierarchy import has_hierarchy
-from arbiter.core.reclaim import (
+from arbiter.core.api import parse_rfc3339
+from arbiter.core.engine.flat import Unit
+from arbiter.core.engine.tree import has_hierarchy
+from arbiter.core.reclaim.flat import (
     Admitted,
     Plan,
     ReclaimQueue,
@@ -63,9 +64,8 @@ from arbiter.core.reclaim import (
     richest_share,
     within_capability,
 )
-from arbiter.core.reclaim_room import NodeRoom
+from arbiter.core.reclaim.room import NodeRoom
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.kubeapi import ApiError
 from arbiter.loop.actions import Actions, ConsumerGone
 from arbiter.loop.decisions import Decision, log_decision
 from arbiter.loop.events import EventSink

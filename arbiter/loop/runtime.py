@@ -1,5 +1,5 @@
 """Running the admission loop under leader election (a background task
-that `arbiter.app` starts with every dependency passed by keyword).
+that `arbiter.server.app` starts with every dependency passed by keyword).
 
 Every replica runs `run_admission`: it waits for the first full cache sync,
 then campaigns for the Lease; only while it leads does an
@@ -23,9 +23,9 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter import metrics
+from arbiter.base import metrics
+from arbiter.base.kubeapi import KubeApi
 from arbiter.cache.store import ClusterStore
-from arbiter.kubeapi import KubeApi
 from arbiter.loop.controller import AdmissionController, LoopSettings
 from arbiter.loop.events import EventRecorder
 from arbiter.loop.leader import LeaderElector, LeaseTiming
@@ -44,7 +44,6 @@ class Leadership:
     controller: AdmissionController | None = None
 
 
-# Settings as a plain field list; same shape as records elsewhere, by nature.
 @dataclass(frozen=True, slots=True)
 class Election:
     """The Lease replicas campaign for."""

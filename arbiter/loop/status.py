@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from arbiter import metrics
-from arbiter.api import format_rfc3339
+from arbiter.base import metrics
+from arbiter.base.kubeapi import ClusterApi, Conflict, NotFound, queue_path
+from arbiter.base.ratelimit import Throttle
 from arbiter.cache.records import QueueRecord
+from arbiter.core.api import format_rfc3339
 from arbiter.core.deserved import hierarchical_deserved
-from arbiter.core.fairshare import Unit, format_share
+from arbiter.core.engine.flat import Unit, format_share
 from arbiter.core.quantities import MILLI_RESOURCES
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.kubeapi import ClusterApi, Conflict, NotFound, queue_path
 from arbiter.loop.mirror import EngineMirror, queue_spec
-from arbiter.ratelimit import Throttle
 
 TOP_PENDING = 10
 

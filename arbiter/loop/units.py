@@ -16,7 +16,7 @@ Naming (one unit per consumer):
 
 Which consumer a pod belongs to, and the unit's name, are decided in
 `arbiter.cache.ownership` (shared with the extender); a name longer than a
-QueueUnit may be (253) is cut and suffixed with a hash (`arbiter.api.unit_name`,
+QueueUnit may be (253) is cut and suffixed with a hash (`arbiter.core.api.unit_name`,
 shared with the webhook).
 """
 
@@ -28,17 +28,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
-from arbiter.api import (
-    API_VERSION,
-    CONSUMER_KIND_LABEL,
-    MAX_POD_SETS,
-    MIN_PARALLELISM_ANNOTATION,
-    QUEUE_LABEL,
-    QUEUE_UNIT,
-    UnitPhase,
-    parse_rfc3339,
-)
-from arbiter.api import unit_name as api_unit_name
 from arbiter.cache.ownership import ConsumerKey, ConsumerKind, gate_consumer
 from arbiter.cache.records import (
     JobRecord,
@@ -48,6 +37,17 @@ from arbiter.cache.records import (
     RuntimeClassRecord,
     UnitRecord,
 )
+from arbiter.core.api import (
+    API_VERSION,
+    CONSUMER_KIND_LABEL,
+    MAX_POD_SETS,
+    MIN_PARALLELISM_ANNOTATION,
+    QUEUE_LABEL,
+    QUEUE_UNIT,
+    UnitPhase,
+    parse_rfc3339,
+)
+from arbiter.core.api import unit_name as api_unit_name
 from arbiter.core.model import MAIN_POD_SET, demand_of
 from arbiter.core.resources import EMPTY, Resources
 
@@ -76,7 +76,7 @@ class Owner:
     block_owner_deletion: bool = False
 
 
-# Plain field list (same shape as the cache's records, by nature).
+# The QueueUnit a workload should have, as the loop would write it.
 @dataclass(frozen=True, slots=True)
 class DesiredUnit:
     namespace: str
@@ -356,8 +356,7 @@ def job_state(job: JobRecord | None, uid: str) -> Consumer:
     return Consumer.RELEASED
 
 
-# Same steps as job_state over another record (phase instead of outcome, the gate
-# instead of suspend); kept as two plain functions rather than one with accessors.
+# job_state for a plain pod: its phase stands for the Job's outcome, its gate for suspend.
 def pod_state(pod: PodRecord | None, uid: str) -> Consumer:
     if pod is None or pod.uid != uid:  # no uid: not known to be this Pod's
         return Consumer.MISSING

@@ -16,13 +16,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from arbiter import metrics
-from arbiter.api import UnitPhase
+from arbiter.base import metrics
+from arbiter.base.kubeapi import ApiError
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
-from arbiter.core.fairshare import Unit
+from arbiter.core.api import UnitPhase
+from arbiter.core.engine.flat import Unit
 from arbiter.core.model import Placement
-from arbiter.kubeapi import ApiError
 from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
 from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision

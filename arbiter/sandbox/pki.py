@@ -44,8 +44,7 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-# Typed paths, one property each (same shape as Toolchain's and Sandbox's, by
-# design: callers get a name, not a string to join).
+# One typed property per path: callers get a name, not a string to join.
 @dataclass(frozen=True, slots=True)
 class Pki:
     """Paths of everything in the sandbox's `pki/` directory."""

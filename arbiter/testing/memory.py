@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from arbiter.api import format_rfc3339
+from arbiter.base.kubeapi import AlreadyExists, ApiError, Conflict, Invalid, NotFound, Obj
 from arbiter.cache.store import ClusterStore, EventType, Kind
-from arbiter.kubeapi import AlreadyExists, ApiError, Conflict, Invalid, NotFound, Obj
+from arbiter.core.api import format_rfc3339
 
 # Collection (last path segment) -> store kind.
 _KINDS: dict[str, Kind] = {

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from arbiter.api import MAX_NAME
 from arbiter.cache.ownership import ConsumerKey, pod_consumer
 from arbiter.cache.records import JobRecord, PodRecord
+from arbiter.core.api import MAX_NAME
 from arbiter.core.resources import Resources
 from arbiter.loop.units import group_unit, job_unit, pod_unit, wants_pod_unit
 from extender.state import unit_key

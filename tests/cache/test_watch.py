@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
 
-from arbiter import metrics
+from arbiter.base import metrics
 from arbiter.cache.store import ClusterStore
 from arbiter.cache.watch import Resource, Watcher, run_watchers
 from tests.loop.harness import eventually

@@ -18,8 +18,8 @@ from cryptography import x509
 
 import certs.authority as authority
 from arbiter.cache.store import ClusterStore
-from arbiter.config import ServeConfig
-from arbiter.server import ServerContext, maintain_certificates, serving_names
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import ServerContext, maintain_certificates, serving_names
 from certs.authority import ensure_serving_certificate, paths_in
 from certs.manager import CertManager
 from certs.publish import publish_ca_bundle

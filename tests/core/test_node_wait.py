@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.fairshare import AdmissionEngine
+from arbiter.core.engine.flat import AdmissionEngine
+from arbiter.core.engine.flat_state import QueueState
 from arbiter.core.model import Node, Placement, PodSet, Pool, QueueSpec, Unit
-from arbiter.core.queuestate import QueueState
 from arbiter.core.resources import EMPTY, Resources
 from tests.core.test_placement import cpu, random_cluster
 

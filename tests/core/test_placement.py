@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.fairshare import (
+from arbiter.core.engine.flat import (
     AdmissionEngine,
     Node,
     Placement,

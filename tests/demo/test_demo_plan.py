@@ -6,8 +6,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from arbiter.core.resources import Resources
-from arbiter.demo import (
+from arbiter.cli.demo import (
     TENANTS,
     Observation,
     Screen,
@@ -19,6 +18,7 @@ from arbiter.demo import (
     queue_object,
     summary,
 )
+from arbiter.core.resources import Resources
 
 NODE = Resources.parse({"cpu": "4", "memory": "16Gi"})
 CLUSTER = Resources.parse({"cpu": "32", "memory": "128Gi"})

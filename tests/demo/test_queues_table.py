@@ -5,8 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from arbiter.core.resources import Resources
-from arbiter.queues_cli import (
+from arbiter.cli.queues import (
     ASCII,
     UNICODE,
     QueueRow,
@@ -21,6 +20,7 @@ from arbiter.queues_cli import (
     share_bar,
     sparkline,
 )
+from arbiter.core.resources import Resources
 
 CAPACITY = Resources.parse({"cpu": "32", "memory": "128Gi"})
 

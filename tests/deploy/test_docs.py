@@ -1,20 +1,33 @@
-"""The README's references stay in step with the code."""
+"""The README's and docs/' references stay in step with the code."""
 
 from __future__ import annotations
 
 import argparse
 import re
 
-from arbiter import metrics, serve_cli
+from arbiter.base import metrics
+from arbiter.cli import serve as serve_cli
 from tests.deploy.manifests import ROOT
 
 README = (ROOT / "README.md").read_text()
 
 
-def _section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start:end if end != -1 else None]
+def _section(title: str, page: str = "README.md") -> str:
+    """The section of `page` under heading `title`, down to the next heading
+    of its level or above outside code blocks (a page's title: the page)."""
+    lines = (ROOT / page).read_text().splitlines()
+    fenced, level, start = False, 0, -1
+    for index, line in enumerate(lines):
+        fenced ^= line.startswith("```")
+        hashes = len(line) - len(line.lstrip("#"))
+        if fenced or not hashes or line[hashes:hashes + 1] != " ":
+            continue
+        if start >= 0 and hashes <= level:
+            return "\n".join(lines[start:index])
+        if start < 0 and line[hashes + 1:] == title:
+            level, start = hashes, index
+    assert start >= 0, (page, title)
+    return "\n".join(lines[start:])
 
 
 def _serve_options() -> list[argparse.Action]:
@@ -33,7 +46,7 @@ def test_the_two_commands_are_the_readme_s_first() -> None:
 
 
 def test_configuration_reference_lists_every_serve_flag_and_variable() -> None:
-    section = _section("Configuration reference")
+    section = _section("Configuration reference", "docs/configuration.md")
     rows = {m.group(1): m.group(2) for m in
             re.finditer(r"^\| `(--[a-z-]+)` \| `(ARBITER_[A-Z_]+)` \|", section, re.MULTILINE)}
     flags = {a.option_strings[0] for a in _serve_options()}
@@ -56,7 +69,7 @@ def test_serve_help_documents_every_flag_and_the_variables() -> None:
 
 
 def test_metrics_reference_lists_every_metric() -> None:
-    section = _section("Metrics reference")
+    section = _section("Metrics reference", "docs/metrics.md")
     documented = set(re.findall(r"^\| `(arbiter_[a-z_]+)` \|", section, re.MULTILINE))
     exported = {m.name for m in metrics.REGISTRY.collect()}
     # prometheus_client drops a counter's _total suffix from the family name.
@@ -66,19 +79,19 @@ def test_metrics_reference_lists_every_metric() -> None:
 
 
 def test_install_section_covers_apply_scheduler_and_verify() -> None:
-    section = _section("Install on a real cluster")
+    section = _section("Install on a real cluster", "docs/install.md")
     assert "kubectl apply --server-side -k manifests/" in section
     assert "manifests/scheduler/kube-scheduler-config.yaml" in section
     assert "kubectl apply --server-side -k manifests/monitoring/" in section
     assert "Verify" in section
-    troubleshooting = _section("Troubleshooting")
+    troubleshooting = _section("Troubleshooting", "docs/troubleshooting.md")
     for topic in ("webhook down", "SchedulingGated", "extender"):
         assert topic in troubleshooting
 
 
 def test_configuration_reference_defaults_are_the_code_s() -> None:
     # Item 18: the README said `--status-qps` defaults to 50 (it is 20).
-    section = _section("Configuration reference")
+    section = _section("Configuration reference", "docs/configuration.md")
     cells = {m.group(1): m.group(2) for m in re.finditer(
         r"^\| `(--[a-z-]+)` \| `ARBITER_[A-Z_]+` \| `([^`|]*)` \|", section, re.MULTILINE)}
     defaults = {a.option_strings[0]: a.default for a in _serve_options()}
@@ -108,7 +121,7 @@ def test_the_queue_resolution_order_is_the_resolver_s() -> None:
     assert store.resolve_queue("ns", None) == "listing"
     del store.queue_by_namespace["ns"]
     assert store.resolve_queue("ns", None) == "from-label"
-    text = " ".join(README.split())
+    text = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
     start = text.index("the queue is resolved")
     sentence = text[start:text.index(")", start)]
     assert "label, else the Queue listing the namespace, else the namespace's label" in sentence

@@ -132,9 +132,9 @@ def test_virtualenv_has_runtime_dependencies_only(built: Built) -> None:
 
 
 def test_code_runs_from_the_virtualenv_not_the_checkout(built: Built) -> None:
-    modules = ["arbiter.app", "arbiter.server", "arbiter.loop.runtime",
+    modules = ["arbiter.server.app", "arbiter.server.context", "arbiter.loop.runtime",
                "arbiter.jobflow.controller", "webhook.http", "extender.routes", "certs.manager",
-               "arbiter.queues_cli", "arbiter.demo"]
+               "arbiter.cli.queues", "arbiter.cli.demo"]
     check = built.run("python", "-c",
                       f"import importlib, arbiter; [importlib.import_module(m) for m in "
                       f"{modules!r}]; print(arbiter.__file__)")

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from arbiter import metrics, serve_cli
-from arbiter.config import ServeConfig
-from arbiter.server import serving_names
+from arbiter.base import metrics
+from arbiter.cli import serve as serve_cli
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import serving_names
 from tests.deploy.dockerfile import stages
 from tests.deploy.manifests import (
     MANIFESTS,

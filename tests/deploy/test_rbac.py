@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
 from arbiter.cache.convert import job_from_api, pod_from_api
 from arbiter.cache.watch import RESOURCES
-from arbiter.config import ServeConfig
+from arbiter.core.api import ADMISSION_GATE, QUEUE_LABEL
 from arbiter.jobflow.patch import build_job
 from arbiter.loop.units import job_unit, pod_unit
+from arbiter.server.config import ServeConfig
 from tests.deploy.manifests import MANIFESTS, documents, env, one
 from webhook.configuration import CONFIGURATION_NAME
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from arbiter.api import ADMISSION_GATE
+from arbiter.core.api import ADMISSION_GATE
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
 from arbiter.sandbox.components import repo_root
 from arbiter.sandbox.probe import http_get

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from arbiter.api import APPROVAL_CONTROLLER, MIN_PARALLELISM_ANNOTATION
+from arbiter.core.api import APPROVAL_CONTROLLER, MIN_PARALLELISM_ANNOTATION
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
     CPUS,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from arbiter.demo import TENANTS
+from arbiter.cli.demo import TENANTS
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import delete_tenants, run_arbiter
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.api import (
+from arbiter.core.api import (
     ADMISSION_GATE,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_ANNOTATION,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from arbiter.api import (
+from arbiter.core.api import (
     ADMISSION_GATE,
     MANAGED_BY_ARBITER_ANNOTATION,
     MANAGED_LABEL,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.api import APPROVAL_CONTROLLER, format_rfc3339
+from arbiter.core.api import APPROVAL_CONTROLLER, format_rfc3339
 from arbiter.sandbox import Sandbox
 from arbiter.sandbox.components import repo_root
 from tests.e2e.helpers import (

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.api import MANAGED_LABEL
+from arbiter.core.api import MANAGED_LABEL
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
     CPUS,

@@ -9,13 +9,13 @@ reaches what the offline engine says.
 * Four seeded scenarios with a 5 s grace (two flat, one of them with a
   Pool; two trees): a first wave fills the cluster, a second, in the seed's
   order, needs reclaim. Each ends where the offline engine
-  (`arbiter.fairshare_reclaim.fixpoint`, what `arbiter fairshare` runs
+  (`arbiter.cli.fairshare_reclaim.fixpoint`, what `arbiter fairshare` runs
   from `running:` units) puts it, within 90 s of the last arrival. With
-  the Pool, where the first wave runs matters (which of its units hold the
-  pool's nodes, and which of those are taken first): the engine starts
-  from the cluster's real state, each running unit on the node its pod
-  was bound to (kube-scheduler's choice, not first fit), in the loop's
-  admission order.
+  the Pool, where units run may matter (which hold the pool's nodes, and
+  which of those are taken first): the engine starts from the cluster's
+  real state, each running unit on the node its pod was bound to
+  (kube-scheduler's choice, not first fit), in the loop's admission
+  order; and the scenario is one whose move rule stops at one split only.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 
 import pytest
 
-from arbiter.api import job_unit_name
-from arbiter.fairshare_reclaim import fixpoint, take_running
-from arbiter.fairshare_scenario import load_scenario
+from arbiter.cli.fairshare_reclaim import fixpoint, take_running
+from arbiter.cli.fairshare_scenario import load_scenario
+from arbiter.core.api import job_unit_name
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
     CPUS,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from arbiter.api import MANAGED_LABEL, QUEUE_LABEL
+from arbiter.core.api import MANAGED_LABEL, QUEUE_LABEL
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
     QUEUE_SETTLE,

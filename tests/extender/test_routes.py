@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from arbiter import metrics
+from arbiter.base import metrics
 from arbiter.cache.store import ClusterStore
 from extender import routes
 from extender.state import ExtenderState

@@ -125,7 +125,7 @@ def test_close_stops_following_the_store() -> None:
 
 
 def test_long_names_follow_the_loops_hashing() -> None:
-    from arbiter.api import job_unit_name
+    from arbiter.core.api import job_unit_name
 
     world = World()
     long_job = "j" * 250

@@ -1,5 +1,5 @@
 """A plain reference of DESIGN §11's admission order, written apart from the
-engine (`arbiter.core.hierarchy`): every step rescans the whole tree from the
+engine (`arbiter.core.engine.tree`): every step rescans the whole tree from the
 root, with exact fractions and no state kept between steps.
 
 Read it next to §11:
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from fractions import Fraction
 
-from arbiter.core.fairshare import dominant_share_of, order_key
+from arbiter.core.engine.flat import dominant_share_of, order_key
 from arbiter.core.model import QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from arbiter.cli import main
+from arbiter.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit, admission_order
+from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit, admission_order
 from arbiter.core.resources import EMPTY, Resources
 
 GI = 2**30

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arbiter.core.deserved import deserved, hierarchical_deserved
-from arbiter.core.fairshare import admission_order
-from arbiter.core.hierarchy import HierarchicalEngine, has_hierarchy
+from arbiter.core.engine.flat import admission_order
+from arbiter.core.engine.tree import HierarchicalEngine, has_hierarchy
 from arbiter.core.model import QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 from tests.fairshare.gen import RESOURCES, Case, cases

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from arbiter.cli import main
+from arbiter.cli.main import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from arbiter.core.fairshare import AdmissionEngine, QueueSpec, Unit
+from arbiter.cli.fairshare_scenario import ScenarioError, evaluate, load_scenario
+from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit
 from arbiter.core.model import Node, PodSet, demand_of
 from arbiter.core.partial import admit_partial, can_shrink, smaller
 from arbiter.core.resources import Resources
-from arbiter.fairshare_scenario import ScenarioError, evaluate, load_scenario
 
 
 def cpu(millis: int) -> Resources:

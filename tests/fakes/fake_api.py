@@ -1,5 +1,5 @@
 """An in-memory stand-in for kubernetes_asyncio's ApiClient.call_api, enough
-for arbiter.kubeapi's raw JSON calls (GET / POST / PUT on object paths)."""
+for arbiter.base.kubeapi's raw JSON calls (GET / POST / PUT on object paths)."""
 
 from __future__ import annotations
 

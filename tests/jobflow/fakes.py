@@ -12,9 +12,9 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from arbiter.api import QUEUE_LABEL, format_rfc3339
+from arbiter.base.kubeapi import AlreadyExists, Invalid, NotFound
 from arbiter.cache.store import ClusterStore
-from arbiter.kubeapi import AlreadyExists, Invalid, NotFound
+from arbiter.core.api import QUEUE_LABEL, format_rfc3339
 
 Obj = dict[str, Any]
 NAMESPACE = "ml"

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from arbiter.cache.jobflow_records import parse_flow_spec
-from arbiter.cli import build_parser, main
+from arbiter.cli.main import build_parser, main
 from arbiter.jobflow.cli import render_flow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jobflow"

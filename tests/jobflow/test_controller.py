@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from arbiter.api import QUEUE_LABEL
+from arbiter.base.metrics import REGISTRY
 from arbiter.cache.store import ClusterStore
+from arbiter.core.api import QUEUE_LABEL
 from arbiter.jobflow.controller import JobFlowController
-from arbiter.metrics import REGISTRY
 from tests.jobflow.fakes import NAMESPACE, FakeCluster, flow, template
 
 KEY = f"{NAMESPACE}/demo"
@@ -282,11 +282,11 @@ async def test_run_reacts_to_cache_events(cluster: FakeCluster) -> None:
 
 async def test_controller_runs_as_leader_only_work() -> None:
     """Started with the admission loop's leadership, not as a server task."""
-    from arbiter import app
-    from arbiter.config import ServeConfig
     from arbiter.jobflow.controller import run_leader
     from arbiter.loop.runtime import Leadership
-    from arbiter.server import ServerContext
+    from arbiter.server import app
+    from arbiter.server.config import ServeConfig
+    from arbiter.server.context import ServerContext
 
     store = ClusterStore()
     ctx = ServerContext(config=ServeConfig(), store=store, api=None)

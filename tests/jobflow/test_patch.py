@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import (
+from arbiter.core.api import (
     ADMISSION_GATE,
     ATTEMPT_ANNOTATION,
     FLOW_UID_ANNOTATION,

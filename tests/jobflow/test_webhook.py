@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from arbiter.api import QUEUE_LABEL
 from arbiter.cache.store import KINDS, ClusterStore
+from arbiter.core.api import QUEUE_LABEL
 from webhook import jobflows
 from webhook.endpoints import BY_PATH
 from webhook.review import AdmissionEnv, Decision, parse_review

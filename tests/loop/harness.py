@@ -9,17 +9,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.api import (
+from arbiter.base.kubeapi import job_path, pod_path, unit_path
+from arbiter.cache.convert import JOB_NAME_LABEL, JOB_UID_LABEL
+from arbiter.cache.records import UnitRecord
+from arbiter.cache.store import KINDS, ClusterStore
+from arbiter.core.api import (
     ADMISSION_GATE,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_ANNOTATION,
     QUEUE_LABEL,
     format_rfc3339,
 )
-from arbiter.cache.convert import JOB_NAME_LABEL, JOB_UID_LABEL
-from arbiter.cache.records import UnitRecord
-from arbiter.cache.store import KINDS, ClusterStore
-from arbiter.kubeapi import job_path, pod_path, unit_path
 from arbiter.loop.controller import AdmissionController, LoopSettings
 from arbiter.testing.memory import InMemoryApi
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from arbiter.kubeapi import job_path, unit_path
+from arbiter.base.kubeapi import job_path, unit_path
 from tests.loop.harness import T0, Cluster, eventually
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from arbiter import metrics
-from arbiter.api import ADMISSION_CHECK, APPROVAL_CONTROLLER, format_rfc3339
-from arbiter.approval_cli import ApprovalError, answer
-from arbiter.kubeapi import job_path, unit_path
+from arbiter.base import metrics
+from arbiter.base.kubeapi import job_path, unit_path
+from arbiter.cli.approve import ApprovalError, answer
+from arbiter.core.api import ADMISSION_CHECK, APPROVAL_CONTROLLER, format_rfc3339
 from tests.loop.harness import Cluster
 
 NS = "team"

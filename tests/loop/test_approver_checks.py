@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from arbiter.approval_cli import SSAR_PATH, ApprovalError, answer
-from arbiter.kubeapi import Obj
+from arbiter.base.kubeapi import Obj
+from arbiter.cli.approve import SSAR_PATH, ApprovalError, answer
 from arbiter.testing.memory import InMemoryApi
 from tests.loop.harness import Cluster
 from tests.loop.test_admission_checks import NS, admission_check, check_states

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter import metrics
-from arbiter.api import QUEUE_LABEL
+from arbiter.base import metrics
+from arbiter.base.kubeapi import job_path, pod_path, unit_path
+from arbiter.core.api import QUEUE_LABEL
 from arbiter.core.resources import Resources
-from arbiter.kubeapi import job_path, pod_path, unit_path
 from arbiter.loop.mirror import UNQUEUED_PREFIX
 from tests.loop.harness import Cluster
 

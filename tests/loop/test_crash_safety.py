@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.kubeapi import ApiError, Denied, NotFound, job_path, pod_path, unit_path
+from arbiter.base.kubeapi import ApiError, Denied, NotFound, job_path, pod_path, unit_path
 from tests.loop.harness import Cluster
 
 

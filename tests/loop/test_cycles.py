@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from arbiter.api import ADMISSION_GATE
+from arbiter.base.kubeapi import unit_path
 from arbiter.cache.store import ClusterStore
+from arbiter.core.api import ADMISSION_GATE
 from arbiter.core.resources import Resources
-from arbiter.kubeapi import unit_path
 from arbiter.loop.controller import LoopSettings
 from tests.loop.harness import Cluster
 

@@ -9,10 +9,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from arbiter import debug
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.loop import mirror as mirror_module
 from arbiter.loop.runtime import Leadership
+from arbiter.server import debug
 from tests.loop.harness import Cluster
 
 

@@ -1,5 +1,5 @@
 """Item 17: one structured log line per decision (admit, backoff, requeue,
-evict), with the fields the README promises (`queue`, `unit`), rendered by
+evict), with the fields docs/configuration.md promises (`queue`, `unit`), rendered by
 the server's JSON formatter as one object per line."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import random
 
 import pytest
 
+from arbiter.cli.serve import JsonFormatter
 from arbiter.loop.controller import LoopSettings
-from arbiter.serve_cli import JsonFormatter
 from tests.loop.harness import Cluster
 
 

@@ -4,9 +4,9 @@ capability applied, and on nodes (§10); a flat set keeps the flat engine."""
 
 from __future__ import annotations
 
-from arbiter.api import pod_unit_name
-from arbiter.core.fairshare import AdmissionEngine
-from arbiter.core.hierarchy import HierarchicalEngine
+from arbiter.core.api import pod_unit_name
+from arbiter.core.engine.flat import AdmissionEngine
+from arbiter.core.engine.tree import HierarchicalEngine
 from tests.loop.harness import Cluster
 
 

@@ -8,9 +8,9 @@ import argparse
 
 import pytest
 
-from arbiter.api import MIN_PARALLELISM_ANNOTATION
-from arbiter.approval_cli import MAX_MESSAGE, _message
 from arbiter.cache.records import JobRecord
+from arbiter.cli.approve import MAX_MESSAGE, _message
+from arbiter.core.api import MIN_PARALLELISM_ANNOTATION
 from arbiter.loop.placement import Placed
 from arbiter.loop.units import min_parallelism
 

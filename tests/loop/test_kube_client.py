@@ -1,4 +1,4 @@
-"""KubeApi rides on the one raw client in `arbiter.kubeapi`: same
+"""KubeApi rides on the one raw client in `arbiter.base.kubeapi`: same
 requests, same error types, JSON Patch bodies included."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from arbiter import kubeapi
-from arbiter.kubeapi import KubeApi
+from arbiter.base import kubeapi
+from arbiter.base.kubeapi import KubeApi
 
 
 class Answer:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from arbiter import metrics
-from arbiter.kubeapi import Conflict, lease_path
+from arbiter.base import metrics
+from arbiter.base.kubeapi import Conflict, lease_path
 from arbiter.loop.leader import LeaderElector, LeaseTiming
 from arbiter.testing.memory import InMemoryApi
 from tests.loop.harness import Clock, eventually

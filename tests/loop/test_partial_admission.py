@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
-from arbiter.kubeapi import job_path
+from arbiter.base.kubeapi import job_path
+from arbiter.core.api import MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
 from tests.loop.harness import Cluster
 
 NS = "team"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter import metrics
+from arbiter.base import metrics
+from arbiter.base.kubeapi import job_path, pod_path
 from arbiter.core.model import Placement
 from arbiter.core.resources import Resources
-from arbiter.kubeapi import job_path, pod_path
 from arbiter.loop.publisher import StatusPublisher
 from tests.loop.harness import Cluster
 

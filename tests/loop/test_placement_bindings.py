@@ -4,9 +4,9 @@ pod already took, whether the pod that moved is half of a swap or not."""
 
 from __future__ import annotations
 
+from arbiter.base.kubeapi import pod_path
 from arbiter.core.model import Placement
 from arbiter.core.resources import Resources
-from arbiter.kubeapi import pod_path
 from tests.loop.harness import Cluster
 from tests.loop.test_placement import node
 

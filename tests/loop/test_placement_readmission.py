@@ -8,9 +8,9 @@ import json
 import random
 from typing import Any
 
-from arbiter.api import PLACED_ANNOTATION
+from arbiter.base.kubeapi import job_path
 from arbiter.cache.records import Toleration
-from arbiter.kubeapi import job_path
+from arbiter.core.api import PLACED_ANNOTATION
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.placement import PodDirectives, job_release_ops
 from arbiter.testing.memory import json_patch

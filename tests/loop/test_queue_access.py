@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import MANAGED_BY_ARBITER_ANNOTATION, MANAGED_LABEL, QUEUE_LABEL
-from arbiter.kubeapi import unit_path
+from arbiter.base.kubeapi import unit_path
+from arbiter.core.api import MANAGED_BY_ARBITER_ANNOTATION, MANAGED_LABEL, QUEUE_LABEL
 from arbiter.loop.namespaces import MARK, apply_label_patches, label_patches
 from tests.loop.harness import Cluster
 

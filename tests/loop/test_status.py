@@ -8,12 +8,12 @@ from typing import Any
 
 import yaml
 
-from arbiter import metrics
+from arbiter.base import metrics
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.debug import pending_document, queues_document
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.mirror import mirror_from_store
 from arbiter.loop.status import queue_views, summary
+from arbiter.server.debug import pending_document, queues_document
 from tests.loop.harness import Cluster
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from arbiter.kubeapi import job_path
+from arbiter.base.kubeapi import job_path
 from arbiter.loop.controller import LoopSettings
 from tests.loop.harness import T0, Cluster
 

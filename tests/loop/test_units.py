@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from arbiter.api import MAX_NAME, UnitPhase, format_rfc3339, job_unit_name, pod_unit_name
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import (
     JobRecord,
@@ -14,6 +13,7 @@ from arbiter.cache.records import (
     PriorityClassRecord,
     UnitRecord,
 )
+from arbiter.core.api import MAX_NAME, UnitPhase, format_rfc3339, job_unit_name, pod_unit_name
 from arbiter.core.resources import Resources
 from arbiter.loop.units import (
     Consumer,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
-from arbiter.kubeapi import unit_path
+from arbiter.base.kubeapi import unit_path
+from arbiter.core.api import ADMISSION_GATE, QUEUE_LABEL
 from tests.loop.harness import Cluster
 
 

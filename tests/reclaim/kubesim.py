@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.api import QUEUE_LABEL, job_unit_name
+from arbiter.base.kubeapi import pod_path, unit_path
+from arbiter.core.api import QUEUE_LABEL, job_unit_name
 from arbiter.core.model import Placement
-from arbiter.kubeapi import pod_path, unit_path
 from tests.reclaim.test_loop import ReclaimCluster
 
 ADMISSION = "test/admission"  # which admission of its unit a pod was made for

@@ -1,6 +1,6 @@
 """Loop against engine: a cluster played through the real admission loop
 (in-memory apiserver, fake clock, `KubeSim` for the Job controller and the
-scheduler) and the same state settled offline by `arbiter.core.reclaim_sim`,
+scheduler) and the same state settled offline by `arbiter.core.reclaim.sim`,
 the engine `arbiter fairshare --from` runs (issue 26).
 
 `Case` describes nodes (with zones), pools, queues (weights, guarantees,
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from arbiter.core.model import Node, Pool
-from arbiter.core.reclaim_sim import Simulation
+from arbiter.core.reclaim.sim import Simulation
 from arbiter.loop.mirror import queue_spec
 from arbiter.loop.reclaim import reclaim_queues
 from tests.loop.test_placement import POOLS

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from arbiter.cli import main
+from arbiter.cli.main import main
 
 
 def flood(running_in_scenario: bool = True) -> dict[str, Any]:

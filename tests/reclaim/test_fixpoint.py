@@ -1,4 +1,4 @@
-"""Admission + reclaim played to the fixpoint (arbiter.core.reclaim_sim),
+"""Admission + reclaim played to the fixpoint (arbiter.core.reclaim.sim),
 over random scenarios and random arrival orders (issue 14):
 
 * same-shaped units, weights 1-5, no capability (guarantees that fit, in
@@ -22,9 +22,9 @@ from fractions import Fraction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.fairshare import QueueSpec, Unit, admission_order
-from arbiter.core.reclaim import ReclaimQueue
-from arbiter.core.reclaim_sim import Move, Simulation
+from arbiter.core.engine.flat import QueueSpec, Unit, admission_order
+from arbiter.core.reclaim.flat import ReclaimQueue
+from arbiter.core.reclaim.sim import Move, Simulation
 from arbiter.core.resources import EMPTY, Resources
 
 SETTINGS = settings(max_examples=int(os.environ.get("RECLAIM_EXAMPLES", "200")), deadline=None,
@@ -313,7 +313,7 @@ def test_mixed_shapes_may_undo_across_passes_yet_terminate() -> None:
     """Found by the random test below: c (priority-ordered, mixed shapes) takes
     a/2 for c/1 in one pass; admissions then serve c's 2-memory unit first, c
     becomes the richer, and the next pass gives a/2 back by taking c/1. Each
-    pass still raises the potential, so it ends; the README says so."""
+    pass still raises the potential, so it ends; docs/reclaim.md says so."""
     cpu, mixed_unit = Resources({"cpu": 1}), Resources({"cpu": 1, "memory": 2})
     specs = [QueueSpec("a", weight=4), QueueSpec("b", weight=2),
              QueueSpec("c", weight=4), QueueSpec("d", weight=1)]

@@ -8,8 +8,8 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from arbiter import metrics
-from arbiter.kubeapi import ApiError, Conflict, Obj, pod_path
+from arbiter.base import metrics
+from arbiter.base.kubeapi import ApiError, Conflict, Obj, pod_path
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.reclaim import WAKE_KEY
 from arbiter.testing.memory import InMemoryApi

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, example, find, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core import reclaim as core_reclaim
-from arbiter.core import reclaim_tree
 from arbiter.core.model import Placement
+from arbiter.core.reclaim import flat as core_reclaim
+from arbiter.core.reclaim import tree as reclaim_tree
 from tests.reclaim.parity import Case, Job, play, run
 
 # The suite's 500 examples are the same every run (derandomized: a drift

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.fairshare import AdmissionEngine
+from arbiter.core.engine.flat import AdmissionEngine
 from arbiter.core.model import Node, Placement, PodSet, Pool, QueueSpec, Unit
-from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
-from arbiter.core.reclaim_room import NodeRoom
+from arbiter.core.reclaim.flat import Admitted, ReclaimQueue, Waiting, plan
+from arbiter.core.reclaim.room import NodeRoom
 from arbiter.core.resources import Resources
 from tests.core.test_placement import (
     Free,

@@ -1,4 +1,4 @@
-"""Victim selection (arbiter.core.reclaim): examples, then properties over
+"""Victim selection (arbiter.core.reclaim.flat): examples, then properties over
 random queues and units (hypothesis), checked against the rules as stated in
 the module doc and, where the greedy walk is exact, against brute force."""
 
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arbiter.core.deserved import deserved
-from arbiter.core.fairshare import QueueSpec
-from arbiter.core.reclaim import (
+from arbiter.core.engine.flat import QueueSpec
+from arbiter.core.reclaim.flat import (
     Admitted,
     ReclaimQueue,
     Waiting,

@@ -1,4 +1,4 @@
-"""Reclaim over a tree of queues (arbiter.core.reclaim_tree, DESIGN §11):
+"""Reclaim over a tree of queues (arbiter.core.reclaim.tree, DESIGN §11):
 nearest victims first, no subtree below its guarantee, the move rule where
 taker and victim meet; played with admission (the tree engine) to the
 fixpoint on random trees: it always gets there, and no allocation comes
@@ -12,10 +12,10 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.fairshare import QueueSpec, Unit
+from arbiter.core.engine.flat import QueueSpec, Unit
 from arbiter.core.model import ChildOrder
-from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
-from arbiter.core.reclaim_sim import Simulation
+from arbiter.core.reclaim.flat import Admitted, ReclaimQueue, Waiting, plan
+from arbiter.core.reclaim.sim import Simulation
 from arbiter.core.resources import EMPTY, Resources
 
 CPU = Resources({"cpu": 1})

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from arbiter.core.reclaim import Admitted, ReclaimQueue, Waiting, plan
+from arbiter.core.reclaim.flat import Admitted, ReclaimQueue, Waiting, plan
 from arbiter.core.resources import Resources
 from tests.loop.test_placement import node, publish
 from tests.reclaim.test_loop import GRACE, ReclaimCluster

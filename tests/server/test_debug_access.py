@@ -9,9 +9,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from arbiter import debug
 from arbiter.cache.store import ClusterStore
 from arbiter.loop.runtime import Leadership
+from arbiter.server import debug
 
 
 def _app(access: debug.DebugAccess, check: debug.TokenCheck | None) -> web.Application:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import aiohttp
 
-from arbiter.app import start_listeners
 from arbiter.cache.store import ClusterStore
-from arbiter.config import ServeConfig
-from arbiter.server import ServerContext
+from arbiter.server.app import start_listeners
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import ServerContext
 from certs.manager import CertManager
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -130,3 +130,22 @@ async def test_one_source_past_its_share_is_refused_and_others_still_served(
         assert await _closed_after(slow[0], 0.5) is None
         assert await _healthz(port, tmp_path) == 200
         slow[1][1].close()
+
+
+async def test_at_the_cap_the_source_holding_most_loses_a_connection_first(
+        tmp_path: Path) -> None:
+    async for port in _webhook_port(tmp_path, listener_max_connections=4):
+        # A quiet source's handshake is the oldest connection ...
+        quiet = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.3", 0))
+        await asyncio.sleep(0.05)
+        # ... then one source fills the rest of the cap with slow handshakes.
+        flood = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+                 for _ in range(3)]
+        await asyncio.sleep(0.1)
+        assert await _healthz(port, tmp_path) == 200
+        # The flooding source paid for the new connection (its oldest went) ...
+        assert await _closed_after(flood[0], 1.0) is not None
+        # ... the quiet source's older handshake is still open.
+        assert await _closed_after(quiet, 0.5) is None
+        for _, writer in flood[1:]:
+            writer.close()

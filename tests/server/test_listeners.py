@@ -11,10 +11,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from arbiter.app import start_listeners
 from arbiter.cache.store import ClusterStore
-from arbiter.config import ServeConfig
-from arbiter.server import ServerContext
+from arbiter.server.app import start_listeners
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import ServerContext
 from certs.authority import cert_pem, issue, key_pem, new_ca, write_private, write_public
 from certs.manager import CertManager
 

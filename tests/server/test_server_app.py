@@ -13,15 +13,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-import arbiter.server as server
-from arbiter import app
-from arbiter.app import build_app, build_extender_app, build_metrics_app
+import arbiter.server.context as server
 from arbiter.cache.store import KINDS, ClusterStore
-from arbiter.cli import build_parser
-from arbiter.config import ServeConfig
+from arbiter.cli.main import build_parser
+from arbiter.cli.serve import JsonFormatter, config_from_args
 from arbiter.loop.runtime import Leadership
-from arbiter.serve_cli import JsonFormatter, config_from_args
-from arbiter.server import ServerContext
+from arbiter.server import app
+from arbiter.server.app import build_app, build_extender_app, build_metrics_app
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import ServerContext
 
 
 async def test_every_surface_is_served() -> None:
@@ -105,6 +105,36 @@ def test_managed_namespaces_flag_and_variable(monkeypatch: pytest.MonkeyPatch) -
     argv = ["serve"]
     with pytest.raises(SystemExit, match="must be all or listed"):
         config_from_args(build_parser(argv).parse_args(argv))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--listener-handshake-timeout", "0"], "--listener-handshake-timeout: 0.0 must be greater"),
+    (["--listener-max-connections", "0"], "--listener-max-connections: 0 must be greater"),
+    (["--listener-idle-timeout", "inf"], "'inf' is not a finite number"),
+    (["--overcommit", "nan"], "'nan' is not a finite number"),
+    (["--reclaim-grace", "-1"], "--reclaim-grace: -1.0 must be at least 0"),
+    (["--metrics-port", "65536"], "--metrics-port: 65536 must be at most 65535"),
+    (["--max-body-bytes", "1e6"], "--max-body-bytes: '1e6' is not an integer"),
+])
+def test_a_number_out_of_range_is_refused_naming_the_flag(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A zero timeout or cap would leave connections open for good or refuse every
+    one: the server does not start, and says which flag is wrong."""
+    argv = ["serve", *argv]
+    with pytest.raises(SystemExit):
+        build_parser(argv).parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_a_number_variable_out_of_range_is_refused_naming_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARBITER_LISTENER_HEADER_TIMEOUT", "0")
+    argv = ["serve"]
+    with pytest.raises(SystemExit, match=r"ARBITER_LISTENER_HEADER_TIMEOUT: 0\.0 must be greater"):
+        build_parser(argv)
+    monkeypatch.setenv("ARBITER_LISTENER_HEADER_TIMEOUT", "")
+    monkeypatch.setenv("ARBITER_RECLAIM_PDB_TIMEOUT", "-1")  # negative: never delete
+    assert config_from_args(build_parser(argv).parse_args(argv)).reclaim_pdb_timeout == -1
 
 
 def test_json_log_lines_carry_extra_fields() -> None:

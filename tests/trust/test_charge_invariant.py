@@ -22,10 +22,10 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from arbiter.api import POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION, QUEUE_LABEL
+from arbiter.base.kubeapi import job_path, pod_path, unit_path
 from arbiter.cache.convert import JOB_NAME_LABEL, JOB_UID_LABEL, pod_from_api
+from arbiter.core.api import POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION, QUEUE_LABEL
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.kubeapi import job_path, pod_path, unit_path
 from arbiter.loop.charges import chargeable
 from arbiter.loop.mirror import UNQUEUED_PREFIX
 from tests.loop.harness import Cluster

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from arbiter.api import ADMISSION_GATE, QUEUE_LABEL
 from arbiter.cache.store import KINDS, ClusterStore
+from arbiter.core.api import ADMISSION_GATE, QUEUE_LABEL
 from webhook.patch import apply_patch
 from webhook.review import AdmissionEnv, AdmissionRequest, Decision, PatchOp, parse_review
 

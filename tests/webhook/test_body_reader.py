@@ -15,9 +15,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from arbiter import httpserve
-from arbiter.config import ServeConfig
-from arbiter.server import ServerContext
+from arbiter.base import httpserve
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import ServerContext
 from tests.hostile import one_port_app
 from tests.webhook.admission_samples import (
     kubectl_run_pod,

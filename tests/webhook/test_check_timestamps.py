@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from arbiter.api import format_rfc3339
+from arbiter.core.api import format_rfc3339
 from tests.webhook.test_queueunit_webhook import RESERVED, _status_update
 
 STAMP = "2026-01-01T00:00:00Z"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from arbiter.api import POD_GROUP_LABEL
 from arbiter.cache.store import ClusterStore
+from arbiter.core.api import POD_GROUP_LABEL
 from tests.webhook.admission_samples import (
     ADMISSION_GATE,
     ARBITER_USER,

@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from arbiter.app import build_app
-from arbiter.config import ServeConfig
-from arbiter.server import ServerContext
+from arbiter.server.app import build_app
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import ServerContext
 from tests.webhook.admission_samples import (
     make_store,
     namespace_obj,

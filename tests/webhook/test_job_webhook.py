@@ -143,7 +143,7 @@ def test_jobs_arbiter_does_not_manage_are_not_guarded() -> None:
 
 
 def test_unsuspend_finds_the_unit_under_the_loops_name_for_a_long_job_name() -> None:
-    from arbiter.api import job_unit_name
+    from arbiter.core.api import job_unit_name
 
     long_name = "t" * 250  # job-<name> exceeds 253: the loop hashes the unit's name
     unit = job_unit_name(long_name)

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 import pytest
 
-from arbiter.api import MANAGED_LABEL, POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION, QUEUE_LABEL
 from arbiter.cache.access import names_namespace
 from arbiter.cache.store import ClusterStore
+from arbiter.core.api import MANAGED_LABEL, POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION, QUEUE_LABEL
 from arbiter.core.selectors import LabelSelector, SelectorError, parse_selector
 from tests.webhook.admission_samples import (
     env_for,

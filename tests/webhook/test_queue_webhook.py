@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from arbiter.api import QUEUE_LABEL
 from arbiter.cache.store import ClusterStore
+from arbiter.core.api import QUEUE_LABEL
 from tests.webhook.admission_samples import (
     ARBITER_USER,
     env_for,

@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
-from arbiter.config import ServeConfig
-from arbiter.server import excluded_namespaces
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import excluded_namespaces
 from certs.publish import with_ca_bundle
 from webhook.configuration import (
     OWN_WRITES_SKIP,

@@ -23,9 +23,9 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.app import build_app
-from arbiter.config import ServeConfig
-from arbiter.server import ServerContext
+from arbiter.server.app import build_app
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import ServerContext
 from tests.hostile import json_paths as _paths
 from tests.webhook.admission_samples import (
     QUEUE_LABEL,

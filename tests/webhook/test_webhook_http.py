@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from arbiter.app import build_app
-from arbiter.config import ServeConfig
-from arbiter.server import CONTEXT, ServerContext
+from arbiter.server.app import build_app
+from arbiter.server.config import ServeConfig
+from arbiter.server.context import CONTEXT, ServerContext
 from tests.webhook.admission_samples import (
     ADMISSION_GATE,
     QUEUE_LABEL,

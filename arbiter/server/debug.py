@@ -1,0 +1,361 @@
+"""Read-only JSON debug API: a sub-application mounted at `/debug` on the
+metrics listener, off by default (`--debug-api`).
+
+- `GET /debug/queues`: every queue as Queue status shows it (allocated,
+  deserved, dominantShare, pending, admitted, pendingUnits) plus why its
+  head waits, the capacity and what is free.
+- `GET /debug/queues/{name}/pending[?limit=N]`: that queue's waiting units
+  in admission order, with each one's position and reason (default 100).
+
+Who may call it (DESIGN §13): with `--debug-api loopback` only clients on
+this host (a peer address of 127.0.0.0/8 or ::1); with `token` a bearer
+token the apiserver accepts (TokenReview) for a user allowed to `get`
+Queues (SubjectAccessReview); answers are cached for a minute, so a client
+polling the API does not cost the apiserver a review per request.
+
+On the leader the numbers come from the running loop's engine; on another
+replica from a `KeptView`: one engine kept in step with the cache's change
+notifications, each request applying only what changed since the last
+(in slices, yielding the event loop), never a rebuild. Both are rendered by
+`arbiter.loop.status.queue_views`, the same function that writes Queue
+status and the `arbiter_queue_*` gauges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from arbiter.base.kubeapi import ApiError, request_json
+from arbiter.base.ratelimit import KeyedBuckets, TokenBucket
+from arbiter.cache.ownership import ConsumerKey
+from arbiter.cache.store import ClusterStore, Kind
+from arbiter.loop.index import LoopIndex, consumer_state
+from arbiter.loop.mirror import EngineMirror, engine_unit, submitted
+from arbiter.loop.runtime import Leadership
+from arbiter.loop.status import queue_views, split_key
+from arbiter.loop.units import disposition
+
+log = logging.getLogger(__name__)
+
+DebugAccess = Literal["off", "loopback", "token"]
+# Units applied to a KeptView between two yields of the event loop.
+SLICE = 500
+# Seconds a token's positive review is reused; tokens remembered at most.
+TOKEN_TTL = 60.0
+MAX_TOKENS = 1000
+# Reviews of tokens not known good, per second and in a burst, per client
+# address; and for all addresses together (the apiserver's share). A flood
+# of random tokens spends its own source's budget (or at worst the shared
+# one), never the re-review of a token already known good.
+REVIEW_RATE = 5.0
+REVIEW_BURST = 20
+TOTAL_REVIEW_RATE = 20.0
+TOTAL_REVIEW_BURST = 80
+MAX_SOURCES = 1024
+
+PREFIX = "/debug"
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 10_000
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status,
+                        content_type="application/json")
+
+
+class KeptView:
+    """An engine over the cache's units, kept in step with the store's change
+    notifications (for replicas that do not lead). `refreshed()` applies
+    what changed since its last call, `SLICE` units at a time."""
+
+    def __init__(self, store: ClusterStore, overcommit: float) -> None:
+        self.store = store
+        self.overcommit = overcommit
+        self.mirror = EngineMirror()
+        self.index = LoopIndex()
+        self._units: set[str] = set()
+        self._consumers: set[ConsumerKey] = set()
+        self._queues_dirty = self._capacity_dirty = True
+        self._following = False
+        self._lock = asyncio.Lock()
+
+    def on_change(self, kind: Kind, key: str) -> None:
+        store = self.store
+        if kind == "QueueUnit":
+            self._units.add(key)
+            self.index.on_unit(key, store.units.get(key))
+        elif kind == "Job":
+            namespace, _, name = key.partition("/")
+            self._consumers.add(ConsumerKey("Job", namespace, name))
+        elif kind == "Pod":
+            touched, capacity = self.index.on_pod(key, store.pods.get(key))
+            self._consumers.update(touched)
+            self._capacity_dirty = self._capacity_dirty or capacity
+        elif kind == "Queue":
+            self._queues_dirty = True
+        elif kind == "Node" and self.index.on_node(key, store.nodes.get(key)):
+            self._capacity_dirty = True
+
+    def close(self) -> None:
+        if self._following:
+            self.store.listeners.remove(self.on_change)
+            self._following = False
+
+    async def refreshed(self) -> EngineMirror:
+        async with self._lock:
+            store, mirror = self.store, self.mirror
+            if not self._following:
+                # Once: follow the store, then index and classify everything.
+                store.listeners.append(self.on_change)
+                self._following = True
+                await self.index.fill(store, chunk=SLICE)
+                self._units.update(store.units)
+            if self._queues_dirty:
+                self._queues_dirty = False
+                mirror.set_queues(store.queues)
+            if self._capacity_dirty:
+                self._capacity_dirty = False
+                mirror.set_capacity(store.capacity(self.overcommit))
+            while self._consumers:
+                self._units.update(self.index.units_for(self._consumers.pop()))
+            applied = 0
+            while self._units:
+                key = self._units.pop()
+                unit = store.units.get(key)
+                if unit is None:
+                    mirror.set(key, None, None)
+                else:
+                    state, pods = consumer_state(store, self.index, unit)
+                    mirror.set(key, disposition(unit, state),
+                               engine_unit(unit, submitted(store, unit, pods)))
+                applied += 1
+                if applied % SLICE == 0:
+                    await asyncio.sleep(0)
+            return mirror
+
+
+async def _mirror(view: KeptView, leadership: Leadership) -> tuple[EngineMirror, bool]:
+    controller = leadership.controller
+    if controller is not None:
+        return controller.mirror, True
+    return await view.refreshed(), False
+
+
+# A bearer token and the caller's address -> whether it may read the debug API.
+TokenCheck = Callable[[str, str], Awaitable[bool]]
+
+
+class ReviewsThrottled(Exception):
+    """Too many tokens to review right now (answered 429)."""
+
+
+class TokenReviewer:
+    """Bearer tokens checked with the apiserver: TokenReview (who is it),
+    then SubjectAccessReview (may they `get` Queues). Answers are cached
+    for `ttl` seconds by the token's SHA-256 (positive and negative alike,
+    so a flood of one bad token costs one review a minute); concurrent
+    requests with one token share one review.
+
+    Reviews of tokens not known good are rate-limited per client address
+    and in all (`ReviewsThrottled` past either budget). A token once found
+    good is re-reviewed when its answer expires without spending any
+    budget (there are at most `max_tokens` such, each once per `ttl`), and
+    good and bad answers are kept apart, so a flood of random tokens, from
+    one address or many, neither loads the apiserver nor locks out or
+    evicts a token in use."""
+
+    def __init__(self, api: Any, *, ttl: float = TOKEN_TTL,
+                 clock: Callable[[], float] = time.monotonic,
+                 rate: float = REVIEW_RATE, burst: int = REVIEW_BURST,
+                 total_rate: float = TOTAL_REVIEW_RATE, total_burst: int = TOTAL_REVIEW_BURST,
+                 max_tokens: int = MAX_TOKENS) -> None:
+        self.api = api
+        self.ttl = ttl
+        self.clock = clock
+        self.max_tokens = max_tokens
+        self._per_source = KeyedBuckets(rate, burst, MAX_SOURCES)
+        self._total = TokenBucket(total_rate, total_burst, clock())
+        # digest -> expiry, good and bad tokens apart; insertion-ordered
+        # (re-inserted on every review), so the first is the oldest.
+        self._good: dict[str, float] = {}
+        self._bad: dict[str, float] = {}
+        self._reviewing: dict[str, asyncio.Future[bool]] = {}
+
+    async def __call__(self, token: str, source: str = "") -> bool:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        now = self.clock()
+        for answers, allowed in ((self._good, True), (self._bad, False)):
+            expiry = answers.get(digest)
+            if expiry is not None and expiry > now:
+                return allowed
+        running = self._reviewing.get(digest)
+        if running is not None:
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                if running.cancelled():  # its caller went away: deny, the client retries
+                    return False
+                raise
+        if digest not in self._good:
+            self._take_budget(source, now)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._reviewing[digest] = future
+        try:
+            allowed = await self._review(token)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved: waiters re-raise it, none is required
+            raise
+        finally:
+            del self._reviewing[digest]
+        future.set_result(allowed)
+        self._good.pop(digest, None)
+        self._bad.pop(digest, None)
+        answers = self._good if allowed else self._bad
+        while len(answers) >= self.max_tokens:
+            del answers[next(iter(answers))]
+        answers[digest] = now + self.ttl
+        return allowed
+
+    def _take_budget(self, source: str, now: float) -> None:
+        # The source's budget first: a throttled source spends none of the total.
+        if not self._per_source.take(source, now) or not self._total.take(now):
+            raise ReviewsThrottled
+
+    async def _review(self, token: str) -> bool:
+        try:
+            review = await request_json(
+                self.api, "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+                body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                      "spec": {"token": token}})
+            status = review.get("status") or {}
+            user = status.get("user") or {}
+            if not status.get("authenticated") or not isinstance(user.get("username"), str):
+                return False
+            access = await request_json(
+                self.api, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                      "spec": {"user": user["username"], "groups": user.get("groups") or [],
+                               "uid": user.get("uid") or "",
+                               "resourceAttributes": {"group": "arbiter.dev",
+                                                      "resource": "queues", "verb": "get"}}})
+            return bool((access.get("status") or {}).get("allowed"))
+        except (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as error:
+            log.warning("debug API token review failed", extra={"error": str(error)})
+            return False
+
+
+def _is_loopback(address: str | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def access_guard(access: DebugAccess, check_token: TokenCheck | None) -> Any:
+    """The middleware that lets only allowed callers through."""
+    @web.middleware
+    async def guard(request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        if access == "loopback":
+            if not _is_loopback(request.remote):
+                return _json({"error": "the debug API answers on loopback only"}, 403)
+        else:
+            header = request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                return _json({"error": "a bearer token is required"}, 401)
+            try:
+                allowed = check_token is not None and await check_token(
+                    token.strip(), request.remote or "")
+            except ReviewsThrottled:
+                response = _json({"error": "too many new tokens to review; retry later"}, 429)
+                response.headers["Retry-After"] = "1"
+                return response
+            if not allowed:
+                return _json({"error": "the token may not read the debug API"}, 403)
+        return await handler(request)
+
+    return guard
+
+
+def queues_document(mirror: EngineMirror, *, leader: bool) -> dict[str, Any]:
+    views = queue_views(mirror)
+    return {
+        "leader": leader,
+        "capacity": mirror.engine.capacity().to_quantities(),
+        "free": mirror.engine.free().clamp_min(0).to_quantities(),
+        "queues": {name: view.to_json() for name, view in views.items()},
+    }
+
+
+def pending_document(mirror: EngineMirror, name: str, limit: int) -> dict[str, Any] | None:
+    if name not in mirror.queues:
+        return None
+    engine = mirror.engine
+    units = mirror.waiting_units(name)
+    entries = []
+    for position, unit in enumerate(units[:limit], start=1):
+        namespace, unit_name = split_key(unit.key)
+        entries.append({
+            "namespace": namespace,
+            "name": unit_name,
+            "priority": unit.priority,
+            "position": position,
+            "demand": unit.demand.to_quantities(),
+            "reason": engine.explain_unit(unit.key) or "queue is Closed",
+        })
+    return {
+        "queue": name,
+        "total": len(units),
+        "reason": engine.explain(name) if mirror.queues[name].state == "Open"
+        else "queue is Closed: it admits nothing",
+        "pending": entries,
+    }
+
+
+def debug_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
+              access: DebugAccess = "loopback",
+              check_token: TokenCheck | None = None) -> web.Application:
+    """The sub-application mounted at `PREFIX`, for callers `access` allows."""
+    view = KeptView(store, overcommit)
+
+    async def queues(_: web.Request) -> web.Response:
+        mirror, leader = await _mirror(view, leadership)
+        return _json(queues_document(mirror, leader=leader))
+
+    async def pending(request: web.Request) -> web.Response:
+        try:
+            limit = int(request.query.get("limit", DEFAULT_LIMIT))
+        except ValueError:
+            return _json({"error": "limit must be an integer"}, 400)
+        limit = max(0, min(limit, MAX_LIMIT))
+        mirror, _ = await _mirror(view, leadership)
+        document = pending_document(mirror, request.match_info["name"], limit)
+        if document is None:
+            return _json({"error": f"no queue {request.match_info['name']!r}"}, 404)
+        return _json(document)
+
+    app = web.Application(middlewares=[access_guard(access, check_token)])
+    app.router.add_get("/queues", queues)
+    app.router.add_get("/queues/{name}/pending", pending)
+
+    async def close(_: web.Application) -> None:
+        view.close()
+
+    app.on_cleanup.append(close)
+    return app

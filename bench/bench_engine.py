@@ -43,8 +43,9 @@ if __package__ in (None, ""):  # run as a script: make `arbiter` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from arbiter.core.deserved import deserved
-from arbiter.core.engine.flat import AdmissionEngine, Node, PodSet, Pool, QueueSpec, Unit
+from arbiter.core.engine.flat import AdmissionEngine
 from arbiter.core.engine.tree import HierarchicalEngine
+from arbiter.core.model import Node, PodSet, Pool, QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 
 GI = 2**30

@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arbiter.cache.records import QueueRecord
 from arbiter.core.deserved import deserved
-from arbiter.core.engine.flat import AdmissionEngine, Node, QueueSpec, Unit
+from arbiter.core.engine.flat import AdmissionEngine
+from arbiter.core.model import Node, QueueSpec, Unit
 from arbiter.core.reclaim.flat import Admitted, ReclaimQueue, Waiting, plan
 from arbiter.core.reclaim.room import NodeRoom
 from arbiter.core.resources import Resources

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arbiter.cache.store import KINDS, ClusterStore
-from arbiter.loop.mirror import mirror_from_store
+from arbiter.loop.follow import mirror_from_store
 from arbiter.loop.status import queue_views
 from tests.extender import builders as b
 

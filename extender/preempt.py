@@ -34,7 +34,7 @@ from typing import Literal
 from arbiter.cache.records import PodRecord, QueueRecord
 from arbiter.core.api import FINISHED_PHASES
 from arbiter.core.deserved import deserved
-from arbiter.core.engine.flat import QueueSpec
+from arbiter.core.model import QueueSpec
 from arbiter.core.resources import EMPTY, Resources
 from extender.state import ExtenderState
 from extender.wire import ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaVictims, Victim

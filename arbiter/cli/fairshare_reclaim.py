@@ -39,9 +39,9 @@ from arbiter.cli.fairshare_scenario import (
     load_scenario,
     read_document,
 )
-from arbiter.core.engine.flat import AdmissionEngine, Unit
-from arbiter.core.engine.tree import AnyEngine, has_hierarchy
-from arbiter.core.model import MAIN_POD_SET, Placement, PodSet
+from arbiter.core.engine import Engine
+from arbiter.core.engine.tree import has_hierarchy
+from arbiter.core.model import MAIN_POD_SET, Placement, PodSet, Unit
 from arbiter.core.reclaim.sim import Simulation
 
 RUNNING = "running"
@@ -131,7 +131,7 @@ def _nodes_of(entry: object, field: str, scenario: Scenario) -> tuple[str, ...] 
     return tuple(nodes)
 
 
-def _placement(engine: AnyEngine, unit: Unit, nodes: tuple[str, ...],
+def _placement(engine: Engine, unit: Unit, nodes: tuple[str, ...],
                field: str) -> Placement:
     """Where a running unit's pods run, as a plan: its nodes per pod set, in order."""
     sets = unit.pods or (PodSet(MAIN_POD_SET, 1, unit.demand),)
@@ -157,7 +157,6 @@ def settle(scenario: Scenario, running: Entries) -> dict[str, Any]:
                             "modelled offline yet; drop --from/running or the parents")
     simulation, started = fixpoint(scenario, running)
     whole = dataclasses.replace(scenario, units=(*started, *scenario.units))
-    assert isinstance(simulation.engine, AdmissionEngine)  # a tree is refused above
     result = evaluate(whole, engine=simulation.engine)
     result["reclaim"] = {
         "moves": [{"round": m.round, "taker": m.taker, "for": m.for_unit, "victim": m.victim,

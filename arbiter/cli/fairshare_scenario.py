@@ -14,19 +14,21 @@ from typing import Any
 import yaml
 
 from arbiter.core.deserved import deserved, hierarchical_deserved
-from arbiter.core.engine.flat import (
+from arbiter.core.engine import Engine, new_engine
+from arbiter.core.engine.flat import format_share
+from arbiter.core.engine.tree import HierarchicalEngine
+from arbiter.core.model import (
+    CHILD_ORDERS,
+    DEFAULT_POOL,
+    MAIN_POD_SET,
     QUEUE_POLICIES,
-    AdmissionEngine,
     Node,
     PodSet,
     Pool,
     QueuePolicy,
     QueueSpec,
     Unit,
-    format_share,
 )
-from arbiter.core.engine.tree import HierarchicalEngine, has_hierarchy
-from arbiter.core.model import CHILD_ORDERS, DEFAULT_POOL, MAIN_POD_SET
 from arbiter.core.partial import admit_partial, can_shrink
 from arbiter.core.quantities import QuantityError, format_quantity
 from arbiter.core.resources import EMPTY, Resources
@@ -383,7 +385,7 @@ def _quantities(amounts: Resources, names: tuple[str, ...]) -> dict[str, str]:
 
 
 
-def _pools_of(engine: AdmissionEngine, queue: str) -> dict[str, int]:
+def _pools_of(engine: Engine, queue: str) -> dict[str, int]:
     """Admitted units of `queue` per pool (sorted by pool name)."""
     counts: dict[str, int] = {}
     for unit in engine.admitted(queue):
@@ -405,7 +407,7 @@ def _demand(scenario: Scenario) -> dict[str, Resources]:
     return demand
 
 
-def _entry(engine: AdmissionEngine | HierarchicalEngine, name: str,
+def _entry(engine: Engine, name: str,
            fair: Mapping[str, Resources], names: tuple[str, ...]) -> dict[str, Any]:
     return {
         "admitted": engine.admitted_count(name),
@@ -416,16 +418,15 @@ def _entry(engine: AdmissionEngine | HierarchicalEngine, name: str,
 
 
 def evaluate(scenario: Scenario, *, order: bool = False,
-             engine: AdmissionEngine | None = None) -> dict[str, Any]:
+             engine: Engine | None = None) -> dict[str, Any]:
     """Run the engine over the scenario; the JSON-ready result (with `engine`:
     its allocation as it stands, e.g. reclaim's fixpoint)."""
-    if engine is None and has_hierarchy(scenario.queues):
-        return _evaluate_tree(scenario, order=order)
     if engine is None:
-        engine = AdmissionEngine(scenario.capacity, scenario.queues, scenario.nodes,
-                                 scenario.pools)
+        engine = new_engine(scenario.capacity, scenario.queues, scenario.nodes, scenario.pools)
         for unit in scenario.units:
             engine.add_pending(unit)
+        if isinstance(engine, HierarchicalEngine):
+            return _evaluate_tree(scenario, engine, order=order)
     admitted = engine.admit_all()
     shrinkable = sorted((u for u in scenario.units if can_shrink(u)),
                         key=lambda u: (-u.priority, u.created, u.key))
@@ -457,12 +458,11 @@ def evaluate(scenario: Scenario, *, order: bool = False,
     return out
 
 
-def _evaluate_tree(scenario: Scenario, *, order: bool) -> dict[str, Any]:
-    """`evaluate` for a tree of queues (DESIGN §11): per queue as flat, plus
-    `parent` on a child and `subtree` totals on a parent."""
-    engine = HierarchicalEngine(scenario.capacity, scenario.queues)
-    for unit in scenario.units:
-        engine.add_pending(unit)
+def _evaluate_tree(scenario: Scenario, engine: HierarchicalEngine, *,
+                   order: bool) -> dict[str, Any]:
+    """`evaluate` for a tree of queues (DESIGN §11), its units pending in
+    `engine`: per queue as flat, plus `parent` on a child and `subtree`
+    totals on a parent."""
     admitted = engine.admit_all()
     fair = hierarchical_deserved(scenario.capacity, scenario.queues, _demand(scenario))
     names = scenario.resources

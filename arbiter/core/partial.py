@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from arbiter.core.engine.tree import AnyEngine
+from arbiter.core.engine import Engine
 from arbiter.core.model import Unit, demand_of
 
 
@@ -40,7 +40,7 @@ def smaller(unit: Unit) -> Iterator[Unit]:
         unit = replace(unit, pods=pods)
 
 
-def admit_partial(engine: AnyEngine, candidates: Iterable[Unit]) -> list[Unit]:
+def admit_partial(engine: Engine, candidates: Iterable[Unit]) -> list[Unit]:
     """Offer each pending candidate to `engine` with fewer pods, largest
     first; returns what the engine admitted meanwhile (the shrunk units, and
     any unit that got room because of them). A candidate none of whose

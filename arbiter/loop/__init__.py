@@ -9,13 +9,18 @@ A unit's path through the loop, in order:
     access       whether the unit's queue admits its namespace at all
     writer       the unit is created, or its spec brought up to date
     mirror       the unit enters the engine: pending, admitted or out
+    follow       what each store change means for the engine (one piece
+                 for the loop and for the debug view of a replica that
+                 does not lead)
     nodes        the engine's nodes and pools, kept in step with the cache
     checks       admission checks between quota reservation and release
     controller   a cycle: the engine admits in DRF order; each admission is
                  assumed at once and written (status, then release)
     placement    the pool's nodeSelector and tolerations given to the pods
-    inflight     writes the watch has not confirmed yet, so no cycle acts
-                 on a stale unit
+    inflight     the one owner of in-flight state: writes the watch has not
+                 confirmed yet, retries, backoffs, namespace holds, and the
+                 units reclaim is taking back (its docstring draws the
+                 lifecycle and states each TTL)
     reclaim      when a waiting queue is owed resources: whom to take back
     evict        the writes of reclaim and preemption
     charges      every bound pod counted against exactly one queue

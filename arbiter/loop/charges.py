@@ -22,8 +22,8 @@ no unit holds (nodeName set at creation, a Job released around arbiter, a
 Job orphan-deleted after admission: its pods lose their ownerRef), and a
 held pod its unit does not cover (parallelism raised, a resize, a unit's
 podSets patched down, a consumer gone). It is charged to its holding unit's
-queue (whether that unit counts or not: its queue is its workload's), else
-to its namespace's queue
+queue (whether that unit counts or not: its queue is its workload's) when
+that queue admits the pod's namespace, else to its namespace's queue
 (`ClusterStore.resolve_queue` without labels: the Queue listing the
 namespace, else the namespace's label; the pod's own queue label is never
 read, so relabelling a running pod moves nothing). With no such queue, or
@@ -50,8 +50,7 @@ from collections.abc import Callable, Iterable
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore
-from arbiter.core.engine.flat import Unit
-from arbiter.core.model import MAIN_POD_SET, Placement, PodSet
+from arbiter.core.model import MAIN_POD_SET, Placement, PodSet, Unit
 from arbiter.core.resources import Resources
 from arbiter.loop.index import LoopIndex
 from arbiter.loop.mirror import EngineMirror, unqueued_key
@@ -79,6 +78,16 @@ def _consumers_of(pod: PodRecord) -> tuple[ConsumerKey, ...]:
     if pod.orphan_of is not None:
         keys.append(ConsumerKey("Job", pod.namespace, pod.orphan_of[0]))
     return tuple(keys)
+
+
+def _queue_to_charge(store: ClusterStore, holder: UnitRecord | None, pod: PodRecord) -> str:
+    """The queue an uncovered pod counts against: its holding unit's, when that
+    queue admits the pod's namespace; else the namespace's own queue ("": none,
+    off the capacity). A unit naming a queue that refuses its namespace (the
+    webhook bypassed, or the Queue changed since) never charges that queue."""
+    if holder is not None and store.queue_admits(holder.queue, pod.namespace):
+        return holder.queue
+    return store.resolve_queue(pod.namespace, None) or ""
 
 
 def holds(unit: UnitRecord, pod: PodRecord) -> bool:
@@ -241,9 +250,7 @@ class Charges:
                 budget = budget - pod.requests
                 self._charge(store, mirror, pod.uid, None, None)
                 continue
-            queue = record.queue if record is not None else \
-                store.resolve_queue(pod.namespace, None) or ""
-            self._charge(store, mirror, pod.uid, pod, queue)
+            self._charge(store, mirror, pod.uid, pod, _queue_to_charge(store, record, pod))
 
     def _charge(self, store: ClusterStore, mirror: EngineMirror, uid: str,
                 pod: PodRecord | None,

@@ -17,8 +17,10 @@ Cycles are woken by store listeners and debounced by a few milliseconds; a
 timer wakes the loop only for deadlines (admission timeouts, backoffs,
 retries). Writes whose result the watch has not delivered yet are kept in
 `InFlightWrites` (`arbiter.loop.inflight`), shared with the reclaimer, so no
-cycle acts on a stale unit. Status is published by `StatusPublisher`
-(`arbiter.loop.publisher`) from its own task.
+cycle acts on a stale unit; it owns every piece of in-flight state (its
+lifecycle is drawn there): the loop reads it and calls its operations.
+Status is published by `StatusPublisher` (`arbiter.loop.publisher`) from
+its own task.
 """
 
 from __future__ import annotations
@@ -37,38 +39,30 @@ from arbiter.base.kubeapi import ClusterApi
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
-from arbiter.core.engine.flat import Unit
+from arbiter.core.model import Unit
 from arbiter.loop.access import barred, barred_step
 from arbiter.loop.actions import Actions
-from arbiter.loop.charges import Charges
 from arbiter.loop.checks import CheckStateGauge, check_deadline, check_step, checks_for
 from arbiter.loop.events import EventSink
-from arbiter.loop.index import LoopIndex, consumer_state, consumer_uid, desired_unit
+from arbiter.loop.follow import StoreFollower
+from arbiter.loop.index import LoopIndex, consumer_state, consumer_uid
 from arbiter.loop.inflight import InFlightWrites
-from arbiter.loop.mirror import (
-    EngineMirror,
-    engine_unit,
-    recorded_plan,
-    submitted,
-    unqueued_pod,
-)
+from arbiter.loop.mirror import unqueued_pod
 from arbiter.loop.placement import PodDirectives, directives_for
 from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.units import (
     Consumer,
-    DesiredUnit,
     admission_deadline,
     alternate_name,
     backoff_delay,
     consumer_key,
     decide,
-    disposition,
     follows_consumer,
     held,
     spec_drift,
 )
-from arbiter.loop.writer import HOLD_TIMER, UnitWriter
+from arbiter.loop.writer import UnitWriter
 
 log = logging.getLogger(__name__)
 
@@ -134,20 +128,16 @@ class AdmissionController:
         self.events = events
         self.clock = clock
         self.rng = rng or random.Random()
-        self.mirror = EngineMirror()
-        self.mirror.nodes.overcommit = self.settings.overcommit
-        self.index = LoopIndex()
-        # Bound pods no admitted unit covers (DESIGN §13, "reality is charged").
-        self.charges = Charges()
+        # The engine and what keeps it in step with the store (shared with
+        # the debug view of replicas that do not lead); what the next cycle
+        # must look at is the follower's.
+        self.follow = StoreFollower(store, self.settings.overcommit)
+        self.mirror = self.follow.mirror
+        self.charges = self.follow.charges
         self.check_states = CheckStateGauge()
         self.stats = CycleStats()
-        # What the next cycle must look at.
-        self._all = True
-        self._queues_dirty = True
-        self._access_seen = store.access_generation
-        self._capacity_dirty = True
-        self._units: set[str] = set()
-        self._consumers: set[ConsumerKey] = set()
+        self._units = self.follow.units
+        self._consumers = self.follow.consumers
         # Writes in flight and what they assume (shared with the reclaimer
         # and the status publisher); busy keys are unit keys and
         # "create:<consumer>" for a unit being created.
@@ -160,13 +150,9 @@ class AdmissionController:
             touch=self.touch, touch_consumer=self._touch_consumer,
             backoff_delay=self._backoff_delay, events=events, clock=clock)
         self._blocked_names: set[str] = set()
-        # What each consumer asks, computed once per cycle (the store does not
-        # change during one): `_reconcile_consumer` and `_drifted` both ask.
-        self._wanted: dict[ConsumerKey, DesiredUnit | None] = {}
         self._wake = asyncio.Event()
         self._next_resync = 0.0
         self._listening = False
-        self._indexed = False
         self.warming = True
         self.publisher = StatusPublisher(
             store, self.mirror, self.actions, self.writes, unit=self.unit, events=events,
@@ -174,7 +160,8 @@ class AdmissionController:
             waiting_event_depth=self.settings.waiting_event_depth,
             position_depth=self.settings.position_depth)
         self.reclaimer = Reclaimer(ReclaimSettings(
-            grace=self.settings.reclaim_grace, pdb_timeout=self.settings.reclaim_pdb_timeout))
+            grace=self.settings.reclaim_grace, pdb_timeout=self.settings.reclaim_pdb_timeout),
+            self.writes.evictions)
         self.publisher.reclaim_notes = lambda: self.reclaimer.notes
         self.reclaim_access = LoopAccess(
             writes=self.writes, actions=self.actions, unit=self.unit, consumer=self.consumer,
@@ -191,47 +178,18 @@ class AdmissionController:
             self.store.listeners.remove(self.on_change)
             self._listening = False
 
+    @property
+    def index(self) -> LoopIndex:
+        return self.follow.index
+
     def on_change(self, kind: Kind, key: str) -> None:
-        """Store listener: note what changed and wake the loop."""
+        """Store listener: note what changed (`StoreFollower.note`) and wake the loop."""
         if kind == "QueueUnit":
-            self._units.add(key)
             self.check_states.update(key, self.store.units.get(key))
-            touched = self.index.on_unit(key, self.store.units.get(key))
-            self._consumers.update(touched)
-            self.charges.consumers(touched)
-        elif kind == "Job":
-            namespace, _, name = key.partition("/")
-            consumer = ConsumerKey("Job", namespace, name)
-            self._consumers.add(consumer)
-        elif kind == "Pod":
-            pod = self.store.pods.get(key)
-            touched, capacity = self.index.on_pod(key, pod)
-            self.mirror.nodes.on_pod(key, pod)
-            self.charges.pod(key)
-            self._consumers.update(touched)
-            self._capacity_dirty = self._capacity_dirty or capacity
-        elif kind == "Queue":
-            self._queues_dirty = True
-            if self.store.access_generation != self._access_seen:
-                # Which namespaces may use which queue changed (rare): every
-                # unit may be barred or cleared (arbiter.loop.access).
-                self._access_seen = self.store.access_generation
-                self._all = True
-        elif kind == "Node":
-            node = self.store.nodes.get(key)
-            placed = self.mirror.nodes.on_node(key, node)
-            if not self.index.on_node(key, node) and not placed:
-                return  # a heartbeat: the capacity is the same
-            self._capacity_dirty = True
-        elif kind == "Pool":
-            self.mirror.nodes.set_pools(self.store.pools.values())
-        elif kind in ("Namespace", "AdmissionCheck"):
-            if kind == "Namespace" and key not in self.store.namespaces:
-                self._consumers.update(self.writer.namespace_gone(key))
-            self._all = True  # rare: look at everything again
-        else:
-            return
-        self._wake.set()
+        elif kind == "Namespace" and key not in self.store.namespaces:
+            self._consumers.update(self.writes.namespace_gone(key))
+        if self.follow.note(kind, key):
+            self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -287,35 +245,15 @@ class AdmissionController:
         started = time.perf_counter()
         now = self.clock()
         store = self.store
-        self._wanted.clear()
-        if self._all:
-            self._all = False
-            if not self._indexed:
-                self.index.rebuild(store)
-                self._indexed = True
-            self.mirror.nodes.rebuild(store)
-            self._consumers.update(self.index.consumers(store))
-            self._units.update(store.units)
+        if self.follow.begin():  # everything queued: with the units we assume
             self._units.update(self.writes.assumed_keys())
-            self.charges.everything(store)
-            self._queues_dirty = self._capacity_dirty = True
             self._next_resync = now + self.settings.resync_interval
         for key in self.writes.due(now):
-            retry = self.writer.create_retry.pop(key, None)
-            if retry is not None:
-                self._consumers.add(retry)  # a unit creation to try again
-            elif key.startswith(HOLD_TIMER):  # a terminating namespace's hold is over
-                self._consumers.update(self.writer.namespace_gone(key.removeprefix(HOLD_TIMER)))
+            consumers = self.writes.woken(key)
+            if consumers is not None:
+                self._consumers.update(consumers)  # creations to try again
             else:
                 self._units.add(key)
-
-        if self._queues_dirty:
-            self.mirror.set_queues(store.queues)
-            self.charges.recharge()  # a namespace's queue may have changed
-            self._queues_dirty = False
-        if self._capacity_dirty:
-            self.mirror.set_capacity(store.capacity(self.settings.overcommit))
-            self._capacity_dirty = False
 
         left = budget if budget is not None else -1
         consumers, units = self._consumers, self._units
@@ -353,23 +291,8 @@ class AdmissionController:
         between them (a new leader with a large cache must not stall the
         webhook that shares this event loop). With `reindex`, rebuild the
         index first (`LoopIndex.fill`)."""
-        store = self.store
-        if reindex:
-            self.index = LoopIndex()
-            await self.index.fill(store, chunk=chunk)
-            self.mirror.nodes.rebuild(store)
-            self._indexed = True
-        consumers = self.index.consumers(store)
-        for start in range(0, len(consumers), chunk):
-            self._consumers.update(consumers[start:start + chunk])
-            await asyncio.sleep(0)
-        keys = [*store.units, *self.writes.assumed_keys()]
-        for start in range(0, len(keys), chunk):
-            self._units.update(keys[start:start + chunk])
-            await asyncio.sleep(0)
-        self.charges.everything(store)
-        self._queues_dirty = self._capacity_dirty = True
-        self._all = False
+        await self.follow.resync(reindex=reindex, chunk=chunk)
+        self._units.update(self.writes.assumed_keys())
         self._next_resync = self.clock() + self.settings.resync_interval
 
     def _reconcile_consumer(self, consumer: ConsumerKey, units: set[str]) -> None:
@@ -388,12 +311,12 @@ class AdmissionController:
             unit = mine[0]
             if follows_consumer(unit) and not self.writes.busy(unit.key) \
                     and not self.writes.outdated(unit):
-                wanted = self._desired(consumer)
+                wanted = self.follow.desired(consumer)
                 drift = spec_drift(unit, wanted) if wanted is not None else None
                 if drift is not None:
                     self.writer.update_spec(unit, drift)
             return
-        desired = self._desired(consumer)
+        desired = self.follow.desired(consumer)
         if desired is None:
             return
         if self.unit(desired.key) is not None:
@@ -417,7 +340,6 @@ class AdmissionController:
         self.charges.unit(key)
         if unit is None:
             self.mirror.set(key, None, None)
-            self.writer.forget(key)
             self.writes.forget(key)
             return
         if not self.store.is_managed_namespace(unit.namespace):
@@ -427,24 +349,20 @@ class AdmissionController:
             return
         outdated = self.writes.outdated(unit)
         consumer, pods = self.consumer(unit)
-        writer = self.writer
+        writes = self.writes
         foreign = barred(self.store, unit)
-        if key not in writer.admitting:
-            where = disposition(unit, consumer) if foreign is None else None
+        if not writes.admission_running(key):
+            where = self.follow.where(unit, consumer, now)
             if where == "pending" and (outdated or self.writes.retry_at(key) > now):
                 where = None  # wait for the watch, or for the retry time
-            elif where == "pending" and self._drifted(unit):
-                where = None  # admitted only once its spec is its consumer's again
-            elif where == "pending" and unit.requeue_at is not None and unit.requeue_at > now:
-                where = None  # an admission check sent it back: wait out its delay
-                self.writes.timer(unit.requeue_at, key)
-            self.mirror.set(key, where, engine_unit(unit, submitted(self.store, unit, pods)),
-                            recorded_plan(unit))
+            if unit.requeue_at is not None and unit.requeue_at > now:
+                self.writes.timer(unit.requeue_at, key)  # sent back by a check: look again then
+            self.follow.place(key, unit, where, pods)
         if unit.phase != "TimeoutBackoff":
-            writer.backoff_until.pop(key, None)
-        elif key not in writer.backoff_until:
+            writes.end_backoff(key)
+        elif writes.backoff_end(key) is None:
             # Found in backoff (a restart): wait the backoff out again from now.
-            writer.backoff_until[key] = now + self._backoff_delay(unit.attempts)
+            writes.back_off(key, now + self._backoff_delay(unit.attempts))
         if self.writes.busy(key) or outdated:
             return  # a write is running, or we know this version is outdated
         retry = self.writes.retry_at(key)
@@ -461,33 +379,16 @@ class AdmissionController:
                 self.writes.timer(deadline, key)
         else:
             step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
-                          backoff_until=writer.backoff_until.get(key))
+                          backoff_until=writes.backoff_end(key))
         if step.kind == "none":
             deadline = admission_deadline(unit, self.settings.admission_timeout)
             if deadline is not None:
                 self.writes.timer(deadline, key)
-            if unit.phase == "TimeoutBackoff":
-                self.writes.timer(writer.backoff_until[key], key)
+            backoff = writes.backoff_end(key)
+            if backoff is not None:  # set above whenever the unit is in TimeoutBackoff
+                self.writes.timer(backoff, key)
             return
-        writer.step(unit, step)
-
-    def _desired(self, consumer: ConsumerKey) -> DesiredUnit | None:
-        if consumer not in self._wanted:
-            self._wanted[consumer] = desired_unit(self.store, self.index, consumer)
-        return self._wanted[consumer]
-
-    def _drifted(self, unit: UnitRecord) -> bool:
-        """A waiting unit whose spec (pod sets, queue, priority) is not what
-        its consumer asks now, or whose consumer asks for no unit at all:
-        what is admitted is the consumer's demand, never a tenant's edit of
-        the unit (the correcting write is `_reconcile_consumer`'s)."""
-        if not follows_consumer(unit):
-            return False
-        key = consumer_key(unit)
-        wanted = self._desired(key) if key is not None else None
-        if wanted is None or unit.consumer is None or wanted.consumer_uid != unit.consumer.uid:
-            return True
-        return spec_drift(unit, wanted) is not None
+        self.writer.step(unit, step)
 
     def _backoff_delay(self, attempts: int) -> float:
         return backoff_delay(attempts, base=self.settings.backoff_base,
@@ -509,7 +410,7 @@ class AdmissionController:
                 except Exception:
                     # A bug must not stop admission for good: start over from the store.
                     log.exception("admission cycle failed; rebuilding from the cache")
-                    self._all = True
+                    self.follow.everything = True
                     await asyncio.sleep(1.0)
                 if on_cycle is not None:
                     on_cycle()
@@ -537,8 +438,7 @@ class AdmissionController:
         await asyncio.sleep(max(0.0, self.settings.debounce))  # 0: just let others run
 
     def _pending_work(self) -> bool:
-        return bool(self._units or self._consumers or self._all or self._queues_dirty
-                    or self._capacity_dirty or self.charges.pending())
+        return self.follow.pending()
 
     async def settle(self, *, rounds: int = 100) -> None:
         """Run cycles until no write is in flight and nothing changed (tests)."""

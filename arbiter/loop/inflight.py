@@ -1,4 +1,5 @@
-"""What the admission loop knows about its own writes before the watch does.
+"""What the admission loop knows about its own writes, and about the units
+it is taking back, before the watch does: the one owner of in-flight state.
 
 A write (create a unit, set its phase, admit it, release or hold its
 consumer, take it back) runs as a task; its result reaches the cache only
@@ -6,8 +7,69 @@ when the watch delivers it, some milliseconds later. Until then a cycle
 must not act on the stale version. Like kube-scheduler's cache, which
 *assumes* a pod on its node before the binding lands and *forgets* it if
 the binding fails, the loop keeps its writes' results here and lays them
-over the store. The controller and the reclaimer share one `InFlightWrites`;
-neither touches the other's members.
+over the store. The controller, its `UnitWriter`, the reclaimer and the
+status publisher share one `InFlightWrites`; they read it and call its
+operations, and only it changes its maps.
+
+Every state a unit's in-flight write or eviction goes through, and who
+moves it (C: the controller's cycle; W: the write's task, `UnitWriter` or
+`reclaim.carry_out`; R: the reclaimer's look; T: a timer or TTL running
+out). The key is a unit's `namespace/name`, or `create:<consumer>` for a
+unit not created yet::
+
+  WRITES                         (InFlightWrites; ASSUME_TTL = 30 s)
+
+   C decides a write --spawn--> [busy] .... one write per key at a time
+   (admit_all picked it: the       |        (locked); a busy key is not
+    engine counts it admitted      |        decided again until it ends
+    already: [admitting] until     |
+    W ends, C does not classify    |
+    it again meanwhile)            |  W: the API call
+        +----------------+---------+-------+-------------------+
+        | ok             | refused         | error             | create refused:
+        v                v (changed/gone)  v                   v namespace deleting
+   [assumed]        [outdated]        [retrying]          [namespace held]
+     |                |                 |  T: 1s, 2s, 4s...   |  C: its Namespace is
+     | C: the watch   | C: the watch    |  retry_max, then    |  deleted, or T:
+     | shows our      | brings a newer  |  decided again (a   |  TERMINATING_HOLD
+     | version, or T: | version: decided|  creation: C creates|  (60 s): its consumers'
+     | ASSUME_TTL     | again           |  for its consumer)  |  units are created again
+     v                v                 v                     v
+   the store's      decided again     (back to the top)     (back to the top)
+
+   [assumed] has a twin for consumers, [override] (a Job we unsuspended
+   reads as released until the watch shows it, or ASSUME_TTL passes).
+   W setting TimeoutBackoff, or C finding a unit in it after a restart:
+   [backing off] until the time it holds, when C decides again; C ends it
+   when the unit leaves that phase.
+
+  EVICTIONS                      (Evictions, owned by InFlightWrites;
+                                  EVICTION_TTL = 120 s from being chosen)
+
+   R chooses a victim --begin--> [taking] --W: refused, failed, unit gone
+     (its room counts as free;      |        (abandon)--> forgotten: the next
+      never chosen again)           |        look decides afresh
+                                    |--W: a PodDisruptionBudget says no
+                                    |  (block)--> [blocked] never chosen
+                                    |  while its backoff runs (5 s doubling
+                                    |  to 120 s); R forgets it after that,
+                                    |  once the engine no longer counts it
+                                    |  admitted
+                                    |
+                                    | R (expire): the engine no longer counts
+                                    | it admitted, or it was admitted again,
+                                    v or EVICTION_TTL
+                                [draining]  its pods count on no node
+                                    |
+                                    | R (expire): its pods left their nodes,
+                                    v or admitted again, or EVICTION_TTL
+                                forgotten
+
+EVICTION_TTL is longer than ASSUME_TTL: it covers pods terminating (their
+grace period) and the engine catching up, not only the watch's lag. Timers
+(`timer`, `due`, `next_deadline`) also wake the loop for the controller's
+deadlines: admission timeouts, backoffs, reclaim looks, a namespace hold's
+end. `forget(key)` drops what is kept for a unit that is gone.
 """
 
 from __future__ import annotations
@@ -17,17 +79,30 @@ import contextlib
 import heapq
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Set
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass
 
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import UnitRecord
+from arbiter.core.reclaim.flat import Victim
 from arbiter.loop.units import Consumer
 
 log = logging.getLogger(__name__)
 
 # How long a write's result may stand in for what the watch has not delivered.
 ASSUME_TTL = 30.0
+# How long creations wait in a namespace found terminating, unless its
+# Namespace event (deleted) comes first; then they are tried again.
+TERMINATING_HOLD = 60.0
+# Timer key (`timer`) that ends a namespace's hold.
+HOLD_TIMER = "namespace:"
+# How long after its victim was chosen an eviction is kept (taking, then
+# draining) when its effect never showed.
+EVICTION_TTL = 120.0
+# An eviction a PodDisruptionBudget blocked: the unit is left alone this
+# long, doubling with each block, capped.
+BLOCKED_BASE = 5.0
+BLOCKED_MAX = 120.0
 
 
 @dataclass(slots=True)
@@ -40,43 +115,9 @@ class _Override:
 
 
 class InFlightWrites:
-    r"""Writes in flight and what they assume, per unit key.
-
-    The lifecycle of one write (the key is a unit's `namespace/name`, or
-    `create:<consumer>` for a unit not created yet)::
-
-      cycle decides a write
-              |  spawn(work, key)       at most max_writes run at once;
-              v                         locked(key): one write on a key at
-         +---------+                    a time; a busy key is not decided
-         |  busy   |                    again until its write ends
-         +---------+
-              |  the API call
-     +--------+-------------------+-------------------------+
-     | ok                         | refused (changed / gone) | error
-     v                            v                          v
-   assume(record)              conflicted(unit)            failed(key)
-   succeeded(key)              this version is outdated:   retry_at(key) after
-     |                         decide again on the next    1s, 2s, 4s ... retry_max
-     v                         one the watch brings        and timer(retry_at, key)
-   +---------+                                               |
-   | assumed |  unit(key, stored) returns our record         | due(now): looked at
-   +---------+                                               | again, write again
-     |                    \                                  v
-     | the watch shows     \ ASSUME_TTL passes               (back to the top)
-     | our resourceVersion  \ without it
-     v                       v
-   confirmed: the store's  expired: the store's (our write is taken as lost)
-
-    Consumers follow the same lifecycle through `override` (a Job we
-    unsuspended reads as released until the watch shows it, or ASSUME_TTL
-    passes). Timers (`timer`, `due`, `next_deadline`) also wake the loop for
-    the controller's deadlines: admission timeouts, backoffs, reclaim looks.
-    `forget(key)` drops what is kept for a unit that is gone.
-
-    `on_assumed` is told of every assumed record (the loop marks the unit
-    for a look and wakes up).
-    """
+    """Writes in flight and what they assume, per unit key (the lifecycle:
+    this module's docstring). `on_assumed` is told of every assumed record
+    (the loop marks the unit for a look and wakes up)."""
 
     def __init__(
         self,
@@ -103,6 +144,15 @@ class InFlightWrites:
         self._timers: list[tuple[float, str]] = []
         self._timer_at: dict[str, float] = {}
         self._outdated: dict[str, str] = {}  # unit key -> resourceVersion a write found changed
+        # The writer's: admissions running (the engine counts them admitted
+        # already), TimeoutBackoff ends, creations to retry ("create:<consumer>"
+        # -> consumer) and namespaces found terminating -> consumers whose
+        # units wait for it to go (or for TERMINATING_HOLD).
+        self._admitting: set[str] = set()
+        self._backoff: dict[str, float] = {}
+        self._creations: dict[str, ConsumerKey] = {}
+        self._held: dict[str, set[ConsumerKey]] = {}
+        self.evictions = Evictions()  # the reclaimer's
 
     # -- assumed writes --------------------------------------------------------------
     def assume(self, record: UnitRecord) -> None:
@@ -220,6 +270,63 @@ class InFlightWrites:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    # -- admissions running --------------------------------------------------------------
+    def admission_started(self, key: str) -> None:
+        """The engine picked `key` (it counts it admitted from now on) and its
+        admission write is starting."""
+        self._admitting.add(key)
+
+    def admission_ended(self, key: str) -> None:
+        """The admission write ended (written or not): classify the unit again
+        from what it reads as now."""
+        self._admitting.discard(key)
+
+    def admission_running(self, key: str) -> bool:
+        return key in self._admitting
+
+    # -- TimeoutBackoff ---------------------------------------------------------------------
+    def back_off(self, key: str, until: float) -> None:
+        """The unit is in TimeoutBackoff until `until`."""
+        self._backoff[key] = until
+
+    def backoff_end(self, key: str) -> float | None:
+        return self._backoff.get(key)
+
+    def end_backoff(self, key: str) -> None:
+        """The unit left TimeoutBackoff."""
+        self._backoff.pop(key, None)
+
+    # -- creations ---------------------------------------------------------------------------
+    def retry_creation(self, key: str, consumer: ConsumerKey) -> None:
+        """Creating `consumer`'s unit (busy key `key`) failed: when `key`'s
+        retry timer fires, `woken` names the consumer."""
+        self._creations[key] = consumer
+
+    def hold_namespace(self, namespace: str, consumer: ConsumerKey) -> bool:
+        """The apiserver refused a creation in `namespace`, being deleted:
+        `consumer` waits there (with any others) until the namespace is gone
+        or TERMINATING_HOLD passes. True when the namespace was not held yet."""
+        new = namespace not in self._held
+        if new:
+            self._held[namespace] = set()
+            self.timer(self.clock() + TERMINATING_HOLD, HOLD_TIMER + namespace)
+        self._held[namespace].add(consumer)
+        return new
+
+    def held_in(self, namespace: str, consumer: ConsumerKey) -> bool:
+        """Creations in `namespace` wait (`hold_namespace`): so does `consumer`'s."""
+        waiting = self._held.get(namespace)
+        if waiting is None:
+            return False
+        waiting.add(consumer)
+        return True
+
+    def namespace_gone(self, namespace: str) -> set[ConsumerKey]:
+        """The namespace was deleted (a new one of that name starts afresh),
+        or its hold is over: the consumers whose creations waited, to look at
+        again."""
+        return self._held.pop(namespace, set())
+
     # -- retries ---------------------------------------------------------------------------
     def failed(self, key: str, error: BaseException) -> float:
         """A write failed: try `key` again later, exponentially; returns the delay."""
@@ -267,9 +374,104 @@ class InFlightWrites:
         """When the first timer fires (infinity: none is set)."""
         return self._timers[0][0] if self._timers else math.inf
 
+    def woken(self, key: str) -> set[ConsumerKey] | None:
+        """Whom a fired timer `key` is for: the consumer whose unit's
+        creation is retried, or those a namespace's hold (now over) kept
+        waiting; None: unit `key` itself."""
+        consumer = self._creations.pop(key, None)
+        if consumer is not None:
+            return {consumer}
+        if key.startswith(HOLD_TIMER):
+            return self.namespace_gone(key.removeprefix(HOLD_TIMER))
+        return None
+
     def forget(self, key: str) -> None:
-        """The unit is gone: drop its retries, timer and outdated version."""
+        """The unit is gone: drop its retries, timer, backoff and outdated version."""
+        self._backoff.pop(key, None)
         self._outdated.pop(key, None)
         self._retry_at.pop(key, None)
         self._failures.pop(key, None)
         self._timer_at.pop(key, None)
+
+
+@dataclass(slots=True)
+class Taking:
+    """A victim being taken back."""
+
+    victim: Victim
+    since: float  # when it was chosen
+    # The unit's admission attempt when chosen: a later one means it was
+    # requeued and admitted again (perhaps within one cycle, never seen
+    # waiting): taken back, and no longer in flight.
+    attempt: int | None = None
+
+
+class Evictions:
+    """The units the reclaimer is taking back, per unit key (the lifecycle:
+    this module's docstring, EVICTIONS). `now` is the caller's cycle time."""
+
+    def __init__(self) -> None:
+        self._taking: dict[str, Taking] = {}  # chosen; until the engine lets go of it
+        # Taken back, pods perhaps still terminating on their nodes: those
+        # pods count nowhere (`NodeModel.set_leaving`).
+        self._draining: dict[str, tuple[float, int | None]] = {}  # key -> (since, attempt)
+        self._blocked: dict[str, tuple[float, int]] = {}  # key -> (until, times)
+        self._first_blocked: dict[str, float] = {}  # for the PodDisruptionBudget timeout
+
+    def begin(self, victim: Victim, now: float, attempt: int | None) -> None:
+        """The reclaimer chose `victim` (its admission `attempt` as the loop has it)."""
+        self._taking[victim.unit.key] = Taking(victim, now, attempt)
+
+    def abandon(self, key: str) -> None:
+        """Taking `key` back failed or is moot (changed, gone): the next look
+        decides afresh."""
+        self._taking.pop(key, None)
+
+    def block(self, key: str, now: float) -> float:
+        """A PodDisruptionBudget blocked the eviction: leave `key` alone for
+        a while (doubling); returns the delay."""
+        _, times = self._blocked.get(key, (0.0, 0))
+        self._first_blocked.setdefault(key, now)
+        delay = min(BLOCKED_MAX, BLOCKED_BASE * 2.0 ** times)
+        self._blocked[key] = (now + delay, times + 1)
+        self._taking.pop(key, None)
+        return delay
+
+    def expire(self, now: float, *, admitted: Callable[[str], bool],
+               readmitted: Callable[[str, int | None], bool],
+               on_nodes: Callable[[str], bool]) -> None:
+        """Move on what the engine and the nodes show is done: `admitted(key)`
+        the engine counts it admitted; `readmitted(key, attempt)` it was
+        admitted again since; `on_nodes(key)` pods of it still hold room."""
+        for key in [k for k, f in self._taking.items()
+                    if not admitted(k) or readmitted(k, f.attempt)
+                    or now - f.since > EVICTION_TTL]:
+            flight = self._taking.pop(key)
+            self._draining[key] = (flight.since, flight.attempt)
+        for key in [k for k, (since, attempt) in self._draining.items()
+                    if now - since > EVICTION_TTL or readmitted(k, attempt)
+                    or (not admitted(k) and not on_nodes(k))]:
+            del self._draining[key]
+        for key in [k for k, (until, _) in self._blocked.items()
+                    if until <= now and not admitted(k)]:
+            del self._blocked[key]
+            self._first_blocked.pop(key, None)
+
+    def taking(self) -> Mapping[str, Taking]:
+        """The victims being taken back (a live, read-only view)."""
+        return self._taking
+
+    def draining(self) -> Mapping[str, tuple[float, int | None]]:
+        return self._draining
+
+    def leaving(self) -> set[str]:
+        """Units whose pods count on no node: taking or draining."""
+        return self._taking.keys() | self._draining.keys()
+
+    def held_back(self, now: float) -> set[str]:
+        """Units whose blocked eviction's backoff still runs: not chosen now."""
+        return {k for k, (until, _) in self._blocked.items() if until > now}
+
+    def first_blocked(self, key: str) -> float | None:
+        """When a PodDisruptionBudget first blocked `key`'s eviction."""
+        return self._first_blocked.get(key)

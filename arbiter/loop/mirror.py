@@ -18,15 +18,14 @@ from typing import Literal
 from arbiter.cache.records import PodRecord, PodSet, QueueRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.deserved import deserved, hierarchical_deserved
-from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit
-from arbiter.core.engine.tree import AnyEngine, HierarchicalEngine, has_hierarchy
-from arbiter.core.model import Placement, demand_of
+from arbiter.core.engine import Engine, engine_suits, new_engine
+from arbiter.core.engine.tree import HierarchicalEngine
+from arbiter.core.model import Placement, QueueSpec, Unit, demand_of
 from arbiter.core.model import PodSet as EnginePodSet
 from arbiter.core.partial import admit_partial, can_shrink
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.loop.index import LoopIndex, consumer_state
 from arbiter.loop.nodes import NodeModel
-from arbiter.loop.units import Disposition, disposition
+from arbiter.loop.units import Disposition
 
 State = Literal["pending", "parked", "admitted", "orphan"]
 
@@ -54,8 +53,8 @@ def _essence(record: QueueRecord | None) -> tuple[QueueSpec, str] | None:
 
 
 def queue_spec(record: QueueRecord) -> QueueSpec:
-    # Field by field on purpose (same shape as the other record copies): mypy checks
-    # each name and type, which a generic copy by field name would not.
+    # Field by field: mypy checks each name and type, which a generic copy by
+    # field name would not.
     return QueueSpec(
         name=record.name,
         weight=record.weight,
@@ -80,7 +79,7 @@ class EngineMirror:
         self.queues: dict[str, QueueRecord] = {}
         self.capacity: Resources = EMPTY
         self.entries: dict[str, tuple[State, Unit]] = {}
-        self.engine: AnyEngine = AdmissionEngine(EMPTY, ())
+        self.engine: Engine = new_engine(EMPTY, ())
         self._orphan_demand: Resources = EMPTY
         # Demand of each queue's pending units, summed in place.
         self._pending_demand: dict[str, dict[str, int]] = {}
@@ -116,9 +115,8 @@ class EngineMirror:
         }
         if not changed:
             return
-        tree = has_hierarchy(queues.values())
-        if tree != isinstance(self.engine, HierarchicalEngine):
-            self._replace_engine(tree)
+        if not engine_suits(self.engine, queues.values()):
+            self._replace_engine()
         else:
             for name in sorted(changed):
                 record = queues.get(name)
@@ -137,14 +135,12 @@ class EngineMirror:
                 self._remove(key, state, unit)
                 self._add(key, wanted, unit, plan)
 
-    def _replace_engine(self, tree: bool) -> None:
+    def _replace_engine(self) -> None:
         """A flat engine for a flat set of queues, the tree engine once some
         queue has a parent: the new one learns every queue, unit and plan."""
         old = self.engine
         specs = [queue_spec(record) for record in self.queues.values()]
-        capacity = self.engine_capacity()
-        engine: AnyEngine = (HierarchicalEngine(capacity, specs) if tree
-                             else AdmissionEngine(capacity, specs))
+        engine = new_engine(self.engine_capacity(), specs)
         for key, (state, unit) in self.entries.items():
             if state == "pending":
                 engine.add_pending(unit)
@@ -359,21 +355,3 @@ def recorded_plan(unit: UnitRecord) -> Placement | None:
     """The plan an admitted unit's status records (None: none recorded)."""
     return unit.admission.placement() if unit.admission is not None else None
 
-
-def mirror_from_store(store: ClusterStore, overcommit: float = 1.0) -> EngineMirror:
-    """An engine over the units as the cache has them, with no loop behind it
-    (for replicas that do not lead: the debug API still answers)."""
-    index = LoopIndex()
-    index.rebuild(store)
-    mirror = EngineMirror()
-    mirror.nodes.overcommit = overcommit
-    mirror.set_queues(store.queues)
-    mirror.set_capacity(store.capacity(overcommit))
-    mirror.nodes.rebuild(store)
-    mirror.sync_nodes()
-    for key, unit in store.units.items():
-        state, pods = consumer_state(store, index, unit)
-        mirror.set(key, disposition(unit, state),
-                   engine_unit(unit, submitted(store, unit, pods)), recorded_plan(unit))
-    mirror.sync_nodes()
-    return mirror

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from arbiter.cache.ownership import pod_consumer
 from arbiter.cache.records import NodeRecord, PodRecord, PoolRecord
 from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore, add_into
-from arbiter.core.engine.tree import AnyEngine
+from arbiter.core.engine import Engine as AnyEngine
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
 from arbiter.core.resources import Resources
 

@@ -18,7 +18,7 @@ from arbiter.base.kubeapi import ApiError
 from arbiter.base.ratelimit import Throttle, TokenBucket
 from arbiter.cache.records import UnitRecord
 from arbiter.cache.store import ClusterStore
-from arbiter.core.engine.flat import Unit
+from arbiter.core.model import Unit
 from arbiter.loop.actions import Actions
 from arbiter.loop.events import EventSink
 from arbiter.loop.inflight import InFlightWrites

@@ -50,8 +50,8 @@ from arbiter.base import metrics
 from arbiter.base.kubeapi import ApiError
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.api import parse_rfc3339
-from arbiter.core.engine.flat import Unit
 from arbiter.core.engine.tree import has_hierarchy
+from arbiter.core.model import Unit
 from arbiter.core.reclaim.flat import (
     Admitted,
     Plan,
@@ -70,7 +70,7 @@ from arbiter.loop.actions import Actions, ConsumerGone
 from arbiter.loop.decisions import Decision, log_decision
 from arbiter.loop.events import EventSink
 from arbiter.loop.evict import Evictor
-from arbiter.loop.inflight import InFlightWrites
+from arbiter.loop.inflight import EVICTION_TTL, Evictions, InFlightWrites
 from arbiter.loop.mirror import EngineMirror, unqueued_pod
 from arbiter.loop.units import Consumer, consumer_key
 
@@ -91,9 +91,6 @@ class ReclaimSettings:
     max_victims: int = 100  # per look
     depth: int = 256  # waiting units per queue a look considers
     candidates: int = 4096  # admitted units a look considers (the first in victim order)
-    inflight_ttl: float = 120.0  # forget an eviction whose effect never showed
-    blocked_base: float = 5.0
-    blocked_max: float = 120.0
     # Seconds a unit's evictions may be blocked by PodDisruptionBudgets
     # before its pods are deleted instead (arbiter.loop.evict); negative: never.
     pdb_timeout: float = 300.0
@@ -114,16 +111,6 @@ class LoopAccess:
     touch: Callable[[str], None]  # look at this unit again (and wake the loop)
     events: EventSink | None
     clock: Callable[[], float]
-
-
-@dataclass(slots=True)
-class InFlight:
-    victim: Victim
-    since: float
-    # The unit's admission attempt when chosen: a later one means it was
-    # requeued and admitted again (perhaps within one cycle, never seen
-    # waiting): taken back, and no longer in flight.
-    attempt: int | None = None
 
 
 @dataclass(slots=True)
@@ -169,15 +156,13 @@ def _first(item: tuple[Any, ...]) -> Any:
 
 
 class Reclaimer:
-    def __init__(self, settings: ReclaimSettings | None = None) -> None:
+    def __init__(self, settings: ReclaimSettings | None = None,
+                 evictions: Evictions | None = None) -> None:
         self.settings = settings or ReclaimSettings()
         self.since: dict[str, float] = {}
-        self.inflight: dict[str, InFlight] = {}
-        # Victims taken back whose pods may still terminate on their nodes:
-        # their pods count nowhere (`NodeModel.set_leaving`).
-        self.draining: dict[str, tuple[float, int | None]] = {}  # key -> (since, attempt)
-        self.blocked: dict[str, tuple[float, int]] = {}  # key -> (until, times)
-        self.blocked_since: dict[str, float] = {}  # key -> first blocked
+        # The victims in flight, draining or blocked: the loop's
+        # (`InFlightWrites.evictions`); a reclaimer alone keeps its own.
+        self.evictions = evictions if evictions is not None else Evictions()
         self.next_look = -math.inf
         self._stamps: dict[str, tuple[str | None, float]] = {}
         self.last: Look = Look()
@@ -196,19 +181,9 @@ class Reclaimer:
             found = record(key)
             return attempt is not None and (found is None or found.attempts != attempt)
 
-        for key in [k for k, f in self.inflight.items()
-                    if mirror.state(k) != "admitted" or readmitted(k, f.attempt)
-                    or now - f.since > self.settings.inflight_ttl]:
-            flight = self.inflight.pop(key)
-            self.draining[key] = (flight.since, flight.attempt)
-        for key in [k for k, (since, attempt) in self.draining.items()
-                    if now - since > self.settings.inflight_ttl or readmitted(k, attempt)
-                    or (mirror.state(k) != "admitted" and not mirror.nodes.uncovered_pods(k))]:
-            del self.draining[key]
-        for key in [k for k, (until, _) in self.blocked.items()
-                    if until <= now and mirror.state(k) != "admitted"]:
-            del self.blocked[key]
-            self.blocked_since.pop(key, None)
+        self.evictions.expire(now, admitted=lambda k: mirror.state(k) == "admitted",
+                              readmitted=readmitted,
+                              on_nodes=lambda k: bool(mirror.nodes.uncovered_pods(k)))
 
     def look(
         self,
@@ -221,8 +196,8 @@ class Reclaimer:
         """Decide what to take back now (registers the victims as in flight);
         the victims' pods stop counting on their nodes for admission."""
         result = self._look(mirror, now, busy, record)
-        mirror.nodes.set_leaving(self.inflight.keys() | self.draining.keys())
-        mirror.nodes.expire_stale(now, self.settings.inflight_ttl)
+        mirror.nodes.set_leaving(self.evictions.leaving())
+        mirror.nodes.expire_stale(now, EVICTION_TTL)
         if result.looked:
             self._note(dict(result.plan.refused), record)
         return result
@@ -279,7 +254,7 @@ class Reclaimer:
                 held, head.demand, spec.capability) and (room is None or room.fits(heads[name][0]))
             if fits:
                 fitting.add(name)
-            if self.inflight or tree or (not fits and (
+            if self.evictions.taking() or tree or (not fits and (
                     spec.within_queue == "LowerPriority"
                     or may_gain(spec, held, head.demand, engine.capacity(), richest))):
                 interesting = True
@@ -292,11 +267,11 @@ class Reclaimer:
                 del self.since[name]
             self.last = result
             return result
-        protected = set(busy) | {k for k, (until, _) in self.blocked.items() if until > now}
+        protected = set(busy) | self.evictions.held_back(now)
         # What each queue holds, evictions in flight taken off (their room
         # counts as free already).
         holding: dict[str, Resources] = {name: engine.allocated(name) for name in queues}
-        for flight in self.inflight.values():
+        for flight in self.evictions.taking().values():
             gone = flight.victim.unit
             if gone.queue in holding:
                 holding[gone.queue] = holding[gone.queue] - gone.demand
@@ -308,7 +283,7 @@ class Reclaimer:
                    or (spec.within_queue == "LowerPriority" and name in heads)}
         keyed: list[tuple[tuple[int, int, float, float, str], Unit, float]] = []
         stamps, fresh = self._stamps, {}
-        inflight = self.inflight
+        inflight = self.evictions.taking()
         for key, (state, unit) in mirror.entries.items():
             if state != "admitted" or unit.queue not in sources or key in inflight \
                     or key in protected:
@@ -341,8 +316,7 @@ class Reclaimer:
                 del self.since[name]
         for victim in decided.victims:
             found = record(victim.unit.key)
-            self.inflight[victim.unit.key] = InFlight(
-                victim, now, found.attempts if found is not None else None)
+            self.evictions.begin(victim, now, found.attempts if found is not None else None)
         result.plan = decided
         result.victims = list(decided.victims)
         # A look over very many units is not cheap: space them out so that
@@ -350,7 +324,7 @@ class Reclaimer:
         took = time.perf_counter() - started
         self.next_look = now + max(self.settings.interval, self.settings.cost_factor * took)
         wake = [since + self.settings.grace for q, since in self.since.items() if q not in due]
-        if self.inflight or cut:
+        if self.evictions.taking() or cut:
             wake.append(self.next_look)
         result.wake_at = min(wake) if wake else None
         self.last = result
@@ -363,17 +337,8 @@ class Reclaimer:
         view = mirror.engine.node_view() if mirror.nodes.enabled else None
         if view is None:
             return None
-        leaving = [pod for key in self.inflight for pod in view.held(key)]
+        leaving = [pod for key in self.evictions.taking() for pod in view.held(key)]
         return NodeRoom(view, units, mirror.engine.capacity(), leaving)
-
-    def blocked_for(self, key: str, now: float) -> float:
-        """A blocked eviction: leave `key` alone for a while (doubling)."""
-        _, times = self.blocked.get(key, (0.0, 0))
-        self.blocked_since.setdefault(key, now)
-        delay = min(self.settings.blocked_max, self.settings.blocked_base * 2.0 ** times)
-        self.blocked[key] = (now + delay, times + 1)
-        self.inflight.pop(key, None)
-        return delay
 
     # -- acting (through the loop's in-flight writes) ---------------------------------
     def after_cycle(self, mirror: EngineMirror, now: float, loop: LoopAccess) -> list[Victim]:
@@ -403,7 +368,7 @@ async def carry_out(loop: LoopAccess, reclaimer: Reclaimer, victim: Victim,
             record = loop.unit(key)
             if record is None or (not record.admitted and not record.reserved
                                   and record.phase != "Enqueued"):
-                reclaimer.inflight.pop(key, None)
+                reclaimer.evictions.abandon(key)
                 return
             state, pods = loop.consumer(record)
             consumer = record.consumer
@@ -412,7 +377,7 @@ async def carry_out(loop: LoopAccess, reclaimer: Reclaimer, victim: Victim,
             else:
                 await _evict(loop, reclaimer, evictor, victim, record, pods, message)
     except ApiError as error:
-        reclaimer.inflight.pop(key, None)
+        reclaimer.evictions.abandon(key)
         log.warning("taking back %s failed: %s", key, error)
     finally:
         loop.touch(key)
@@ -445,7 +410,7 @@ async def _requeue(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
     if record.phase != "Enqueued":
         written = await evictor.requeue(record, text)
         if written is None:
-            reclaimer.inflight.pop(key, None)  # changed meanwhile: decide again
+            reclaimer.evictions.abandon(key)  # changed meanwhile: decide again
             return
         loop.writes.assume(written.record)
         record = written.record
@@ -470,7 +435,7 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
     now = loop.clock()
     blocked: list[str] = []
     evicted: list[PodRecord] = []
-    since = reclaimer.blocked_since.get(record.key)
+    since = reclaimer.evictions.first_blocked(record.key)
     timeout = reclaimer.settings.pdb_timeout
     overdue = since is not None and timeout >= 0 and now - since >= timeout
     forced: list[str] = []
@@ -492,7 +457,7 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
             f"{message}; pod(s) {', '.join(forced)} deleted: a PodDisruptionBudget blocked "
             f"their eviction for {now - (since or now):.0f}s (--reclaim-pdb-timeout)")
     if blocked:
-        delay = reclaimer.blocked_for(record.key, now)
+        delay = reclaimer.evictions.block(record.key, now)
         # Look again when the backoff ends: nothing else may wake the loop.
         loop.writes.timer(now + delay, WAKE_KEY)
         if loop.events is not None:
@@ -515,7 +480,7 @@ async def _evict_unqueued(reclaimer: Reclaimer, evictor: Evictor, victim: Victim
     namespace, name, uid = pod
     outcome = await evictor.evict_pod(namespace, name, uid)
     if outcome == "blocked":
-        reclaimer.blocked_for(victim.unit.key, now)
+        reclaimer.evictions.block(victim.unit.key, now)
         return
     reason = RECLAIM_REASON if victim.reason == "reclaim" else PREEMPT_REASON
     if outcome == "evicted":

@@ -21,7 +21,8 @@ from arbiter.base.ratelimit import Throttle
 from arbiter.cache.records import QueueRecord
 from arbiter.core.api import format_rfc3339
 from arbiter.core.deserved import hierarchical_deserved
-from arbiter.core.engine.flat import Unit, format_share
+from arbiter.core.engine.flat import format_share
+from arbiter.core.model import Unit
 from arbiter.core.quantities import MILLI_RESOURCES
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.mirror import EngineMirror, queue_spec

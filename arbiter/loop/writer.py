@@ -21,13 +21,12 @@ from arbiter.base.kubeapi import ApiError
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.api import UnitPhase
-from arbiter.core.engine.flat import Unit
-from arbiter.core.model import Placement
+from arbiter.core.model import Placement, Unit
 from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
 from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision
 from arbiter.loop.events import EventSink
-from arbiter.loop.inflight import InFlightWrites
+from arbiter.loop.inflight import TERMINATING_HOLD, InFlightWrites
 from arbiter.loop.units import Consumer, DesiredUnit, Step, consumer_key, group_members
 
 log = logging.getLogger(__name__)
@@ -37,11 +36,6 @@ log = logging.getLogger(__name__)
 # being deleted (NamespaceLifecycle admission, 403; a StatusCause's type is
 # serialised as "reason").
 NAMESPACE_TERMINATING = "NamespaceTerminating"
-# How long creations wait in a namespace found terminating, unless its
-# Namespace event (deleted) comes first; then they are tried again.
-TERMINATING_HOLD = 60.0
-# Timer key (`InFlightWrites.timer`) that ends a namespace's hold.
-HOLD_TIMER = "namespace:"
 
 
 def namespace_terminating(error: ApiError) -> bool:
@@ -94,12 +88,6 @@ class UnitWriter:
         self.backoff_delay = backoff_delay
         self.events = events
         self.clock = clock
-        self.admitting: set[str] = set()  # admissions running (the engine has them already)
-        self.backoff_until: dict[str, float] = {}
-        self.create_retry: dict[str, ConsumerKey] = {}  # "create:<consumer>" -> consumer
-        # Namespaces found being deleted -> consumers whose units wait for
-        # the namespace to go (`namespace_gone`), or for TERMINATING_HOLD.
-        self.terminating: dict[str, set[ConsumerKey]] = {}
 
     # -- starting writes (from a cycle) -------------------------------------------------
     def create(self, desired: DesiredUnit) -> None:
@@ -108,11 +96,9 @@ class UnitWriter:
         busy = f"create:{desired.consumer}"
         if self.writes.busy(busy) or self.writes.retry_at(busy) > self.clock():
             return
-        waiting = self.terminating.get(desired.namespace)
-        if waiting is not None:
+        if self.writes.held_in(desired.namespace, desired.consumer):
             # Refused there already: one request per namespace, not one
             # (retried, backed off) per Job while it is being emptied.
-            waiting.add(desired.consumer)
             return
         self.writes.spawn(functools.partial(self._create, busy, desired), key=busy)
 
@@ -124,7 +110,7 @@ class UnitWriter:
         """Admit `unit` as the engine chose it (`chosen.pods` may hold fewer
         pods than asked: partial admission); with `checks`, only reserve its
         quota until they pass (arbiter.loop.checks)."""
-        self.admitting.add(unit.key)
+        self.writes.admission_started(unit.key)
         # A group's pods as of now (this cycle's store): only they are admitted.
         members = group_members(unit, self.consumer(unit)[1]) \
             if unit.consumer is not None and unit.consumer.kind == "PodGroup" else ()
@@ -133,14 +119,6 @@ class UnitWriter:
 
     def step(self, unit: UnitRecord, step: Step) -> None:
         self.writes.spawn(functools.partial(self._step, unit, step), key=unit.key)
-
-    def forget(self, key: str) -> None:
-        self.backoff_until.pop(key, None)
-
-    def namespace_gone(self, namespace: str) -> set[ConsumerKey]:
-        """The namespace was deleted (a new one of that name starts afresh):
-        the consumers whose creations waited for it, to look at again."""
-        return self.terminating.pop(namespace, set())
 
     def _failed(self, key: str, error: BaseException) -> None:
         """A write failed: retry the key later (a "create:" key wakes its consumer)."""
@@ -158,15 +136,11 @@ class UnitWriter:
         except ApiError as error:
             if namespace_terminating(error):
                 self.writes.succeeded(busy)
-                if desired.namespace not in self.terminating:
+                if self.writes.hold_namespace(desired.namespace, desired.consumer):
                     log.info("namespace %s is being deleted: no QueueUnits created there "
                              "until it is gone (or %gs)", desired.namespace, TERMINATING_HOLD)
-                    self.terminating[desired.namespace] = set()
-                    self.writes.timer(self.clock() + TERMINATING_HOLD,
-                                      HOLD_TIMER + desired.namespace)
-                self.terminating[desired.namespace].add(desired.consumer)
                 return
-            self.create_retry[busy] = desired.consumer
+            self.writes.retry_creation(busy, desired.consumer)
             self._failed(busy, error)
         finally:
             self.touch_consumer(desired.consumer)
@@ -231,7 +205,7 @@ class UnitWriter:
             if not admitted:
                 self._failed(key, error)
         finally:
-            self.admitting.discard(key)
+            self.writes.admission_ended(key)
             self.touch(key)
 
     async def _release(self, unit: UnitRecord) -> None:
@@ -268,7 +242,7 @@ class UnitWriter:
                 written = await self._set_phase(unit, "TimeoutBackoff", step.message)
                 if written is not None:
                     delay = self.backoff_delay(written.record.attempts)
-                    self.backoff_until[key] = self.clock() + delay
+                    self.writes.back_off(key, self.clock() + delay)
                     log_decision("backoff", written.record, step.message, level=logging.WARNING,
                                  attempt=written.record.attempts, retry_in=round(delay, 1))
                     if self.events is not None:

@@ -15,8 +15,10 @@ polling the API does not cost the apiserver a review per request.
 
 On the leader the numbers come from the running loop's engine; on another
 replica from a `KeptView`: one engine kept in step with the cache's change
-notifications, each request applying only what changed since the last
-(in slices, yielding the event loop), never a rebuild. Both are rendered by
+notifications by the loop's own change handling (`arbiter.loop.follow`:
+the same nodes, pools, namespace access and charges), each request
+applying only what changed since the last (in slices, yielding the event
+loop), never a rebuild. Both are rendered by
 `arbiter.loop.status.queue_views`, the same function that writes Queue
 status and the `arbiter_queue_*` gauges.
 """
@@ -37,13 +39,11 @@ from aiohttp import web
 
 from arbiter.base.kubeapi import ApiError, request_json
 from arbiter.base.ratelimit import KeyedBuckets, TokenBucket
-from arbiter.cache.ownership import ConsumerKey
-from arbiter.cache.store import ClusterStore, Kind
-from arbiter.loop.index import LoopIndex, consumer_state
-from arbiter.loop.mirror import EngineMirror, engine_unit, submitted
+from arbiter.cache.store import ClusterStore
+from arbiter.loop.follow import StoreFollower
+from arbiter.loop.mirror import EngineMirror
 from arbiter.loop.runtime import Leadership
 from arbiter.loop.status import queue_views, split_key
-from arbiter.loop.units import disposition
 
 log = logging.getLogger(__name__)
 
@@ -74,74 +74,41 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 class KeptView:
-    """An engine over the cache's units, kept in step with the store's change
-    notifications (for replicas that do not lead). `refreshed()` applies
-    what changed since its last call, `SLICE` units at a time."""
+    """An engine over the cache, kept in step with the store's change
+    notifications by the loop's own `StoreFollower` (for replicas that do
+    not lead): the leader's nodes, pools, namespace access and charges, so
+    its answers are the leader's but for the writes the leader has in
+    flight. `refreshed()` applies what changed since its last call, `SLICE`
+    units at a time."""
 
-    def __init__(self, store: ClusterStore, overcommit: float) -> None:
+    def __init__(self, store: ClusterStore, overcommit: float,
+                 clock: Callable[[], float] = time.time) -> None:
         self.store = store
-        self.overcommit = overcommit
-        self.mirror = EngineMirror()
-        self.index = LoopIndex()
-        self._units: set[str] = set()
-        self._consumers: set[ConsumerKey] = set()
-        self._queues_dirty = self._capacity_dirty = True
+        self.clock = clock
+        self.follow = StoreFollower(store, overcommit)
         self._following = False
         self._lock = asyncio.Lock()
 
-    def on_change(self, kind: Kind, key: str) -> None:
-        store = self.store
-        if kind == "QueueUnit":
-            self._units.add(key)
-            self.index.on_unit(key, store.units.get(key))
-        elif kind == "Job":
-            namespace, _, name = key.partition("/")
-            self._consumers.add(ConsumerKey("Job", namespace, name))
-        elif kind == "Pod":
-            touched, capacity = self.index.on_pod(key, store.pods.get(key))
-            self._consumers.update(touched)
-            self._capacity_dirty = self._capacity_dirty or capacity
-        elif kind == "Queue":
-            self._queues_dirty = True
-        elif kind == "Node" and self.index.on_node(key, store.nodes.get(key)):
-            self._capacity_dirty = True
-
     def close(self) -> None:
         if self._following:
-            self.store.listeners.remove(self.on_change)
+            self.store.listeners.remove(self.follow.on_change)
             self._following = False
 
     async def refreshed(self) -> EngineMirror:
         async with self._lock:
-            store, mirror = self.store, self.mirror
+            follow = self.follow
             if not self._following:
-                # Once: follow the store, then index and classify everything.
-                store.listeners.append(self.on_change)
+                # Once: follow the store, then index and look at everything.
+                self.store.listeners.append(follow.on_change)
                 self._following = True
-                await self.index.fill(store, chunk=SLICE)
-                self._units.update(store.units)
-            if self._queues_dirty:
-                self._queues_dirty = False
-                mirror.set_queues(store.queues)
-            if self._capacity_dirty:
-                self._capacity_dirty = False
-                mirror.set_capacity(store.capacity(self.overcommit))
-            while self._consumers:
-                self._units.update(self.index.units_for(self._consumers.pop()))
-            applied = 0
-            while self._units:
-                key = self._units.pop()
-                unit = store.units.get(key)
-                if unit is None:
-                    mirror.set(key, None, None)
-                else:
-                    state, pods = consumer_state(store, self.index, unit)
-                    mirror.set(key, disposition(unit, state),
-                               engine_unit(unit, submitted(store, unit, pods)))
-                applied += 1
-                if applied % SLICE == 0:
-                    await asyncio.sleep(0)
-            return mirror
+                await follow.resync(reindex=True, chunk=SLICE)
+            done = False
+            while not done:
+                if follow.everything:  # rare (a Namespace, a Queue's access): all again
+                    await follow.resync(chunk=SLICE)
+                done = follow.apply(self.clock(), SLICE)
+                await asyncio.sleep(0)  # let the webhook run between slices
+            return follow.mirror
 
 
 async def _mirror(view: KeptView, leadership: Leadership) -> tuple[EngineMirror, bool]:
@@ -330,9 +297,11 @@ def pending_document(mirror: EngineMirror, name: str, limit: int) -> dict[str, A
 
 def debug_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
               access: DebugAccess = "loopback",
-              check_token: TokenCheck | None = None) -> web.Application:
-    """The sub-application mounted at `PREFIX`, for callers `access` allows."""
-    view = KeptView(store, overcommit)
+              check_token: TokenCheck | None = None,
+              clock: Callable[[], float] = time.time) -> web.Application:
+    """The sub-application mounted at `PREFIX`, for callers `access` allows
+    (`clock`: the time a replica's view judges delays by)."""
+    view = KeptView(store, overcommit, clock)
 
     async def queues(_: web.Request) -> web.Response:
         mirror, leader = await _mirror(view, leadership)

@@ -16,16 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.engine.flat import (
-    AdmissionEngine,
-    Node,
-    Placement,
-    PodSet,
-    Pool,
-    QueueSpec,
-    Unit,
-    admission_order,
-)
+from arbiter.core.engine.flat import AdmissionEngine, admission_order
+from arbiter.core.model import Node, Placement, PodSet, Pool, QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 
 RES = ("cpu", "memory")

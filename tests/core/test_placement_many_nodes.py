@@ -10,7 +10,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.engine.flat import Node, PodSet, Pool, QueueSpec, Unit
+from arbiter.core.model import Node, PodSet, Pool, QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 from tests.core.test_placement import play
 

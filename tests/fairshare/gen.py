@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from arbiter.core.engine.flat import QueuePolicy, QueueSpec, Unit
+from arbiter.core.model import QueuePolicy, QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 
 RESOURCES = ("cpu", "memory", "gpu")

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arbiter.core.deserved import deserved
-from arbiter.core.engine.flat import QueueSpec
+from arbiter.core.model import QueueSpec
 from arbiter.core.resources import EMPTY, Resources
 from tests.fairshare.deserved_oracle import deserved_reference
 from tests.fairshare.gen import QUEUE_NAMES, RESOURCES

@@ -6,7 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit, admission_order
+from arbiter.core.engine.flat import AdmissionEngine, admission_order
+from arbiter.core.model import QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 
 GI = 2**30

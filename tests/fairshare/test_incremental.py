@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from arbiter.core.engine import flat as fairshare
-from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit, admission_order
+from arbiter.core.engine.flat import AdmissionEngine, admission_order
+from arbiter.core.model import QueueSpec, Unit
 from arbiter.core.resources import Resources
 from tests.fairshare.gen import (
     QUEUE_NAMES,

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from arbiter.cli.fairshare_scenario import ScenarioError, evaluate, load_scenario
-from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit
-from arbiter.core.model import Node, PodSet, demand_of
+from arbiter.core.engine.flat import AdmissionEngine
+from arbiter.core.model import Node, PodSet, QueueSpec, Unit, demand_of
 from arbiter.core.partial import admit_partial, can_shrink, smaller
 from arbiter.core.resources import Resources
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit
+from arbiter.core.engine.flat import AdmissionEngine
+from arbiter.core.model import QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 from tests.fairshare.gen import RESOURCES, Case, cases
 

@@ -261,3 +261,22 @@ async def test_unqueued_usage_counts_in_a_parents_capability() -> None:
     await c.settle()
     assert charged(c) == {"team": (cpu("1"), 1)} and allocated(c, "team") == cpu("1")
     assert c.suspended("ns", "two")  # 1 + 2 > the parent's capability 2
+
+
+async def test_pods_of_a_unit_naming_a_foreign_queue_are_charged_to_their_namespaces() -> None:
+    """A Job in `a` labelled with team-b's queue, released around arbiter (the
+    webhook bypassed): its unit is barred, so its running pods are unqueued
+    usage, and they count against `a`'s own queue, never the one that
+    refuses `a`."""
+    c = Cluster()
+    await c.nodes(4)
+    await c.queue("team-a", namespaces=["a"])
+    await c.queue("team-b", namespaces=["b"])
+    await c.job("a", "sneaky", "team-b", parallelism=2)
+    await c.settle()
+    assert c.suspended("a", "sneaky")
+    for index in range(2):
+        await c.job_pod("a", "sneaky", f"sneaky-{index}", node=f"node-{index}")
+    await c.settle()
+    assert charged(c) == {"team-a": (cpu("2"), 2)}
+    assert allocated(c, "team-b") == Resources()

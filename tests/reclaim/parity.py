@@ -58,8 +58,8 @@ def settled(c: ReclaimCluster) -> tuple[object, ...]:
     engine = c.controller.mirror.engine
     return (tuple(sorted(k for k, (s, _) in c.controller.mirror.entries.items()
                          if s == "admitted")),
-            tuple(sorted(c.controller.reclaimer.inflight)),
-            tuple(sorted(c.controller.reclaimer.draining)),
+            tuple(sorted(c.controller.writes.evictions.taking())),
+            tuple(sorted(c.controller.writes.evictions.draining())),
             len(engine.free()))
 
 

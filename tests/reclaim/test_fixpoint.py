@@ -22,7 +22,8 @@ from fractions import Fraction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.engine.flat import QueueSpec, Unit, admission_order
+from arbiter.core.engine.flat import admission_order
+from arbiter.core.model import QueueSpec, Unit
 from arbiter.core.reclaim.flat import ReclaimQueue
 from arbiter.core.reclaim.sim import Move, Simulation
 from arbiter.core.resources import EMPTY, Resources

@@ -273,7 +273,7 @@ async def test_in_flight_victims_count_as_freed() -> None:
     mirror = c.controller.mirror
     reclaimer.since["b"] = c.clock() - GRACE
     first = reclaimer.look(mirror, c.clock() + 1)
-    assert len(first.victims) == 5 and set(reclaimer.inflight) == {
+    assert len(first.victims) == 5 and set(reclaimer.evictions.taking()) == {
         v.unit.key for v in first.victims}
     again = reclaimer.look(mirror, c.clock() + 2)
     assert again.looked and again.victims == []

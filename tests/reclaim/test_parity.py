@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from arbiter.core.model import Placement
 from arbiter.core.reclaim import flat as core_reclaim
 from arbiter.core.reclaim import tree as reclaim_tree
+from arbiter.loop.inflight import EVICTION_TTL
 from tests.reclaim.parity import Case, Job, play, run
 
 # The suite's 500 examples are the same every run (derandomized: a drift
@@ -246,12 +247,12 @@ async def test_old_pods_never_deleted_are_followed_again_after_a_while() -> None
     """The case above, but the Job controller never saw c's Job suspended
     (resumed before it looked): the old pod on n5 is never deleted, it is
     the Job's. Stale while it might still go, it counts for the unit again
-    once that time (`inflight_ttl`) is over: the plan follows it to n5."""
+    once that time (`EVICTION_TTL`) is over: the plan follows it to n5."""
     outcome, c, _ = await run(READMITTED, missed=True)
     key = "ns-c/job-j009"
     pods = [p for p in c.api.of_kind("pods") if p["metadata"]["name"].startswith("j009-")]
     assert [p["spec"]["nodeName"] for p in pods] == ["n5"], pods  # its only pod, never deleted
-    ttl = c.controller.reclaimer.settings.inflight_ttl
+    ttl = EVICTION_TTL
     for _ in range(3):
         await c.look(ttl / 2)
     assert c.controller.mirror.plan(key) == Placement("px", {"main": ("n5",)})

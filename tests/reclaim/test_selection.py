@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arbiter.core.deserved import deserved
-from arbiter.core.engine.flat import QueueSpec
+from arbiter.core.model import QueueSpec
 from arbiter.core.reclaim.flat import (
     Admitted,
     ReclaimQueue,

@@ -12,8 +12,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.engine.flat import QueueSpec, Unit
-from arbiter.core.model import ChildOrder
+from arbiter.core.model import ChildOrder, QueueSpec, Unit
 from arbiter.core.reclaim.flat import Admitted, ReclaimQueue, Waiting, plan
 from arbiter.core.reclaim.sim import Simulation
 from arbiter.core.resources import EMPTY, Resources

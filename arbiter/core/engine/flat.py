@@ -61,9 +61,11 @@ shapes), plus O(1) for each shape it finds no longer fits, once per pass):
   head) marks it dirty; dirty queues are re-examined from the start on the
   next call. A capacity change re-examines every queue.
 
-Node fit (DESIGN.md §10), only once `set_nodes` gave nodes, lives in
-`arbiter.core.engine.flat_nodefit` (a mixin of the engine); `_next_placed` below is the
-decision loop that uses it.
+Node fit (DESIGN.md §10), only once `set_nodes` gave nodes: the nodes and
+plans are a `NodeBook` (`arbiter.core.engine.nodefit`, the tree engine keeps
+one too); the queues waiting for room are `arbiter.core.engine.flat_nodefit`
+(a mixin of the engine); `_next_placed` below is the decision loop that uses
+them.
 """
 
 from __future__ import annotations
@@ -93,29 +95,14 @@ from arbiter.core.engine.flat_state import (
     ShapeKey,
     compact_sorted,
     insert_sorted,
-    plan_holdings,
     shape_key,
 )
-from arbiter.core.model import (
-    QUEUE_POLICIES,
-    Node,
-    Placement,
-    PodSet,
-    Pool,
-    QueuePolicy,
-    QueueSpec,
-    Unit,
-)
+from arbiter.core.engine.nodefit import NodeBook
+from arbiter.core.model import Node, Placement, Pool, QueuePolicy, QueueSpec, Unit
 from arbiter.core.resources import EMPTY, Resources
 
-__all__ = [
-    # QUEUE_POLICIES and Node .. Unit are the model's, re-exported: the engine's
-    # callers import them from here.
-    "QUEUE_POLICIES",
-    "AdmissionEngine",
-    "Node", "Placement", "PodSet", "Pool", "QueuePolicy", "QueueSpec", "Unit",
-    "admission_order", "dominant_share_of", "order_key",
-]
+__all__ = ["AdmissionEngine", "admission_order", "dominant_share_of", "format_share",
+           "order_key"]
 
 
 def order_key(unit: Unit, policy: QueuePolicy) -> OrderKey:
@@ -218,8 +205,13 @@ class AdmissionEngine(NodeFit):
         nodes: Iterable[Node] | None = None,
         pools: Iterable[Pool] = (),
     ) -> None:
-        self._index: dict[str, int] = {}
-        self._names: list[str] = []
+        self._book = NodeBook(self._add_resource)
+        # The book numbers resources (nodes and decisions share the numbering);
+        # bound once here: they are called per unit.
+        self._index = self._book.number
+        self._names = self._book.names
+        self._res = self._book.res
+        self._pairs = self._book.pairs
         self._cap: list[int] = []
         self._free: list[int] = []
         # Per resource: a max-heap of candidates' demands, kept only once free
@@ -247,35 +239,18 @@ class AdmissionEngine(NodeFit):
             self.set_nodes(nodes, pools)
 
     # -- resources -----------------------------------------------------------
-    def _res(self, name: str) -> int:
-        index = self._index.get(name)
-        if index is not None:
-            return index
-        index = len(self._names)
-        self._index[name] = index
-        self._names.append(name)
+    def _add_resource(self) -> None:
+        """The book numbered a new resource: every per-resource list gets its slot."""
         self._cap.append(0)
         self._free.append(0)
         self._candheaps.append([])
         self._candon.append(False)
         self._candmax.append(0)
-        if self._nodes is not None:
-            self._nodes.add_resource()
         for q in self._queues.values():
             q.alloc.append(0)
             q.capl.append(UNLIMITED)
             q.guar.append(0)
             q.divl.append(0)
-        return index
-
-    def _pairs(self, demand: Mapping[str, int]) -> Pairs:
-        index = self._index
-        out: list[tuple[int, int]] = []
-        for name, amount in demand.items():
-            if amount:
-                i = index.get(name)
-                out.append((self._res(name) if i is None else i, amount))
-        return tuple(out)
 
     def _vector(self, values: list[int]) -> Resources:
         # compress/filter skip the zeros in C: a vector has a slot for every
@@ -469,7 +444,7 @@ class AdmissionEngine(NodeFit):
         pairs = self._pairs(unit.demand)
         self._admitted[key] = unit
         if placement is not None:
-            self._hold(unit, placement)
+            self._grew(self._book.hold(unit, placement))
         q.nadmitted += 1
         alloc = q.alloc
         free = self._free
@@ -492,9 +467,7 @@ class AdmissionEngine(NodeFit):
         for i, amount in self._pairs(unit.demand):
             alloc[i] -= amount
             free[i] += amount
-        held = self._plans.pop(key, None)
-        if held is not None:
-            self._apply(plan_holdings(held), 1)
+        self._grew(self._book.drop(key))
         self._cursor = 0  # free capacity grew: rejected units may fit again
         if q.spec is not None:
             self._mark_dirty(q)

@@ -1,28 +1,31 @@
-"""Node fit of the admission engine (DESIGN.md §10): the per-node bookkeeping.
+"""Node fit of the flat engine (DESIGN.md §10): which queues wait for room.
 
 A mixin of `arbiter.core.engine.flat.AdmissionEngine`, split from it so each
 part reads on its own; it shares the engine's state (`QueueState`, `Shape`).
+The nodes and the plans of admitted units are the engine's `NodeBook`
+(`arbiter.core.engine.nodefit`, kept by both engines); this part is what the
+flat engine adds to make node fit incremental.
 
-Node fit (DESIGN.md §10), only once `set_nodes` gave nodes: everything above
-still decides on aggregate fit; node fit is checked lazily, only for the
-queue about to win (`_next_placed`), by first-fit decreasing over the node
-sets of its pools (`arbiter.core.placement`). A shape with no room is
-rejected like one that does not fit in aggregate, and stays so through
-re-examination until a node it could use grows. Its queue then waits in a
-list sorted by a lower bound of the key it may offer (its best guarantee
-flag among those shapes, its share, its name), with a cursor like the
-engine's aggregate waiting list: a node that grows only rewinds the cursor,
-and before a decision the queues up to the winner's key are checked against
-the nodes grown since (O(grown nodes) each, see `_still_waiting`); only
-those a grown node may now give room are re-checked exactly (`_recheck`).
-So a release followed by admissions that take the room again costs one cheap
-check per waiting queue, not a wake, a heap entry and a re-check each.
-Admitting a unit commits its plan on the nodes; `release` gives it back.
+Node fit, only once `set_nodes` gave nodes: everything above still decides
+on aggregate fit; node fit is checked lazily, only for the queue about to
+win (`_next_placed`), by first-fit decreasing over the node sets of its
+pools (`arbiter.core.placement`). A shape with no room is rejected like one
+that does not fit in aggregate, and stays so through re-examination until a
+node it could use grows. Its queue then waits in a list sorted by a lower
+bound of the key it may offer (its best guarantee flag among those shapes,
+its share, its name), with a cursor like the engine's aggregate waiting
+list: a node that grows only rewinds the cursor, and before a decision the
+queues up to the winner's key are checked against the nodes grown since
+(O(grown nodes) each, see `_still_waiting`); only those a grown node may now
+give room are re-checked exactly (`_recheck`). So a release followed by
+admissions that take the room again costs one cheap check per waiting
+queue, not a wake, a heap entry and a re-check each. Admitting a unit
+commits its plan on the nodes; `release` gives it back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -30,59 +33,52 @@ from arbiter.core.engine.flat_state import (
     DIRTY,
     Entry,
     Fit,
-    MadePlan,
     Pairs,
-    Plan,
     QueueState,
     Shape,
     compact_sorted,
     insert_sorted,
-    made_plan,
-    plan_holdings,
 )
+from arbiter.core.engine.nodefit import NodeQueries
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
 from arbiter.core.placement import NodeIndex, NodeSet, NodeView, Runs, packed_pod
 from arbiter.core.quantities import format_quantity
-from arbiter.core.resources import EMPTY, Resources
+from arbiter.core.resources import Resources
 
 __all__ = ["NodeFit"]
 
 _ANY = (0, 0)  # packed like packed_pod: a pod every node holds
 
 
-class NodeFit:
-    """Node sets, plans of admitted units, and the queues waiting for room."""
+class NodeFit(NodeQueries):
+    """The engine's node methods, over its `NodeBook`, and the queues waiting for room."""
 
     # The engine's own state, used here (set by AdmissionEngine.__init__).
     _admitted: dict[str, Unit]
     _cap: list[int]
-    _index: dict[str, int]
-    _names: list[str]
     _queues: dict[str, QueueState]
     _seq: int
     _capgen: int
-    # Node fit state (`_init_node_fit`).
-    _nodes: NodeIndex | None
+    # Node wait state (`_init_node_fit`).
     _nodegen: int
-    _plans: dict[str, Plan]
     _nodewait: dict[str, QueueState]
     _nwlist: list[Entry]
     _nwcursor: int
 
     if TYPE_CHECKING:  # the engine's methods this part calls
-        def _res(self, name: str) -> int: ...
-        def _pairs(self, demand: Mapping[str, int]) -> Pairs: ...
         def _mark_dirty(self, q: QueueState) -> None: ...
         def _examine(self, q: QueueState) -> None: ...
         def _flag(self, q: QueueState, pairs: Pairs) -> int: ...
 
     def _init_node_fit(self) -> None:
-        # Node fit (DESIGN §10), only once nodes are given: None = aggregate only.
-        self._nodes = None
         self._nodegen = 0  # bumped when the node model is replaced
         self._capgen = 0  # bumped when capacity changes (pod order of node fit)
-        self._plans = {}
         self._reset_node_wait()
+
+    @property
+    def _nodes(self) -> NodeIndex | None:
+        """The book's node index (None: aggregate fit only, as without nodes)."""
+        return self._book.index
 
     def _reset_node_wait(self) -> None:
         self._nodewait = {}  # queues with shapes no node has room for
@@ -94,6 +90,11 @@ class NodeFit:
         self._nwlist = []
         self._nwcursor = 0
 
+    def _grew(self, grew: bool) -> None:
+        """A node grew (`grew`): it may give room to a queue waiting for some."""
+        if grew:
+            self._nwcursor = 0
+
     # -- nodes (DESIGN §10) --------------------------------------------------
     def set_nodes(self, nodes: Iterable[Node] | None, pools: Iterable[Pool] = ()) -> None:
         """Replace the node model (None: aggregate fit only, as without nodes).
@@ -101,22 +102,8 @@ class NodeFit:
         From then on a unit is admitted only where its pods fit on nodes.
         Plans of admitted units are kept and count again on nodes of the same
         name. Every queue is re-examined."""
-        self._nodes = None
         self._nodegen += 1
-        if nodes is not None:
-            nodes = list(nodes)
-            for node in nodes:
-                for name in node.allocatable:
-                    self._res(name)
-                for name in node.used:
-                    self._res(name)
-            index = NodeIndex(nodes, pools, len(self._names))
-            for g, node in enumerate(index.nodes):
-                for name, amount in (node.allocatable - node.used).items():
-                    index.free[self._index[name]][g] = amount
-            self._nodes = index
-            for key in list(self._plans):
-                self._apply(self._made(key)[1], -1)
+        self._book.set_nodes(nodes, pools)
         self._reset_node_wait()
         for q in self._queues.values():
             if q.spec is not None:
@@ -125,105 +112,25 @@ class NodeFit:
     def set_node_used(self, name: str, used: Resources) -> None:
         """What node `name` runs that the engine holds no plan for changed
         (pods bound or finished); ValueError for an unknown node."""
-        index = self._nodes
-        g = None if index is None else index.position.get(name)
-        if index is None or g is None:
-            raise ValueError(f"unknown node {name}")
-        node = index.nodes[g]
-        delta = [(self._res(r), node.used.get_amount(r) - used.get_amount(r))
-                 for r in set(node.used) | set(used)]
-        index.nodes[g] = Node(node.name, node.labels, node.allocatable, used)
-        if index.change(g, delta):
-            self._nwcursor = 0  # it may give room to a queue waiting for some
-
-    def plan(self, key: str) -> Placement | None:
-        """Where the admitted unit `key` goes (None: not admitted, or no nodes)."""
-        return self._made(key)[0] if key in self._plans else None
+        self._grew(self._book.set_node_used(name, used))
 
     def replan(self, key: str, placement: Placement) -> None:
         """The admitted unit's pods go elsewhere (they bound to other nodes)."""
         unit = self._admitted.get(key)
         if unit is None:
             raise ValueError(f"unit {key} is not admitted")
-        held = self._plans.pop(key, None)
-        if held is not None:
-            self._apply(plan_holdings(held), 1)
-        self._hold(unit, placement)
+        self._grew(self._book.hold(unit, placement))
 
     def node_view(self) -> NodeView | None:
         """The nodes for reclaim's node fit (None: no nodes)."""
-        index = self._nodes
-        if index is None:
-            return None
 
         def sets(queue: str) -> list[NodeSet]:
             q = self._queues.get(queue)
             return [] if q is None or q.spec is None else list(self._queue_sets(q))
 
-        def held(key: str) -> list[tuple[str, Pairs]]:
-            plan = self._plans.get(key)
-            return plan_holdings(plan) if plan is not None else []
-
-        return NodeView(index, self._pairs, sets, held)
-
-    def plans(self) -> dict[str, Placement]:
-        """The plan of every admitted unit that has one, by unit key."""
-        return {key: self._made(key)[0] for key in list(self._plans)}
-
-    def pool_usage(self) -> dict[str, tuple[Resources, Resources]]:
-        """Per pool: (capacity = its nodes' allocatable, allocated = planned pods).
-
-        O(nodes + plans): for status and metrics, not for every decision."""
-        index = self._nodes
-        if index is None:
-            return {}
-        capacity: dict[str, Resources] = {name: EMPTY for name in index.pool_order}
-        for g, node in enumerate(index.nodes):
-            pool = index.pool_of[g]
-            capacity[pool] = capacity.get(pool, EMPTY) + node.allocatable
-        allocated: dict[str, dict[str, int]] = {name: {} for name in capacity}
-        names = self._names
-        for key in list(self._plans):
-            for node_name, pairs in self._made(key)[1]:
-                at = index.position.get(node_name)
-                if at is None:
-                    continue
-                amounts = allocated[index.pool_of[at]]
-                for r, a in pairs:
-                    amounts[names[r]] = amounts.get(names[r], 0) + a
-        return {name: (capacity[name], Resources(allocated[name])) for name in capacity}
-
-    def pool_of(self, node: str) -> str | None:
-        """The pool node `node` belongs to (None: unknown node, or no nodes)."""
-        index = self._nodes
-        g = None if index is None else index.position.get(node)
-        return None if index is None or g is None else index.pool_of[g]
+        return self._book.node_view(sets)
 
     # -- node fit --------------------------------------------------------------
-    def _hold(self, unit: Unit, placement: Placement) -> None:
-        """Record `placement` for the admitted `unit` and count its pods on its nodes."""
-        requests = {ps.name: ps.requests for ps in unit.pods} or {MAIN_POD_SET: unit.demand}
-        per_node: dict[str, dict[int, int]] = {}
-        for pod_set, names in placement.nodes.items():
-            pairs = self._pairs(requests.get(pod_set, EMPTY))
-            for name in names:
-                amounts = per_node.setdefault(name, {})
-                for r, a in pairs:
-                    amounts[r] = amounts.get(r, 0) + a
-        used = [(name, tuple(amounts.items())) for name, amounts in per_node.items()]
-        self._plans[unit.key] = (placement, used)
-        self._apply(used, -1)
-
-    def _apply(self, used: list[tuple[str, Pairs]], sign: int) -> None:
-        """Take (sign -1) or give back (+1) what a plan holds on its nodes."""
-        index = self._nodes
-        if index is None:
-            return
-        for name, pairs in used:
-            g = index.position.get(name)
-            if g is not None and index.change(g, [(r, sign * a) for r, a in pairs]):
-                self._nwcursor = 0  # it may give room to a queue waiting for some
-
     def _node_wait_insert(self, q: QueueState) -> None:
         """Give waiting `q` a fresh entry at its key (its old one goes stale)."""
         self._seq += 1
@@ -409,7 +316,7 @@ class NodeFit:
         (ties: pod set order): the order first-fit decreasing places them in."""
         if shape.rungen != self._capgen:
             cap = self._cap
-            items = [(ps.count, self._pairs(ps.requests), ps.name) for ps in shape.pods]
+            items = [(ps.count, self._book.pairs(ps.requests), ps.name) for ps in shape.pods]
             if not shape.pods:
                 items = [(1, shape.pairs, MAIN_POD_SET)]
 
@@ -464,15 +371,8 @@ class NodeFit:
                     stop += 1
                 take(members[m], pairs, stop - at)
                 at = stop
-        self._plans[unit.key] = (node_set.pool, node_set.names, tuple(map(tuple, got)),
-                                 shape.runs, shape.plannames)
-
-    def _made(self, key: str) -> MadePlan:
-        """The plan of admitted `key` as (placement, per-node holdings), kept so."""
-        held = self._plans[key]
-        if len(held) != 2:
-            held = self._plans[key] = made_plan(held)
-        return held
+        self._book.keep(unit.key, (node_set.pool, node_set.names, tuple(map(tuple, got)),
+                                   shape.runs, shape.plannames))
 
     def _node_reject(self, q: QueueState, shape: Shape) -> None:
         """No node has room for `shape` now: skip it until a node it could use grows."""
@@ -553,7 +453,7 @@ class NodeFit:
         if best is None:
             return f"no node in its pools ({pools})"
         _, r, free, node = best
-        name = self._names[r]
+        name = self._book.names[r]
         need = dict(pairs)[r]
         text = (f"no node has room: largest free: {format_quantity(name, free)} {name} on "
                 f"{node}; needs {format_quantity(name, need)} {name} per pod")

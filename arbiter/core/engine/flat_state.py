@@ -1,7 +1,7 @@
 """The incremental engine's per-queue state (see `arbiter.core.engine.flat`).
 
-Pure data and small helpers, split from `fairshare` so that the engine and
-its node-fit part (`arbiter.core.engine.flat_nodefit`) share one definition: a queue's
+Pure data and small helpers, apart so that the engine and its node wait
+(`arbiter.core.engine.flat_nodefit`) share one definition: a queue's
 pending units grouped by shape, its allocation in resource-index lists, and
 the heap entries the engine keys queues by.
 """
@@ -12,14 +12,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable
 from operator import attrgetter
 
-from arbiter.core.model import Placement, PodSet, QueuePolicy, QueueSpec, Unit
-from arbiter.core.placement import NodeSet, Pairs, Runs, fit_placement
+from arbiter.core.model import PodSet, QueuePolicy, QueueSpec, Unit
+from arbiter.core.placement import NodeSet, Pairs, Runs
 
 __all__ = [
     "CAND", "DIRTY", "IDLE", "KEY_FUNCS", "PARKED", "UNLIMITED", "CandEntry", "Entry", "Fit",
-    "FitPlan", "KeyFunc", "MadePlan", "OrderKey", "Pairs", "Plan", "QueueState", "Runs", "Shape",
-    "ShapeEntry", "ShapeKey", "compact_sorted", "fifo_key", "insert_sorted", "made_plan",
-    "plan_holdings", "priority_key", "shape_key", "sort_units",
+    "KeyFunc", "OrderKey", "Pairs", "QueueState", "Runs", "Shape", "ShapeEntry", "ShapeKey",
+    "compact_sorted", "fifo_key", "insert_sorted", "priority_key", "shape_key", "sort_units",
 ]
 
 UNLIMITED = 1 << 200  # capability of an uncapped resource
@@ -315,38 +314,3 @@ def compact_sorted(entries: list[Entry], cursor: int,
 
 # A node-fit answer: the node set, and per run the member index of each pod.
 Fit = tuple[NodeSet, list[list[int]]]
-
-
-# An admitted unit's plan: (placement, what it holds on each node by name);
-# or, as the engine makes it, its first-fit answer in plain tuples: (pool, the
-# node set's member names, per run the member index of each pod, the runs,
-# (pod set of each run, every pod set)). That form is built into the first
-# only when asked (most plans are read once, or only at release), and being
-# tuples of strings and ints it is soon untracked by the garbage collector, so
-# full collections stay rare while thousands of units are admitted.
-MadePlan = tuple[Placement, list[tuple[str, Pairs]]]
-FitPlan = tuple[str, tuple[str, ...], tuple[tuple[int, ...], ...], Runs,
-                tuple[tuple[str, ...], tuple[str, ...]]]
-Plan = MadePlan | FitPlan
-
-
-def made_plan(plan: Plan) -> MadePlan:
-    """`plan` as (placement, per-node holdings)."""
-    if len(plan) == 2:
-        return plan
-    pool, names, got, _, (runnames, podsets) = plan
-    return fit_placement(pool, names, runnames, got, podsets), plan_holdings(plan)
-
-
-def plan_holdings(plan: Plan) -> list[tuple[str, Pairs]]:
-    """What `plan` holds on each node by name (a release needs no Placement)."""
-    if len(plan) == 2:
-        return plan[1]
-    _, names, got, runs, _ = plan
-    held: dict[int, dict[int, int]] = {}
-    for (_, pairs), placed in zip(runs, got, strict=True):
-        for m in placed:
-            amounts = held.setdefault(m, {})
-            for r, a in pairs:
-                amounts[r] = amounts.get(r, 0) + a
-    return [(names[m], tuple(amounts.items())) for m, amounts in held.items()]

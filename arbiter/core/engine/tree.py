@@ -4,12 +4,13 @@ Pure: no I/O, no clock.
 
 Why a separate engine: the flat `AdmissionEngine` is tuned for one level
 (shape heaps, a waiting list, lazy node fit) and a flat set of queues must
-keep exactly its results. So callers use it whenever no queue has a parent
-(`has_hierarchy`), and this engine, with the same public methods for queues,
-units and decisions, only for a tree. It shares the engine's exact share
-comparison and queue order (`order_key`). Node fit (§10), once nodes are
-given (`set_nodes`, `arbiter.core.engine.tree_nodefit`): a unit fits only when its pods
-also fit on the nodes of its queue's pools, first-fit decreasing.
+keep exactly its results. So `new_engine` (`arbiter.core.engine`) makes it
+whenever no queue has a parent (`has_hierarchy`), and this engine, with the
+same public methods (the `Engine` contract), only for a tree. It shares the
+engine's exact share comparison and queue order (`order_key`). Node fit
+(§10), once nodes are given (`set_nodes`, `arbiter.core.engine.tree_nodefit`):
+a unit fits only when its pods also fit on the nodes of its queue's pools,
+first-fit decreasing.
 
 Semantics (§11, held to the plain rescan in `tests/fairshare`):
 
@@ -58,13 +59,13 @@ from collections.abc import Iterable
 from itertools import count
 from typing import Protocol
 
-from arbiter.core.engine.flat import AdmissionEngine
 from arbiter.core.engine.flat_state import KEY_FUNCS, sort_units
+from arbiter.core.engine.tree_nodefit import commit, place
 from arbiter.core.engine.tree_state import TreeState
 from arbiter.core.model import QueueSpec, Unit
 from arbiter.core.resources import Resources
 
-__all__ = ["AnyEngine", "HierarchicalEngine", "has_hierarchy"]
+__all__ = ["HierarchicalEngine", "has_hierarchy"]
 
 Pairs = tuple[tuple[int, int], ...]  # (resource index, amount > 0)
 
@@ -155,11 +156,11 @@ class HierarchicalEngine(TreeState):
             unit, leaf, pairs = offer
             group = leaf.group
             assert group is not None
-            if not self._fit.enabled:
+            if self._book.index is None:
                 break
-            fit = self._fit.place(unit, self._spec(leaf), self._capacity)
+            fit = place(self._book, unit, self._spec(leaf), self._capacity)
             if fit is not None:
-                self._fit.commit(unit, fit)
+                commit(self._book, unit, fit)
                 break
             # Its nodes filled since its group's scan: skip it, as that scan
             # would now (room on nodes only shrinks while admitting).
@@ -199,6 +200,8 @@ class HierarchicalEngine(TreeState):
 
     # -- internals -----------------------------------------------------------
     def _pairs(self, demand: Resources) -> Pairs:
+        """`demand` in this rebuild's numbering (every rebuild numbers afresh,
+        apart from the node book's append-only one)."""
         index = self._index
         out = []
         for name, amount in demand.items():
@@ -351,8 +354,8 @@ class HierarchicalEngine(TreeState):
             member = units[at]
             leaf = member[1]
             pairs = member[2]
-            if self._fits(pairs, leaf) and (not self._fit.enabled or self._fit.place(
-                    member[0], self._spec(leaf), self._capacity) is not None):
+            if self._fits(pairs, leaf) and (self._book.index is None or place(
+                    self._book, member[0], self._spec(leaf), self._capacity) is not None):
                 group.offer = member
                 self._watch(group, leaf, pairs)
                 break
@@ -443,8 +446,8 @@ class HierarchicalEngine(TreeState):
                 if alloc[i] + a > guar[i]:
                     flag = 1
                     break
-            # Inlined AdmissionEngine._share_of (same shape on purpose): this loop runs once
-            # per node per rebuild, and a call per node cost ~10 % of the tree pass.
+            # AdmissionEngine._share_of, inlined: this loop runs once per node
+            # per rebuild, and a call per node cost ~10 % of the tree pass.
             share = 0  # see AdmissionEngine: exact, as one scaled integer
             for i, div in node.divs:
                 held = alloc[i]
@@ -465,7 +468,3 @@ class HierarchicalEngine(TreeState):
                 return child.offer
             heapq.heappop(heap)
         return None
-
-
-# The engine a caller keeps: the flat one, or this one for a tree.
-AnyEngine = AdmissionEngine | HierarchicalEngine

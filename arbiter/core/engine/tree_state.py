@@ -2,9 +2,9 @@
 
 Pure: no I/O. The queues' specs, the pending and admitted units (also by
 queue, so the loop's per-queue questions cost that queue's units only), the
-plans of admitted units on nodes (`arbiter.core.engine.tree_nodefit`), and a `stale`
-flag: every change here marks the engine's decision structures out of date;
-the engine rebuilds them before its next decision.
+nodes and plans of admitted units (a `NodeBook`, `arbiter.core.engine.nodefit`),
+and a `stale` flag: every change here marks the engine's decision structures
+out of date; the engine rebuilds them before its next decision.
 """
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ from collections.abc import Iterable
 from fractions import Fraction
 
 from arbiter.core.engine.flat import dominant_share_of, order_key
-from arbiter.core.engine.tree_nodefit import TreeFit
+from arbiter.core.engine.nodefit import NodeBook, NodeQueries
+from arbiter.core.engine.tree_nodefit import place
 from arbiter.core.model import Node, Placement, Pool, QueueSpec, Unit
-from arbiter.core.placement import NodeView
+from arbiter.core.placement import NodeSet, NodeView
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = ["TreeState"]
 
 
-class TreeState:
+class TreeState(NodeQueries):
     """Specs, units and plans of a tree of queues (see the module doc)."""
 
     def __init__(self, capacity: Resources, queues: Iterable[QueueSpec] = ()) -> None:
@@ -35,7 +36,7 @@ class TreeState:
         # until a unit comes or goes (an admission only marks them: it is hot).
         self._held: dict[str, Resources] = {}
         self._used: Resources | None = EMPTY
-        self._fit = TreeFit()
+        self._book = NodeBook()
         self._stale = True
 
     # -- configuration and units (each marks the engine stale) ---------------
@@ -76,7 +77,7 @@ class TreeState:
         self.remove_pending(unit.key)
         self._hold(unit)
         if placement is not None:
-            self._fit.hold(unit, placement)
+            self._book.hold(unit, placement)
         self._stale = True
 
     def _hold(self, unit: Unit) -> None:
@@ -95,39 +96,37 @@ class TreeState:
             del self._admitted_of[unit.queue]
         self._held.pop(unit.queue, None)
         self._used = None
-        self._fit.drop(key)
+        self._book.drop(key)
         self._stale = True
 
     # -- nodes (DESIGN §10) ------------------------------------------------------
     def set_nodes(self, nodes: Iterable[Node] | None, pools: Iterable[Pool] = ()) -> None:
-        self._fit.set_nodes(nodes, pools)
+        self._book.set_nodes(nodes, pools)
         self._stale = True
 
     def set_node_used(self, name: str, used: Resources) -> None:
-        self._fit.set_node_used(name, used)
+        self._book.set_node_used(name, used)
         self._stale = True
-
-    def plan(self, key: str) -> Placement | None:
-        return self._fit.plan(key)
 
     def replan(self, key: str, placement: Placement) -> None:
         unit = self._admitted.get(key)
         if unit is None:
             raise ValueError(f"unit {key} is not admitted")
-        self._fit.hold(unit, placement)
+        self._book.hold(unit, placement)
         self._stale = True
 
-    def plans(self) -> dict[str, Placement]:
-        return self._fit.plans()
-
-    def pool_usage(self) -> dict[str, tuple[Resources, Resources]]:
-        return self._fit.pool_usage()
-
-    def pool_of(self, node: str) -> str | None:
-        return self._fit.pool_of(node)
-
     def node_view(self) -> NodeView | None:
-        return self._fit.node_view(self.spec)
+        index = self._book.index
+
+        def sets(queue: str) -> list[NodeSet]:
+            found = self.spec(queue)
+            if found is None or index is None:
+                return []
+            selector = found.selector_key()
+            return [index.node_set(pool, selector)
+                    for pool in dict.fromkeys(found.pools or index.pool_order)]
+
+        return self._book.node_view(sets)
 
     # -- queries -------------------------------------------------------------
     def capacity(self) -> Resources:
@@ -232,6 +231,7 @@ class TreeState:
         full = sorted(r for r, a in unit.demand.items() if a > free.get_amount(r))
         if full:
             return f"cluster full ({', '.join(full)})"
-        if self._fit.enabled and self._fit.place(unit, chain[0], self._capacity) is None:
+        if self._book.index is not None and place(self._book, unit, chain[0],
+                                                  self._capacity) is None:
             return "no node has room for its pods"
         return "waiting for its turn (fair share)"

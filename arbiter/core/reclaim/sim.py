@@ -26,9 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from arbiter.core.engine.flat import AdmissionEngine, QueueSpec, Unit
-from arbiter.core.engine.tree import AnyEngine, HierarchicalEngine, has_hierarchy
-from arbiter.core.model import Node, Placement, Pool
+from arbiter.core.engine import Engine, new_engine
+from arbiter.core.model import Node, Placement, Pool, QueueSpec, Unit
 from arbiter.core.reclaim.flat import Admitted, ReclaimQueue, Waiting, plan
 from arbiter.core.reclaim.room import NodeRoom
 from arbiter.core.resources import Resources
@@ -61,10 +60,7 @@ class Simulation:
                  nodes: Iterable[Node] | None = None, pools: Iterable[Pool] = ()) -> None:
         specs = list(queues)
         # The tree engine once some queue has a parent (DESIGN §11), as in the loop.
-        self.engine: AnyEngine = (HierarchicalEngine(capacity, specs) if has_hierarchy(specs)
-                                  else AdmissionEngine(capacity, specs))
-        if nodes is not None:
-            self.engine.set_nodes(nodes, pools)
+        self.engine: Engine = new_engine(capacity, specs, nodes, pools)
         self.queues: dict[str, ReclaimQueue] = (
             dict(reclaim) if reclaim is not None else {s.name: reclaim_queue(s) for s in specs})
         self.admitted_at: dict[str, float] = {}

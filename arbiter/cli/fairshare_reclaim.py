@@ -1,7 +1,10 @@
 """`arbiter fairshare` from a running allocation: what reclaim would do.
 
 A queue of the scenario may list `running:` units (entries as in `units`:
-`count`, `requests`, `priority`, `name`), or `--from FILE` gives them apart
+`count`, `requests`, `priority`, `name`; with top-level `nodes`, an entry
+of one unit may say where its pods run, `nodes: [NODE, ...]`, one per pod
+in pod set order, as read from a cluster; the others are placed first fit
+in the order listed), or `--from FILE` gives them apart
 as a mapping `{QUEUE: [entries]}` (YAML or JSON), so that one demand can be
 tried from several allocations. Running units are admitted already, in the
 order listed (the last one listed is the most recently admitted); they come
@@ -36,8 +39,9 @@ from arbiter.cli.fairshare_scenario import (
     load_scenario,
     read_document,
 )
+from arbiter.core.engine import Engine
 from arbiter.core.engine.tree import has_hierarchy
-from arbiter.core.model import Unit
+from arbiter.core.model import MAIN_POD_SET, Placement, PodSet, Unit
 from arbiter.core.reclaim.sim import Simulation
 
 RUNNING = "running"
@@ -69,12 +73,28 @@ def read_from(file: str) -> Entries:
 
 def running_units(scenario: Scenario, running: Entries) -> list[Unit]:
     """The running units, parsed and checked as `units` entries are."""
+    return [unit for unit, _ in _running(scenario, running)]
+
+
+def _running(scenario: Scenario,
+             running: Entries) -> list[tuple[Unit, tuple[str, ...] | None]]:
+    """The running units, each with the nodes its entry names (or None)."""
     known = {spec.name: spec for spec in scenario.queues}
     out: list[Unit] = []
-    for name, (field, entries) in running.items():
+    where: list[tuple[str, ...] | None] = []
+    for name, (field, raw_entries) in running.items():
         if name not in known:
             raise ScenarioError(f"{field}: no queue named {name!r} in the scenario")
         spec = known[name]
+        entries = []
+        for index, raw in enumerate(raw_entries):
+            nodes = _nodes_of(raw, f"{field}[{index}]", scenario)
+            entries.append({k: v for k, v in raw.items() if k != "nodes"}
+                           if nodes is not None else raw)
+            if nodes is not None or not isinstance(raw, Mapping):
+                where.append(nodes)
+            else:  # one per unit of the entry
+                where.extend([None] * _count(raw))
         document = {"capacity": {}, "queues": [{"name": name, "units": entries}]}
         try:
             parsed = load_scenario(document)
@@ -84,8 +104,49 @@ def running_units(scenario: Scenario, running: Entries) -> list[Unit]:
             out.append(Unit(f"{spec.name}/{RUNNING}/{unit.key.split('/', 1)[1]}", spec.name,
                             unit.demand, unit.priority))
     # Submitted before everything waiting, in the order listed.
-    return [dataclasses.replace(unit, created=float(index - len(out)))
-            for index, unit in enumerate(out)]
+    return [(dataclasses.replace(unit, created=float(index - len(out))), nodes)
+            for index, (unit, nodes) in enumerate(zip(out, where, strict=True))]
+
+
+def _count(entry: Mapping[str, Any]) -> int:
+    count = entry.get("count", 1)
+    return count if isinstance(count, int) and count >= 0 else 1  # else the parser says why
+
+
+def _nodes_of(entry: object, field: str, scenario: Scenario) -> tuple[str, ...] | None:
+    """A running entry's `nodes` (checked against the scenario's nodes), or None."""
+    if not isinstance(entry, Mapping) or "nodes" not in entry:
+        return None
+    nodes = entry["nodes"]
+    if scenario.nodes is None:
+        raise ScenarioError(f"{field}.nodes: needs top-level nodes")
+    if entry.get("count", 1) != 1:
+        raise ScenarioError(f"{field}.nodes: only for an entry of one unit (count 1)")
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+        raise ScenarioError(f"{field}.nodes: expected a list of node names")
+    names = {node.name for node in scenario.nodes}
+    for node in nodes:
+        if node not in names:
+            raise ScenarioError(f"{field}.nodes: no node named {node!r} in the scenario")
+    return tuple(nodes)
+
+
+def _placement(engine: Engine, unit: Unit, nodes: tuple[str, ...],
+               field: str) -> Placement:
+    """Where a running unit's pods run, as a plan: its nodes per pod set, in order."""
+    sets = unit.pods or (PodSet(MAIN_POD_SET, 1, unit.demand),)
+    if len(nodes) != sum(ps.count for ps in sets):
+        raise ScenarioError(f"{field}: {unit.key} has {sum(ps.count for ps in sets)} pod(s), "
+                            f"{len(nodes)} node(s) given")
+    pools = {engine.pool_of(node) for node in nodes}
+    if len(pools) != 1 or None in pools:
+        raise ScenarioError(f"{field}: {unit.key}'s nodes are not in one pool")
+    placed: dict[str, tuple[str, ...]] = {}
+    at = 0
+    for ps in sets:
+        placed[ps.name] = nodes[at: at + ps.count]
+        at += ps.count
+    return Placement(str(pools.pop()), placed)
 
 
 def settle(scenario: Scenario, running: Entries) -> dict[str, Any]:
@@ -111,11 +172,14 @@ def fixpoint(scenario: Scenario, running: Entries) -> tuple[Simulation, list[Uni
     """The simulation `settle` reports on, settled, and the running units it
     started from (a tree too: the simulation plays H-DRF and the tree's move
     rule; only the report, `evaluate`, is flat)."""
-    started = running_units(scenario, running)
+    placed = _running(scenario, running)
+    started = [unit for unit, _ in placed]
     simulation = Simulation(scenario.capacity, scenario.queues, nodes=scenario.nodes,
                             pools=scenario.pools)
-    for unit in started:
-        if not simulation.run(unit):
+    for unit, nodes in placed:
+        where = None if nodes is None else _placement(simulation.engine, unit, nodes,
+                                                       f"{RUNNING}.nodes")
+        if not simulation.run(unit, where):
             raise ScenarioError(f"{RUNNING}: {unit.key} fits on no node of queue "
                                 f"{unit.queue}'s pools next to the units listed before it")
     over = sorted(r for r, v in simulation.engine.free().items() if v < 0)

@@ -107,6 +107,13 @@ class NodeModel:
         # Units reclaim took back (or is taking back): their pods, while they
         # terminate, are not counted (see `set_leaving`).
         self._leaving: set[str] = set()
+        # Pods of such a unit that were bound when it was admitted again
+        # (the old admission's, not deleted yet): its new plan does not
+        # follow them, and, like a victim's pods, they count nowhere. Pod
+        # uid -> when that ends unless the pod is terminating by then (None:
+        # not stamped yet). See `expire_stale`.
+        self._stale: dict[str, float | None] = {}
+        self._terminating: set[str] = set()  # bound pods being deleted
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
@@ -117,6 +124,8 @@ class NodeModel:
         self.set_pools(store.pools.values())
         self._pods = {}
         self._by_unit = {}
+        self._stale = {uid: until for uid, until in self._stale.items() if uid in store.pods}
+        self._terminating = set()
         self._used = {}
         self._deferred = {}
         self._covered = set(self._engine().plans())
@@ -159,11 +168,17 @@ class NodeModel:
     def on_pod(self, uid: str, pod: PodRecord | None) -> bool:
         """A pod changed; whether a node's usage or a plan may change."""
         new = _bound(pod)
+        if new is not None and pod is not None and pod.terminating:
+            self._terminating.add(uid)
+        else:
+            self._terminating.discard(uid)
         if new is not None and uid in self._keys:
             new = _Bound(self._keys[uid], new.node, new.requests)
         old = self._pods.get(uid)
         if old == new:
             return False
+        if new is None:
+            self._stale.pop(uid, None)
         if old is not None:
             self._count(old, -1)
             members = self._by_unit.get(old.unit)
@@ -208,6 +223,23 @@ class NodeModel:
             if key not in self._covered:
                 self._count_extra((self._pods[uid] for uid in self._by_unit.get(key, ())), sign)
 
+    def expire_stale(self, now: float, ttl: float) -> None:
+        """Stale pods (see `planned`) not terminating `ttl` seconds after
+        they were first seen here are the unit's after all: its Job was
+        admitted again before the Job controller acted on the suspension, so
+        they were never deleted. Its plan follows them again; left stale,
+        they would count on no node for good."""
+        for uid, until in list(self._stale.items()):
+            if uid in self._terminating:
+                continue  # the old admission's for sure: stale until it is gone
+            if until is None:
+                self._stale[uid] = now + ttl
+            elif now >= until:
+                del self._stale[uid]
+                pod = self._pods.get(uid)
+                if pod is not None and pod.unit in self._covered:
+                    self._replan.add(pod.unit)
+
     def engine_replaced(self) -> None:
         """A new engine took over (flat <-> tree): give it the nodes again."""
         self._rebuild_engine = self.enabled
@@ -220,6 +252,13 @@ class NodeModel:
             return
         pods = [self._pods[uid] for uid in self._by_unit.get(key, ())]
         if has_plan:
+            if key in self._leaving:
+                # Admitted again before the pods it was taken back from left:
+                # the new plan (made as offline, where a victim's room is
+                # free at once) is where its new pods go. Followed, it moved
+                # to the old pods' nodes and took room reclaim had chosen
+                # otherwise, and the loop ended elsewhere than the engine.
+                self._stale.update(dict.fromkeys(self._by_unit.get(key, ())))
             for pod in pods:
                 self._count(pod, -1)
             self._covered.add(key)
@@ -229,6 +268,8 @@ class NodeModel:
             self._replan.discard(key)
             self._plan_dropped = True
             self._count_extra(self._deferred.pop(key, ()), -1)
+            for uid in self._by_unit.get(key, ()):
+                self._stale.pop(uid, None)
             for pod in pods:
                 self._count(pod, +1)
 
@@ -281,7 +322,7 @@ class NodeModel:
             unit = units(key)
             if plan is None or unit is None:
                 continue
-            bound = [self._pods[uid] for uid in self._by_unit.get(key, ())]
+            bound = self._placed(key)
             moved = follow_bindings(plan, unit, bound)
             if moved.nodes == plan.nodes:
                 continue
@@ -301,6 +342,10 @@ class NodeModel:
             engine.replan(key, moved)
         self._replan.clear()
 
+    def _placed(self, key: str) -> list[_Bound]:
+        """Unit `key`'s bound pods its plan follows (not the stale ones)."""
+        return [self._pods[uid] for uid in self._by_unit.get(key, ()) if uid not in self._stale]
+
     def _unbound_slots(self, engine: AnyEngine,
                        units: Callable[[str], Unit | None]) -> dict[str, set[str]]:
         """Node -> the units with a pod not seen bound yet planned there, by
@@ -309,7 +354,7 @@ class NodeModel:
         waiting: dict[str, set[str]] = {}
         for key, plan in engine.plans().items():
             unit = units(key)
-            bound = [self._pods[uid] for uid in self._by_unit.get(key, ())]
+            bound = self._placed(key)
             followed = follow_bindings(plan, unit, bound) if unit is not None else plan
             slots = Counter(_planned(followed)) - Counter(pod.node for pod in bound)
             for node in slots:

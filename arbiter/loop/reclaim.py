@@ -70,7 +70,7 @@ from arbiter.loop.actions import Actions, ConsumerGone
 from arbiter.loop.decisions import Decision, log_decision
 from arbiter.loop.events import EventSink
 from arbiter.loop.evict import Evictor
-from arbiter.loop.inflight import Evictions, InFlightWrites
+from arbiter.loop.inflight import EVICTION_TTL, Evictions, InFlightWrites
 from arbiter.loop.mirror import EngineMirror, unqueued_pod
 from arbiter.loop.units import Consumer, consumer_key
 
@@ -197,6 +197,7 @@ class Reclaimer:
         the victims' pods stop counting on their nodes for admission."""
         result = self._look(mirror, now, busy, record)
         mirror.nodes.set_leaving(self.evictions.leaving())
+        mirror.nodes.expire_stale(now, EVICTION_TTL)
         if result.looked:
             self._note(dict(result.plan.refused), record)
         return result

@@ -20,6 +20,9 @@ class KubeSim:
     def __init__(self, cluster: ReclaimCluster, *, graceful: bool = True) -> None:
         self.c = cluster
         self.graceful = graceful
+        # A Job suspended and resumed between two steps keeps its pods: the
+        # Job controller never saw the suspension (default: it deletes them).
+        self.missed = False
         self.made = 0
 
     def _plan(self, key: str) -> list[str]:
@@ -46,7 +49,8 @@ class KubeSim:
             # Pods of an earlier admission: the Job was suspended meanwhile
             # (requeued and admitted again between two steps): the real Job
             # controller would have seen the suspension and deleted them.
-            stale = [p for p in mine if p["metadata"]["annotations"][ADMISSION] != admission]
+            stale = [] if self.missed else [
+                p for p in mine if p["metadata"]["annotations"][ADMISSION] != admission]
             mine = [p for p in mine if p not in stale]
             if spec.get("suspend"):
                 stale += mine

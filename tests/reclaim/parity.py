@@ -92,11 +92,12 @@ async def play(case: Case, max_rounds: int = 60,
 
 
 async def run(case: Case, max_rounds: int = 60,
-              loop_only: AbstractContextManager[object] | None = None,
-              ) -> tuple[Outcome, ReclaimCluster, Simulation]:
-    """`loop_only`: a context the loop's part runs in (not the engine's)."""
+              loop_only: AbstractContextManager[object] | None = None, *,
+              missed: bool = False) -> tuple[Outcome, ReclaimCluster, Simulation]:
+    """`loop_only`: a context the loop's part runs in (not the engine's);
+    `missed`: the Job controller misses every suspension (`KubeSim.missed`)."""
     with loop_only or nullcontext():
-        c, simulation, rounds = await _loop(case, max_rounds)
+        c, simulation, rounds = await _loop(case, max_rounds, missed)
     names = list(case.queues)
     simulation.settle()
     return Outcome(
@@ -107,9 +108,10 @@ async def run(case: Case, max_rounds: int = 60,
         [f"{m.round}: {m.taker} {m.for_unit} <- {m.unit}" for m in simulation.moves]), c, simulation
 
 
-async def _loop(case: Case,
-                max_rounds: int) -> tuple[ReclaimCluster, Simulation, int]:
+async def _loop(case: Case, max_rounds: int,
+                missed: bool = False) -> tuple[ReclaimCluster, Simulation, int]:
     c, kube = await build(case)
+    kube.missed = missed
     for index, job in enumerate(case.jobs):
         await c.job(f"ns-{job.queue}", f"j{index:03d}", job.queue, cpu=job.cpu,
                     parallelism=job.parallelism)

@@ -135,3 +135,29 @@ def test_a_running_unit_no_node_holds_exits_2(capsys: pytest.CaptureFixture[str]
     document["queues"][0]["running"].append({"name": "big", "requests": {"cpu": "2"}})
     code, _, err = run(capsys, tmp_path, document)
     assert code == 2 and err.startswith("running: a/running/big fits on no node")
+
+
+def test_running_units_run_on_the_nodes_given(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    """`nodes` says where a running unit's pods run (read from a cluster):
+    with y1 and y3 together on n-1, they alone free a node for b's unit."""
+    document = fragmented()
+    for entry, node in zip(document["queues"][0]["running"], ("n-0", "n-1", "n-0", "n-1"),
+                           strict=True):
+        entry["nodes"] = [node]
+    code, out, _ = run(capsys, tmp_path, document)
+    assert code == 0
+    assert [m["unit"] for m in out["reclaim"]["moves"]] == ["a/running/y3", "a/running/y1"]
+
+
+@pytest.mark.parametrize(("nodes", "message"), [
+    (["n-2"], "queues[0].running[0].nodes: no node named 'n-2' in the scenario"),
+    (["n-0", "n-1"], "running.nodes: a/running/x0 has 1 pod(s), 2 node(s) given"),
+    ("n-0", "queues[0].running[0].nodes: expected a list of node names"),
+])
+def test_bad_running_nodes_exit_2_naming_the_field(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, nodes: object, message: str) -> None:
+    document = fragmented()
+    document["queues"][0]["running"][0]["nodes"] = nodes
+    code, _, err = run(capsys, tmp_path, document)
+    assert code == 2 and err.startswith(message), err

@@ -18,8 +18,10 @@ import pytest
 from hypothesis import HealthCheck, example, find, given, settings
 from hypothesis import strategies as st
 
+from arbiter.core.model import Placement
 from arbiter.core.reclaim import flat as core_reclaim
 from arbiter.core.reclaim import tree as reclaim_tree
+from arbiter.loop.inflight import EVICTION_TTL
 from tests.reclaim.parity import Case, Job, play, run
 
 # The suite's 500 examples are the same every run (derandomized: a drift
@@ -182,18 +184,78 @@ async def test_room_a_victim_frees_is_not_taken_by_a_unit_fitting_beside_its_pod
     assert outcome.evicted == 1
 
 
-@pytest.mark.xfail(strict=True, reason="open: found by 5,000 examples (issue 26), not fixed yet")
-async def test_mixed_shapes_with_a_capped_pooled_queue() -> None:
-    """Mixed shapes, a pool and a capability: the engine's third round gives
-    a its unit back from d (a move docs/reclaim.md says mixed shapes may make
-    across passes); the loop stops one move short, d keeps 2 units."""
+READMITTED = Case(
+    nodes=(("1", "x"), ("1", "y"), ("2", "x"), ("2", "x"), ("4", "x"), ("4", "x")),
+    queues={"a": {"capability": {"cpu": "2"}, "pools": ["px"]}, "b": {"pools": ["px"]},
+            "c": {"weight": 3}, "d": {"weight": 2, "pools": ["px"]}},
+    jobs=(Job("b", "1"), Job("b", "1", 2), Job("c", "500m", 2), Job("c", "1"),
+          Job("c", "1"), Job("b", "2"), Job("b", "2"), Job("d", "1"), Job("a", "500m"),
+          Job("c", "1"), Job("a", "500m", 2), Job("d", "2", 2)),
+    pools={"px": "x", "py": "y"})
+
+
+async def test_a_victim_admitted_again_at_once_goes_where_it_is_planned() -> None:
+    """Found by 5,000 examples. c's 1-CPU unit, taken back from n5, is
+    admitted again in the same cycle, planned on n4 as offline. Its old pod
+    was still bound on n5: the plan followed it there, n5 looked fuller and
+    n4 emptier than the engine's, d's 2 x 2 CPU unit took three victims
+    instead of two, and the move a then makes back from d never came (the
+    loop ended with d at 2 units, the engine at 1)."""
+    outcome, c, _ = await run(READMITTED)
+    assert outcome.loop == outcome.engine == {"a": 2, "b": 2, "c": 4, "d": 1}, outcome
+    assert c.controller.mirror.plan("ns-c/job-j009") == Placement("px", {"main": ("n4",)})
+
+
+async def test_a_tree_with_a_capped_guaranteed_child() -> None:
+    """Found by 5,000 examples. p1 (guarantee 1, capability 1) and p2 under
+    p, next to q; 4 + 1 CPU. q's 2 x 1 CPU unit fits on no node; victims in
+    victim order free room on two nodes, so they are regrouped node by node.
+    The engine's candidates included p1's units (at its guarantee: never
+    allowed), the loop's did not, and the first of them put n0 first: the
+    engine took p2's 2 x 1 CPU unit there, the loop refused. Nodes now come
+    in the order of their first allowed victim: both take nothing."""
     case = Case(
-        nodes=(("1", "x"), ("1", "y"), ("2", "x"), ("2", "x"), ("4", "x"), ("4", "x")),
-        queues={"a": {"capability": {"cpu": "2"}, "pools": ["px"]}, "b": {"pools": ["px"]},
-                "c": {"weight": 3}, "d": {"weight": 2, "pools": ["px"]}},
-        jobs=(Job("b", "1"), Job("b", "1", 2), Job("c", "500m", 2), Job("c", "1"),
-              Job("c", "1"), Job("b", "2"), Job("b", "2"), Job("d", "1"), Job("a", "500m"),
-              Job("c", "1"), Job("a", "500m", 2), Job("d", "2", 2)),
-        pools={"px": "x", "py": "y"})
+        nodes=(("4", "x"), ("1", "x")),
+        queues={"p": {}, "p1": {"parent": "p", "guarantee": {"cpu": "1"},
+                                "capability": {"cpu": "1"}},
+                "p2": {"parent": "p"}, "q": {}},
+        jobs=(Job("p1", "500m"), Job("p2", "1", 2), Job("q", "500m", 2), Job("p2", "1"),
+              Job("p1", "500m"), Job("q", "1", 2)))
     outcome = await play(case)
-    assert outcome.loop == outcome.engine, outcome
+    assert outcome.loop == outcome.engine == {"p": 0, "p1": 2, "p2": 2, "q": 1}, outcome
+
+
+async def test_flat_guarantees_with_mixed_shapes() -> None:
+    """Found by 5,000 examples; the same cause as the tree's case above: b's
+    own 500m unit (never a victim for b) was in the engine's candidates and
+    put its node first in the node-by-node walk, which then found nothing;
+    the loop, without it, found a's 2 x 1 CPU unit for b's 2 x 2 CPU unit.
+    Now both take it (b 2)."""
+    case = Case(
+        nodes=(("1", "x"), ("2", "x"), ("4", "x"), ("4", "x"), ("1", "x"), ("1", "x")),
+        queues={"a": {"guarantee": {"cpu": "3"}}, "b": {"guarantee": {"cpu": "1"}},
+                "c": {"weight": 2}, "d": {"weight": 4}},
+        jobs=(Job("a", "500m"), Job("a", "500m", 2), Job("a", "1"), Job("c", "500m", 2),
+              Job("a", "1", 2), Job("a", "500m", 2), Job("a", "1"), Job("a", "500m"),
+              Job("b", "2", 2), Job("b", "500m")))
+    outcome = await play(case)
+    assert outcome.loop == outcome.engine == {"a": 7, "b": 2, "c": 1, "d": 0}, outcome
+    assert outcome.moves == outcome.evicted == 1, outcome
+
+
+async def test_old_pods_never_deleted_are_followed_again_after_a_while() -> None:
+    """The case above, but the Job controller never saw c's Job suspended
+    (resumed before it looked): the old pod on n5 is never deleted, it is
+    the Job's. Stale while it might still go, it counts for the unit again
+    once that time (`EVICTION_TTL`) is over: the plan follows it to n5."""
+    outcome, c, _ = await run(READMITTED, missed=True)
+    key = "ns-c/job-j009"
+    pods = [p for p in c.api.of_kind("pods") if p["metadata"]["name"].startswith("j009-")]
+    assert [p["spec"]["nodeName"] for p in pods] == ["n5"], pods  # its only pod, never deleted
+    ttl = EVICTION_TTL
+    for _ in range(3):
+        await c.look(ttl / 2)
+    assert c.controller.mirror.plan(key) == Placement("px", {"main": ("n5",)})
+    view = c.controller.mirror.engine.node_view()
+    assert view is not None and [node for node, _ in view.held(key)] == ["n5"]
+    assert outcome.loop["c"] == 4, outcome

@@ -130,8 +130,13 @@ class NodeRoom:
         # second walk costs a look at each one's nodes.
         for _ in itertools.islice(rest, max(0, NODE_CANDIDATES - len(seen))):
             pass
-        return cover_greedily(need, self.by_node(unit, seen), allowed, take, placed,
-                              unit.demand, extra=NODE_EXTRA)
+        # Nodes in the order of their first victim the rules allow (with
+        # nothing taken yet; taking more only refuses more): a candidate never
+        # allowed must not decide which node is tried first, or the same
+        # victims grouped from a list with or without it (the loop leaves out
+        # queues at their floor, `arbiter fairshare` does not) end elsewhere.
+        return cover_greedily(need, self.by_node(unit, [v for v in seen if allowed(v)]),
+                              allowed, take, placed, unit.demand, extra=NODE_EXTRA)
 
     def by_node(self, unit: Waiting, victims: Sequence[Admitted]) -> list[Admitted]:
         """`victims` node by node: each under the first node it holds of the

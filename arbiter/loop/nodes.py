@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from arbiter.cache.ownership import pod_consumer
 from arbiter.cache.records import NodeRecord, PodRecord, PoolRecord
 from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore, add_into
-from arbiter.core.engine import Engine as AnyEngine
+from arbiter.core.engine import Engine
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
 from arbiter.core.resources import Resources
 
@@ -85,7 +85,7 @@ def _planned(plan: Placement) -> list[str]:
 class NodeModel:
     """Nodes, Pools and per-node `used` for one engine (flat or tree)."""
 
-    def __init__(self, engine: Callable[[], AnyEngine], overcommit: float = 1.0) -> None:
+    def __init__(self, engine: Callable[[], Engine], overcommit: float = 1.0) -> None:
         self._engine = engine
         self.overcommit = overcommit
         self.enabled = False  # until the first rebuild: the engine fits on aggregates only
@@ -297,7 +297,7 @@ class NodeModel:
                     engine.set_node_used(name, Resources(self._used.get(name, {})))
             self._dirty_nodes.clear()
 
-    def _follow(self, engine: AnyEngine, units: Callable[[str], Unit | None]) -> None:
+    def _follow(self, engine: Engine, units: Callable[[str], Unit | None]) -> None:
         """Plans follow their pods' bindings, except a move that may be half
         of a swap not fully seen yet.
 
@@ -346,7 +346,7 @@ class NodeModel:
         """Unit `key`'s bound pods its plan follows (not the stale ones)."""
         return [self._pods[uid] for uid in self._by_unit.get(key, ()) if uid not in self._stale]
 
-    def _unbound_slots(self, engine: AnyEngine,
+    def _unbound_slots(self, engine: Engine,
                        units: Callable[[str], Unit | None]) -> dict[str, set[str]]:
         """Node -> the units with a pod not seen bound yet planned there, by
         their plans as followed to their bindings (so both halves of a swap,

@@ -147,8 +147,8 @@ class ReclaimQueue:
     child_order: str = "Fair"
 
 
-# Admitted and Waiting share fields on purpose (a unit is one or the other);
-# kept apart so a waiting unit can never be passed where a victim is expected.
+# Two types, not one with a flag, so a waiting unit can never be passed where
+# a victim is expected.
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """An admitted unit (holds capacity); `admitted` is when, `created` its submission."""

@@ -119,6 +119,7 @@ def is_running(record: ProcessRecord) -> bool:
 def remains(record: ProcessRecord) -> bool:
     """True while the recorded process (same pid, same start time) exists at all,
     a zombie included; a recycled pid is another process."""
+    _reap(record.pid)
     fields = _stat_fields(record.pid)
     return fields is not None and int(fields[19]) == record.start_ticks
 
@@ -180,6 +181,12 @@ def wait_exit(record: ProcessRecord, timeout: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+    # A multi-threaded process (every Go binary) shows as a zombie as soon as
+    # its main thread exits, but cannot be reaped until its other threads
+    # have: wait for that too (briefly), so that a stopped process is gone.
+    settled = time.monotonic() + 2.0
+    while remains(record) and time.monotonic() < settled:
+        time.sleep(0.02)
     return True
 
 

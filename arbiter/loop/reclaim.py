@@ -362,7 +362,7 @@ async def carry_out(loop: LoopAccess, reclaimer: Reclaimer, victim: Victim,
     try:
         pod = unqueued_pod(key)
         if pod is not None:
-            await _evict_unqueued(reclaimer, evictor, victim, pod, message, loop.clock())
+            await _evict_unqueued(loop, reclaimer, evictor, victim, pod, message)
             return
         async with loop.writes.locked(key):
             record = loop.unit(key)
@@ -436,8 +436,7 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
     blocked: list[str] = []
     evicted: list[PodRecord] = []
     since = reclaimer.evictions.first_blocked(record.key)
-    timeout = reclaimer.settings.pdb_timeout
-    overdue = since is not None and timeout >= 0 and now - since >= timeout
+    overdue = _pdb_overdue(reclaimer, since, now)
     forced: list[str] = []
     for pod in targets:
         outcome = await evictor.evict_pod(pod.namespace, pod.name, pod.uid)
@@ -457,9 +456,7 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
             f"{message}; pod(s) {', '.join(forced)} deleted: a PodDisruptionBudget blocked "
             f"their eviction for {now - (since or now):.0f}s (--reclaim-pdb-timeout)")
     if blocked:
-        delay = reclaimer.evictions.block(record.key, now)
-        # Look again when the backoff ends: nothing else may wake the loop.
-        loop.writes.timer(now + delay, WAKE_KEY)
+        delay = _blocked(loop, reclaimer, record.key, now)
         if loop.events is not None:
             loop.events.unit_event(
                 record, "Warning", "EvictionBlocked",
@@ -473,18 +470,42 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
     _announce(loop, victim, record, f"{message}; evicted", "evict")
 
 
-async def _evict_unqueued(reclaimer: Reclaimer, evictor: Evictor, victim: Victim,
-                          pod: tuple[str, str, str], message: str, now: float) -> None:
+async def _evict_unqueued(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
+                          victim: Victim, pod: tuple[str, str, str], message: str) -> None:
     """Unqueued usage (`arbiter.loop.charges`): a pod no admitted unit
-    covers has no unit to requeue; the pod itself is evicted."""
+    covers has no unit to requeue; the pod itself is evicted, under the same
+    PodDisruptionBudget timeout as a unit's pods."""
     namespace, name, uid = pod
+    now = loop.clock()
+    key = victim.unit.key
+    since = reclaimer.evictions.first_blocked(key)
     outcome = await evictor.evict_pod(namespace, name, uid)
+    forced = outcome == "blocked" and _pdb_overdue(reclaimer, since, now)
+    if forced:
+        outcome = await evictor.delete_pod(namespace, name, uid)
     if outcome == "blocked":
-        reclaimer.evictions.block(victim.unit.key, now)
+        _blocked(loop, reclaimer, key, now)
         return
     reason = RECLAIM_REASON if victim.reason == "reclaim" else PREEMPT_REASON
     if outcome == "evicted":
-        await evictor.mark_disruption(namespace, name, uid, reason, f"{message}; evicted", now)
+        how = (f"deleted: a PodDisruptionBudget blocked its eviction for "
+               f"{now - (since or now):.0f}s (--reclaim-pdb-timeout)") if forced else "evicted"
+        await evictor.mark_disruption(namespace, name, uid, reason, f"{message}; {how}", now)
         metrics.preempted_units_total.labels(victim.unit.queue, victim.reason).inc()
-        log.warning("evicted unqueued pod %s/%s of queue %s: %s", namespace, name,
+        log.warning("%s unqueued pod %s/%s of queue %s: %s", how, namespace, name,
                     victim.unit.queue, message)
+
+
+def _pdb_overdue(reclaimer: Reclaimer, since: float | None, now: float) -> bool:
+    """A PodDisruptionBudget has blocked taking this back for the whole
+    `--reclaim-pdb-timeout` (negative: never overdue)."""
+    timeout = reclaimer.settings.pdb_timeout
+    return since is not None and timeout >= 0 and now - since >= timeout
+
+
+def _blocked(loop: LoopAccess, reclaimer: Reclaimer, key: str, now: float) -> float:
+    """Back off from `key` and look again when the backoff ends (nothing else
+    may wake the loop); returns the delay."""
+    delay = reclaimer.evictions.block(key, now)
+    loop.writes.timer(now + delay, WAKE_KEY)
+    return delay

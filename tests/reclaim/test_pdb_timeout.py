@@ -59,3 +59,32 @@ async def test_with_a_negative_timeout_the_pdb_is_honoured_for_good() -> None:
         await c.look(30)
     assert len(c.pods_of("na")) == 10 and c.released_pods("nb") == []
     assert not any(s.reason == "PodDisruptionBudgetOverridden" for s in c.events.said)
+
+
+async def test_a_pdb_blocks_an_unqueued_pods_eviction_for_the_timeout_only() -> None:
+    """Unqueued usage (a pod bound at creation, charged to its namespace's
+    queue) is taken back under the same timeout: evictions answer 429 until
+    `reclaim_pdb_timeout`, then the pod is deleted and the waiting pod runs."""
+    c = _cluster(TIMEOUT)
+    await c.nodes(4)
+    await c.queue("a", namespaces=["na"])
+    await c.queue("b", namespaces=["nb"])
+    pinned = [f"pinned-{index}" for index in range(4)]
+    for index, name in enumerate(pinned):
+        await c.pod("na", name, "a", gated=False, node=f"node-{index}", phase="Running")
+    c.evicting.blocked = set(pinned)
+    await c.settle()
+    await c.pod("nb", "wants", "b")
+    await c.settle()
+    await c.look()
+    await c.look(GRACE)
+    posts = [p for m, p in c.api.calls if m == "POST" and p.endswith("/eviction")]
+    assert posts and len(c.pods_of("na")) == 4 and c.gated("nb", "wants")
+    for _ in range(6):  # 120 s: still within the timeout
+        await c.look(19)
+    assert len(c.pods_of("na")) == 4 and c.gated("nb", "wants")
+    for _ in range(8):  # past the timeout plus one blocked backoff
+        await c.look(20)
+    assert c.evicting.evicted == [] and len(c.pods_of("na")) == 3
+    await c.look()
+    assert not c.gated("nb", "wants")

@@ -113,6 +113,9 @@ async def test_a_queue_page_lists_waiting_units_in_order_with_the_debug_reason()
         admitted = page[page.index("Admitted ("):]
         assert "alpha/pod-p-000" in admitted and "node-" in admitted
         assert (await client.get("/view/queues/nope")).status == 404
+        # A name from the URL is text in the answer, never markup.
+        hostile = await client.get("/view/queues/%3Cimg%20src%3Dx%3E")
+        assert hostile.status == 404 and "<img" not in await hostile.text()
 
 
 async def _next_message(response: Any, within: float) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from html import escape
 from pathlib import Path
 
 from aiohttp import web
@@ -91,7 +92,7 @@ def web_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
         engine = await mirror()
         if not visible.queue(name) or name not in engine.queues:
             # The same answer for a queue hidden and one that does not exist.
-            return _html(f"no queue {name!r}", 404)
+            return _html(f"no queue {escape(name[:253])!r}", 404)
         view = (published() or {}).get(name)
         if view is None:  # not the leader: only this queue's waiting list, order and reason
             view = queue_views(engine, top=0, waiting={name: engine.waiting_units(name)})[name]

@@ -51,6 +51,10 @@ class ViewerReviewer(debug.TokenReviewer):
         super().__init__(api, clock=clock, **kwargs)
         self._users: dict[str, dict[str, Any]] = {}
         self._answers: dict[tuple[str, str], tuple[bool, float]] = {}
+        # user -> (namespaces it may read, how many namespaces there were,
+        # until): a caller's requests within the answers' lifetime cost a
+        # lookup, not a walk of every namespace (a new namespace: asked again).
+        self._readable: dict[str, tuple[frozenset[str] | None, int, float]] = {}
         self._reviews = asyncio.Semaphore(CONCURRENT_REVIEWS)
 
     async def _review(self, token: str) -> bool:
@@ -68,9 +72,26 @@ class ViewerReviewer(debug.TokenReviewer):
         """Who a token the guard let through is."""
         return self._users.get(_digest(token))
 
+    async def readable(self, user: dict[str, Any], store: ClusterStore) -> frozenset[str] | None:
+        """The managed namespaces `user` may list QueueUnits in (None: all)."""
+        who = _who(user)
+        now = self.clock()
+        known = self._readable.get(who)
+        if known is not None and known[2] > now and known[1] == len(store.namespaces):
+            return known[0]
+        found: frozenset[str] | None = None
+        if not await self.may_read(user, ""):
+            managed = [name for name in store.namespaces if store.is_managed_namespace(name)]
+            answers = await asyncio.gather(*(self.may_read(user, name) for name in managed))
+            found = frozenset(name for name, ok in zip(managed, answers, strict=True) if ok)
+        if len(self._readable) >= self.max_tokens:
+            self._readable.clear()
+        self._readable[who] = (found, len(store.namespaces), now + self.ttl)
+        return found
+
     async def may_read(self, user: dict[str, Any], namespace: str) -> bool:
         """Whether `user` may list QueueUnits in `namespace` ("" = all)."""
-        key = (f"{user['username']}\n{sorted(user.get('groups') or [])}", namespace)
+        key = (_who(user), namespace)
         now = self.clock()
         known = self._answers.get(key)
         if known is not None and known[1] > now:
@@ -112,11 +133,9 @@ async def visibility(request: web.Request, store: ClusterStore,
     user = reviewer.user(view_token(request))
     if user is None:
         return Visibility(frozenset(), frozenset())
-    if await reviewer.may_read(user, ""):
+    readable = await reviewer.readable(user, store)
+    if readable is None:
         return EVERYTHING
-    managed = [name for name in store.namespaces if store.is_managed_namespace(name)]
-    answers = await asyncio.gather(*(reviewer.may_read(user, name) for name in managed))
-    readable = frozenset(name for name, ok in zip(managed, answers, strict=True) if ok)
     queues: set[str] = set()
     for name in readable:
         queues.update(store.admitting_queues(name))
@@ -124,3 +143,8 @@ async def visibility(request: web.Request, store: ClusterStore,
         queues.update(name for name, record in store.queues.items()
                       if queue_access.open_queue(record))
     return Visibility(readable, frozenset(queues))
+
+
+def _who(user: dict[str, Any]) -> str:
+    """A user as the apiserver authorizes it: name and groups."""
+    return f"{user['username']}\n{sorted(user.get('groups') or [])}"

@@ -1,0 +1,44 @@
+"""Workload integrations (DESIGN §14): one `Integration` per kind, switched
+on by `--integrations`. Job and plain pods are always on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from arbiter.integrations.base import Integration
+from arbiter.integrations.deployment import Deployment
+from arbiter.integrations.job import Job, Pod
+from arbiter.integrations.jobset import JobSet
+from arbiter.integrations.lws import LeaderWorkerSet
+from arbiter.integrations.statefulset import StatefulSet
+
+BUILTIN: tuple[Integration, ...] = (Job(), Pod())
+OPTIONAL: tuple[Integration, ...] = (JobSet(), StatefulSet(), Deployment(), LeaderWorkerSet())
+BY_NAME: dict[str, Integration] = {i.name: i for i in (*BUILTIN, *OPTIONAL)}
+BY_KIND: dict[str, Integration] = {i.kind: i for i in (*BUILTIN, *OPTIONAL)}
+DEFAULT_NAMES: tuple[str, ...] = tuple(i.name for i in OPTIONAL)
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    """`--integrations`: comma-separated names, `all` or `none`. Raises
+    ValueError naming an unknown one and the known ones."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if words == ["all"]:
+        return DEFAULT_NAMES
+    if words in ([], ["none"]):
+        return ()
+    unknown = [w for w in words if w not in BY_NAME or BY_NAME[w] in BUILTIN]
+    if unknown:
+        raise ValueError(f"unknown integration {unknown[0]!r}; known: "
+                         f"{', '.join(DEFAULT_NAMES)} (or all, none)")
+    return tuple(dict.fromkeys(words))
+
+
+def enabled(names: Iterable[str]) -> tuple[Integration, ...]:
+    """The optional integrations named (in the order of OPTIONAL)."""
+    wanted = set(names)
+    return tuple(i for i in OPTIONAL if i.name in wanted)
+
+
+__all__ = ["BUILTIN", "BY_KIND", "BY_NAME", "DEFAULT_NAMES", "OPTIONAL", "Integration",
+           "enabled", "parse_names"]

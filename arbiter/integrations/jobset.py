@@ -1,0 +1,81 @@
+"""JobSet (`jobset.x-k8s.io/v1alpha2`): held by `spec.suspend`; one unit,
+one pod set per replicatedJob of `replicas x min(parallelism, completions)`
+pods. The JobSet controller creates its child Jobs suspended while it is,
+and pushes the templates' nodeSelector and tolerations to them on resume."""
+
+from __future__ import annotations
+
+from arbiter.integrations.base import (
+    Integration,
+    Obj,
+    Outcome,
+    Path,
+    PodSetSpec,
+    UnitSpec,
+    condition_true,
+    count_at,
+    dig,
+    template_requests,
+)
+
+MAX_SETS = 8
+
+
+class JobSet(Integration):
+    name = "jobset"
+    group = "jobset.x-k8s.io"
+    version = "v1alpha2"
+    resource = "jobsets"
+    kind = "JobSet"
+    prefix = "jobset"
+    children = ("Job",)
+
+    def _jobs(self, obj: Obj) -> list[tuple[int, str]]:
+        jobs = dig(obj, ("spec", "replicatedJobs"))
+        if not isinstance(jobs, list):
+            return []
+        return [(index, str(dig(job, ("name",)) or f"job-{index}"))
+                for index, job in enumerate(jobs)]
+
+    def templates(self, obj: Obj) -> tuple[Path, ...]:
+        return tuple(("spec", "replicatedJobs", index, "template", "spec", "template")
+                     for index, _ in self._jobs(obj))
+
+    def job_templates(self, obj: Obj) -> tuple[Path, ...]:
+        """The child Jobs' templates (they carry the queue label too)."""
+        return tuple(("spec", "replicatedJobs", index, "template")
+                     for index, _ in self._jobs(obj))
+
+    def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
+        jobs = self._jobs(obj)
+        if not jobs or len(jobs) > MAX_SETS:
+            return None
+        pod_sets = []
+        for index, name in jobs:
+            base: Path = ("spec", "replicatedJobs", index)
+            replicas = count_at(obj, (*base, "replicas"))
+            parallelism = count_at(obj, (*base, "template", "spec", "parallelism"))
+            completions = count_at(obj, (*base, "template", "spec", "completions"),
+                                   parallelism or 0)
+            template: Path = (*base, "template", "spec", "template")
+            requests = template_requests(obj, template)
+            if replicas is None or parallelism is None or completions is None \
+                    or requests is None:
+                return None
+            count = replicas * min(parallelism, completions)
+            if count:
+                pod_sets.append(PodSetSpec(name, count, requests, template))
+        return (UnitSpec("", tuple(pod_sets)),) if pod_sets else ()
+
+    def outcome(self, obj: Obj) -> Outcome | None:
+        found = condition_true(obj, ("Completed", "Failed"))
+        return "Complete" if found == "Completed" else "Failed" if found else None
+
+    def ready(self, obj: Obj) -> int:
+        statuses = dig(obj, ("status", "replicatedJobsStatus"))
+        total = 0
+        for status in statuses if isinstance(statuses, list) else ():
+            for key in ("ready", "succeeded"):
+                value = dig(status, (key,))
+                total += value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return total

@@ -1,0 +1,60 @@
+"""LeaderWorkerSet (`leaderworkerset.x-k8s.io/v1`): one unit per group, all
+or nothing: the leader (1 pod of `leaderTemplate`, else of the worker
+template) and `size - 1` workers. Its controller makes a leader StatefulSet
+(owner: the LWS), and per leader pod a worker StatefulSet (owner: that pod);
+every pod carries its group's index label, which picks the group's unit
+among the LWS's own (the chain to the LWS is checked by uid)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from arbiter.integrations.base import (
+    Integration,
+    Obj,
+    Path,
+    PodSetSpec,
+    UnitSpec,
+    count_at,
+    dig,
+    template_requests,
+)
+
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+WORKERS: Path = ("spec", "leaderWorkerTemplate", "workerTemplate")
+LEADER: Path = ("spec", "leaderWorkerTemplate", "leaderTemplate")
+# More groups than this are not queued (a unit each; the CRD has no cap).
+MAX_GROUPS = 1000
+
+
+class LeaderWorkerSet(Integration):
+    name = "lws"
+    group = "leaderworkerset.x-k8s.io"
+    version = "v1"
+    resource = "leaderworkersets"
+    kind = "LeaderWorkerSet"
+    prefix = "lws"
+    hold = "gate"
+    children = ("StatefulSet", "Pod")
+    serving = True
+
+    def templates(self, obj: Obj) -> tuple[Path, ...]:
+        has_leader = isinstance(dig(obj, LEADER), Mapping)
+        return (LEADER, WORKERS) if has_leader else (WORKERS,)
+
+    def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
+        groups = count_at(obj, ("spec", "replicas"))
+        size = count_at(obj, ("spec", "leaderWorkerTemplate", "size"))
+        leader = LEADER if isinstance(dig(obj, LEADER), Mapping) else WORKERS
+        leader_requests = template_requests(obj, leader)
+        worker_requests = template_requests(obj, WORKERS)
+        if groups is None or size is None or size < 1 or groups > MAX_GROUPS \
+                or leader_requests is None or worker_requests is None:
+            return None
+        sets = [PodSetSpec("leader", 1, leader_requests, leader)]
+        if size > 1:
+            sets.append(PodSetSpec("workers", size - 1, worker_requests, WORKERS))
+        return tuple(UnitSpec(str(index), tuple(sets)) for index in range(groups))
+
+    def unit_of_pod(self, labels: Mapping[str, str]) -> str:
+        return labels.get(GROUP_INDEX_LABEL, "")

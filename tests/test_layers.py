@@ -40,15 +40,20 @@ IO_LIBRARIES = ("aiohttp", "kubernetes_asyncio", "prometheus_client",
 # and a package's own `cli` module) may import anything but the test doubles.
 BELOW = {
     "arbiter.core": ("arbiter.core",),
+    # Integrations read and write raw objects: pure, like the core.
+    "arbiter.integrations": ("arbiter.core", "arbiter.integrations"),
     "arbiter.base": ("arbiter.core", "arbiter.base"),
     "certs": ("arbiter.core", "arbiter.base", "certs"),
-    "arbiter.cache": ("arbiter.core", "arbiter.base", "arbiter.cache"),
-    "arbiter.loop": ("arbiter.core", "arbiter.base", "arbiter.cache", "certs", "arbiter.loop"),
-    "arbiter.jobflow": ("arbiter.core", "arbiter.base", "arbiter.cache", "arbiter.jobflow"),
+    "arbiter.cache": ("arbiter.core", "arbiter.base", "arbiter.integrations", "arbiter.cache"),
+    "arbiter.loop": ("arbiter.core", "arbiter.base", "arbiter.integrations", "arbiter.cache",
+                     "certs", "arbiter.loop"),
+    "arbiter.jobflow": ("arbiter.core", "arbiter.base", "arbiter.integrations", "arbiter.cache",
+                        "arbiter.jobflow"),
     # The webhook validates a JobFlow's graph with the jobflow package's own check.
-    "webhook": ("arbiter.core", "arbiter.base", "arbiter.cache", "certs", "arbiter.jobflow",
-                "webhook"),
-    "extender": ("arbiter.core", "arbiter.base", "arbiter.cache", "certs", "extender"),
+    "webhook": ("arbiter.core", "arbiter.base", "arbiter.integrations", "arbiter.cache", "certs",
+                "arbiter.jobflow", "webhook"),
+    "extender": ("arbiter.core", "arbiter.base", "arbiter.integrations", "arbiter.cache", "certs",
+                 "extender"),
 }
 TOP = ("arbiter.server", "arbiter.cli", "arbiter.sandbox", "arbiter.__main__")
 TESTING = "arbiter.testing"

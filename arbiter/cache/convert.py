@@ -50,6 +50,7 @@ from arbiter.core.podrequests import effective_pod_requests
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.core.selectors import SelectorError, parse_selector
+from arbiter.integrations.lws import GROUP_INDEX_LABEL as LWS_GROUP_INDEX_LABEL
 
 Obj = Mapping[str, Any]
 
@@ -328,6 +329,9 @@ def pod_from_api(obj: Obj) -> PodRecord:
         orphan_of=_orphan_of(labels) if owner is None else None,
         pod_group=labels.get(POD_GROUP_LABEL) or None,
         pod_group_size=group_size,
+        owner_kind=owner.kind if owner is not None else "",
+        owner_uid=owner.uid if owner is not None else "",
+        group_index=labels.get(LWS_GROUP_INDEX_LABEL, ""),
         priority=int(spec.get("priority", 0) or 0),
         scheduler_name=spec.get("schedulerName", "default-scheduler"),
         terminating=meta.get("deletionTimestamp") is not None,
@@ -369,6 +373,7 @@ def job_from_api(obj: Obj) -> JobRecord:
     if isinstance(completions, int) and isinstance(parallelism, int):
         # Never more pods at once than completions still need.
         parallelism = min(parallelism, completions)
+    owner = controller_owner(obj)
     return JobRecord(
         uid=meta.get("uid", ""),
         namespace=meta.get("namespace", ""),
@@ -390,6 +395,8 @@ def job_from_api(obj: Obj) -> JobRecord:
         )),
         start_time=parse_time(status.get("startTime")),
         finish_time=_job_finish_time(status),
+        owner_kind=owner.kind if owner is not None else "",
+        owner_uid=owner.uid if owner is not None else "",
     )
 
 

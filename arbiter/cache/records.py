@@ -222,6 +222,13 @@ class PodRecord:
     orphan_of: tuple[str, str] | None = None
     pod_group: str | None = None
     pod_group_size: int | None = None
+    # Its controller ownerRef (any kind), for the owner walk
+    # (`arbiter.cache.workloads`); "" when it has none.
+    owner_kind: str = ""
+    owner_uid: str = ""
+    # The LeaderWorkerSet group-index label: which of its LWS's units it is
+    # in (the chain to the LWS is checked by uid).
+    group_index: str = ""
     priority: int = 0
     scheduler_name: str = "default-scheduler"
     terminating: bool = False
@@ -252,6 +259,9 @@ class JobRecord:
     # Complete/Failed condition turned True); 0.0 when unset. For JobFlow.
     start_time: float = 0.0
     finish_time: float = 0.0
+    # Its controller ownerRef (a JobSet's, a JobFlow's): "" when none.
+    owner_kind: str = ""
+    owner_uid: str = ""
 
     @property
     def demand(self) -> Resources:

@@ -11,6 +11,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from arbiter.cache import access, convert
@@ -33,13 +34,18 @@ from arbiter.cache.records import (
     RuntimeClassRecord,
     UnitRecord,
 )
+from arbiter.cache.workloads import OwnerIndex, WorkloadRecord, workload_from_api
 from arbiter.core.api import QUEUE_LABEL, ManagedNamespaces
 from arbiter.core.resources import Resources
+from arbiter.integrations import BY_KIND, Integration
 
 log = logging.getLogger(__name__)
 
 Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
-               "JobFlow", "JobTemplate", "Pool", "AdmissionCheck", "RuntimeClass"]
+               "JobFlow", "JobTemplate", "Pool", "AdmissionCheck", "RuntimeClass",
+               "JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment"]
+# The kinds optional integrations hold (arbiter.integrations), as WorkloadRecords.
+WORKLOAD_KINDS: tuple[Kind, ...] = ("JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment")
 # The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
 # JobFlow controller and webhook) are not among them. Pool is: admitting
 # before the Pools are known would place work into the wrong pool; so is
@@ -47,7 +53,8 @@ Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "Priorit
 KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit",
                            "PriorityClass", "Pool", "AdmissionCheck", "RuntimeClass")
 # Kinds filed under namespace/name; Pods are filed by uid, the rest by name.
-NAMESPACED_KINDS: frozenset[Kind] = frozenset({"Job", "QueueUnit", "JobFlow", "JobTemplate"})
+NAMESPACED_KINDS: frozenset[Kind] = frozenset({"Job", "QueueUnit", "JobFlow", "JobTemplate",
+                                               *WORKLOAD_KINDS})
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -68,6 +75,7 @@ _CONVERTERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
     "JobFlow": jobflow_from_api, "JobTemplate": jobtemplate_from_api,
     "Pool": convert.pool_from_api, "AdmissionCheck": convert.admission_check_from_api,
     "RuntimeClass": convert.runtime_class_from_api,
+    **{kind: partial(workload_from_api, BY_KIND[kind]) for kind in WORKLOAD_KINDS},
 }
 
 DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
@@ -142,6 +150,13 @@ class ClusterStore:
     pod_uid_by_name: dict[str, str] = field(default_factory=dict)
     # Job uid -> uids of the pods whose controller ownerRef names it.
     pods_by_job_uid: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # kind -> namespace/name -> record, for the optional integrations' kinds.
+    workloads: dict[str, dict[str, WorkloadRecord]] = field(
+        default_factory=lambda: {kind: {} for kind in WORKLOAD_KINDS})
+    # The optional integrations switched on (`--integrations`).
+    integrations: tuple[Integration, ...] = ()
+    # Controller links by uid, for the owner walk (Jobs, workloads, pods).
+    owners: OwnerIndex = field(default_factory=OwnerIndex.empty)
     listeners: list[Listener] = field(default_factory=list)
     synced_kinds: set[Kind] = field(default_factory=set)
     # Capacity, kept as nodes and pods change so that reading it is O(1):
@@ -348,6 +363,8 @@ class ClusterStore:
         if old is not None and old.job_uid and old.job_uid != record.job_uid:
             self._forget_job_pod(old.job_uid, record.uid)
         self.pods[record.uid] = record
+        self.owners.put(record.uid, "Pod", record.uid, record.namespace,
+                        record.owner_kind, record.owner_uid)
         self.pod_uid_by_name[f"{record.namespace}/{record.name}"] = record.uid
         if record.job_uid:
             self.pods_by_job_uid[record.job_uid].add(record.uid)
@@ -358,6 +375,7 @@ class ClusterStore:
     def delete_pod(self, uid: str) -> None:
         old = self.pods.pop(uid, None)
         self._count_pod(old, -1)
+        self.owners.drop(uid)
         if old is not None:
             if old.node_name:
                 self.pods_by_node[old.node_name].discard(uid)
@@ -438,6 +456,13 @@ class ClusterStore:
             self._index_unit(key, table.get(key), record)
         elif kind == "Namespace":
             self._admitting.pop(key, None)
+        elif kind == "Job" or kind in WORKLOAD_KINDS:
+            old = table.get(key)
+            if old is not None:
+                self.owners.drop(old.uid)
+            if record is not None:
+                self.owners.put(record.uid, kind, key, record.namespace,
+                                record.owner_kind, record.owner_uid)
         self._put(table, key, record)
 
     def _index_unit(self, key: str, old: UnitRecord | None, new: UnitRecord | None) -> None:
@@ -454,6 +479,33 @@ class ClusterStore:
             del self.unit_by_consumer_uid[old_uid]
         if new_uid:
             self.unit_by_consumer_uid[new_uid] = key
+
+    def root_workload(self, namespace: str, kind: str, uid: str) -> WorkloadRecord | None:
+        """The held workload an object's controller chain reaches: follow the
+        controller reference (kind, uid) up, by uid at every step, and return
+        the topmost workload of an integration switched on that holds it (it
+        carries a queue). None when the chain reaches none: the object is
+        its own (a plain pod, a Job, a per-pod Deployment's pod)."""
+        on = {i.kind for i in self.integrations if not i.per_pod}
+        for link_kind, key in reversed(self.owners.chain(namespace, kind, uid)):
+            if link_kind in on:
+                record = self.workloads[link_kind].get(key)
+                if record is not None and record.queue is not None:
+                    return record
+        return None
+
+    def workload_unit(self, workload: WorkloadRecord, suffix: str = "") -> UnitRecord | None:
+        """The unit standing for one of the workload's units: found by name,
+        kept only when its consumer is this workload (by uid)."""
+        unit = self.units.get(workload.unit_key(suffix))
+        if unit is None or unit.consumer is None or unit.consumer.uid != workload.uid:
+            return None
+        return unit
+
+    def workload_pods(self, workload: WorkloadRecord, limit: int = 100_000) -> list[PodRecord]:
+        """The pods below the workload on controller chains (by uid)."""
+        pods = (self.pods.get(uid) for uid in self.owners.descendants(workload.uid, limit))
+        return [pod for pod in pods if pod is not None and pod.namespace == workload.namespace]
 
     def unit_for_consumer(self, namespace: str, uid: str) -> UnitRecord | None:
         """The unit standing for the consumer of this uid in `namespace`."""
@@ -479,7 +531,7 @@ class ClusterStore:
             "Pool": self.pools, "AdmissionCheck": self.admission_checks,
             "RuntimeClass": self.runtime_classes,
         }
-        return tables[kind]
+        return tables[kind] if kind in tables else self.workloads[kind]
 
     def replace_all(self, kind: Kind, objects: Iterable[Mapping[str, Any]]) -> None:
         """A fresh LIST: drop what is gone, apply what is there."""

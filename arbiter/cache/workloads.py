@@ -1,0 +1,172 @@
+"""Slim records of the workloads integrations hold (DESIGN §14), and the
+owner walk: which held workload an object's controller chain reaches.
+
+A workload is kept as what decisions read: its queue, whether it is
+suspended, the units its spec asks for (pod sets with requests, computed
+once here), its outcome and readiness, and its controller ownerRef (kind and
+uid) so that a child's chain can be followed by uid, step by step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from arbiter.cache.records import PodSet
+from arbiter.core.api import PLACED_ANNOTATION, QUEUE_LABEL, parse_time, unit_name
+from arbiter.core.quantities import QuantityError
+from arbiter.integrations import BY_KIND, Integration
+from arbiter.integrations.base import Outcome, dig
+
+
+class WorkloadError(ValueError):
+    """The object cannot be read as its kind (logged and skipped by the store)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadUnit:
+    """One unit a workload's spec asks for (`suffix`: "" or a group index)."""
+
+    suffix: str
+    pod_sets: tuple[PodSet, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    kind: str
+    uid: str
+    namespace: str
+    name: str
+    queue: str | None = None
+    suspended: bool = False
+    # None while the spec is not complete (no unit yet); () when it needs none.
+    units: tuple[WorkloadUnit, ...] | None = ()
+    priority_class: str | None = None
+    outcome: Outcome | None = None
+    ready: int = 0
+    # Its controller ownerRef (kind, uid): "" when it has none.
+    owner_kind: str = ""
+    owner_uid: str = ""
+    created: float = 0.0
+    # An earlier release wrote placement into its templates (annotation).
+    placed: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def integration(self) -> Integration:
+        return BY_KIND[self.kind]
+
+    def unit_name(self, suffix: str = "") -> str:
+        """The QueueUnit of one of its units: `<prefix>-<name>[-<suffix>]`."""
+        return unit_name(self.integration.prefix,
+                         f"{self.name}-{suffix}" if suffix else self.name)
+
+    def unit_key(self, suffix: str = "") -> str:
+        return f"{self.namespace}/{self.unit_name(suffix)}"
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def workload_from_api(integration: Integration, obj: Mapping[str, Any]) -> WorkloadRecord:
+    meta = _map(obj.get("metadata"))
+    labels, annotations = _map(meta.get("labels")), _map(meta.get("annotations"))
+    try:
+        specs = integration.units(obj)
+    except QuantityError as error:
+        raise WorkloadError(str(error)) from error
+    units = None if specs is None else tuple(
+        WorkloadUnit(spec.suffix, tuple(PodSet(ps.name, ps.count, ps.requests)
+                                        for ps in spec.pod_sets))
+        for spec in specs)
+    owner_kind = owner_uid = ""
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            owner_kind, owner_uid = str(ref.get("kind") or ""), str(ref.get("uid") or "")
+            break
+    templates = integration.templates(obj)
+    priority_class = dig(obj, (*templates[0], "spec", "priorityClassName")) if templates else None
+    queue = labels.get(QUEUE_LABEL)
+    return WorkloadRecord(
+        kind=integration.kind,
+        uid=str(meta.get("uid") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        queue=queue if isinstance(queue, str) and queue else None,
+        suspended=integration.suspended(obj),
+        units=units,
+        priority_class=priority_class if isinstance(priority_class, str) and priority_class
+        else None,
+        outcome=integration.outcome(obj),
+        ready=integration.ready(obj),
+        owner_kind=owner_kind,
+        owner_uid=owner_uid,
+        created=parse_time(meta.get("creationTimestamp")),
+        placed=PLACED_ANNOTATION in annotations,
+    )
+
+
+# Controller chains are short (LWS: pod -> StatefulSet -> pod -> StatefulSet
+# -> LWS); a longer one is not followed (and a cycle of forged refs ends).
+MAX_CHAIN = 6
+
+
+@dataclass(slots=True)
+class OwnerIndex:
+    """Who controls whom, by uid: each object's controller (kind, uid) and
+    each controller's children, for Jobs, workloads and pods."""
+
+    # uid -> (kind, store key, namespace, controller kind, controller uid)
+    links: dict[str, tuple[str, str, str, str, str]]
+    children: dict[str, set[str]]
+
+    @classmethod
+    def empty(cls) -> OwnerIndex:
+        return cls({}, {})
+
+    def put(self, uid: str, kind: str, key: str, namespace: str,
+            owner_kind: str, owner_uid: str) -> None:
+        if not uid:
+            return
+        self.drop(uid)
+        self.links[uid] = (kind, key, namespace, owner_kind, owner_uid)
+        if owner_uid:
+            self.children.setdefault(owner_uid, set()).add(uid)
+
+    def drop(self, uid: str) -> None:
+        old = self.links.pop(uid, None)
+        if old is not None and old[4]:
+            siblings = self.children.get(old[4])
+            if siblings is not None:
+                siblings.discard(uid)
+                if not siblings:
+                    del self.children[old[4]]
+
+    def chain(self, namespace: str, kind: str, uid: str) -> list[tuple[str, str]]:
+        """(kind, key) of every object on the controller chain from the
+        reference (kind, uid) up, as far as each step is known with that
+        kind, in `namespace` (the reference's own object first)."""
+        found: list[tuple[str, str]] = []
+        for _ in range(MAX_CHAIN):
+            link = self.links.get(uid) if uid else None
+            if link is None or link[0] != kind or link[2] != namespace:
+                break
+            found.append((link[0], link[1]))
+            kind, uid = link[3], link[4]
+        return found
+
+    def descendants(self, uid: str, limit: int = 100_000) -> list[str]:
+        """uids below `uid` (children, their children, ...), at most `limit`."""
+        out: list[str] = []
+        frontier = [uid]
+        for _ in range(MAX_CHAIN):
+            nxt = [c for parent in frontier for c in self.children.get(parent, ())]
+            out.extend(nxt)
+            if not nxt or len(out) >= limit:
+                break
+            frontier = nxt
+        return out[:limit]

@@ -232,7 +232,10 @@ def desired_unit(
         return pod_unit(pod)
     if consumer.kind != "PodGroup":
         return workloads.desired(store, consumer, store.priority_classes)
-    pods = index.group_pods(store, consumer.namespace, consumer.name)
+    # A workload's pods are its unit's, whatever group label they carry (an
+    # OrderedReady StatefulSet never fills a group: it would wait for ever).
+    pods = [p for p in index.group_pods(store, consumer.namespace, consumer.name)
+            if pod_root(store, p) is None and not store.owner_pending(p.owner_kind, p.owner_uid)]
     return group_unit(consumer.namespace, consumer.name, pods)
 
 

@@ -289,3 +289,18 @@ async def test_the_running_pods_of_an_admitted_statefulset_are_its_units_not_unq
     await c.settle()
     assert c.phase(NS, "sts-web") == "Running"
     assert c.controller.charges.usage(c.store) == {}
+
+
+async def test_a_statefulsets_pods_labelled_into_a_pod_group_are_still_its_units() -> None:
+    c = cluster()
+    await c.queue("q", namespaces=[NS])
+    await c.nodes(3)
+    sts = with_kind(await statefulset(c, "web", 2), "StatefulSet", "apps/v1")
+    for index in range(2):
+        await owned_pod(c, f"web-{index}", sts, labels={
+            "arbiter.dev/pod-group": "g"})
+    c.api.edit(f"/api/v1/namespaces/{NS}/pods/web-0", lambda o: o["metadata"].setdefault(
+        "annotations", {}).__setitem__("arbiter.dev/pod-group-size", "2"))
+    await c.settle()
+    assert sorted(u["metadata"]["name"] for u in c.api.of_kind("queueunits")) == ["sts-web"]
+    assert c.released_pods(NS) == ["web-0", "web-1"]

@@ -44,7 +44,8 @@ def desired(store: ClusterStore, key: ConsumerKey,
     record = record_of(store, key)
     if record is None or record.queue is None or record.outcome is not None:
         return None
-    if store.root_workload(record.namespace, record.owner_kind, record.owner_uid) is not None:
+    if store.root_workload(record.namespace, record.owner_kind, record.owner_uid) is not None \
+            or store.owner_pending(record.owner_kind, record.owner_uid):
         return None  # a child (an LWS's StatefulSet): its root holds it
     spec = next((u for u in record.units or () if u.suffix == key.part), None)
     if spec is None or not spec.pod_sets:

@@ -172,6 +172,11 @@ class AdmissionController:
             grace=self.settings.reclaim_grace, pdb_timeout=self.settings.reclaim_pdb_timeout),
             self.writes.evictions)
         self.publisher.reclaim_notes = lambda: self.reclaimer.notes
+        if self.warm:
+            # A takeover admits first; reclaim (a look over every admitted
+            # unit, seconds at scale) waits one interval, so the first
+            # admissions' writes are not held behind it.
+            self.reclaimer.next_look = clock() + self.reclaimer.settings.interval
         self.reclaim_access = LoopAccess(
             writes=self.writes, actions=self.actions, unit=self.unit, consumer=self.consumer,
             touch=self.touch, events=events, clock=clock)

@@ -105,24 +105,9 @@ from arbiter.core.reclaim.why import why_not_reclaiming
 from arbiter.core.resources import EMPTY, Resources
 
 __all__ = [
-    "Admitted",
-    "Plan",
-    "ReclaimQueue",
-    "Room",
-    "Victim",
-    "Waiting",
-    "floor_of",
-    "may_gain",
-    "may_reclaim",
-    "plan",
-    "richest_share",
-    "select_reclaim",
-    "select_within_queue",
-    "stays_richer",
-    "under_guarantee",
-    "victim_order",
-    "weighted_share",
-    "within_capability",
+    "Admitted", "Plan", "ReclaimQueue", "Room", "Victim", "Waiting", "floor_of", "may_gain",
+    "may_reclaim", "plan", "richest_share", "select_reclaim", "select_within_queue",
+    "stays_richer", "under_guarantee", "victim_order", "weighted_share", "within_capability",
 ]
 
 WithinQueue = Literal["Never", "LowerPriority"]
@@ -278,17 +263,13 @@ def select_reclaim(
 ) -> list[Admitted] | None:
     """Victims in other reclaimable queues that let `unit` fit under the move
     rule; [] when it fits already, None when no allowed set would do. With
-    `tree`, the rule is judged where taker and victim meet
-    (`arbiter.core.reclaim.tree`), on its subtree totals; `over`: how far
-    the unit would take its parents over their capability (victims must
-    then come from the capped subtree: the caller passes only those);
-    `room` (node fit): the victims must also let its pods fit on nodes.
-
-    `allocated`: what each queue holds (victim queues are judged by it);
-    `held`: what `unit`'s queue holds (default: its `allocated`); `capacity`
-    (default: free + everything allocated) is what shares are taken of.
-    `candidates` are sorted here unless `ordered` says they are in
-    `victim_order` already. The caller checks `may_reclaim` and capability."""
+    `tree`, the rule is judged where taker and victim meet, on subtree
+    totals; `over`: how far the unit takes its parents over capability
+    (victims come from the capped subtree); `room`: its pods must fit on
+    nodes too. `allocated`: what each queue holds; `held`: what `unit`'s
+    queue holds (default: its `allocated`); `capacity` (default: free +
+    all allocated): what shares are of. `candidates` are sorted here unless
+    `ordered`. The caller checks `may_reclaim` and capability."""
     need = shortfall(unit.demand, free)
     for r, v in (over or {}).items():
         need[r] = max(need.get(r, 0), v)
@@ -302,8 +283,19 @@ def select_reclaim(
     bar = weighted_share(held, shares_of, taker.weight if taker is not None else 1)
     pool = candidates if ordered else sorted(candidates, key=victim_order(queues))
     remaining: dict[str, dict[str, int]] = {}
+    # Verdicts by (queue, demand) without a tree: valid until that queue loses a unit.
+    known: dict[tuple[str, Resources], bool] = {}
 
     def allowed(victim: Admitted) -> bool:
+        if tree is not None:
+            return rule(victim)
+        shape = (victim.queue, victim.demand)
+        found = known.get(shape)
+        if found is None:
+            found = known[shape] = rule(victim)
+        return found
+
+    def rule(victim: Admitted) -> bool:
         spec = queues.get(victim.queue)
         if spec is None or not spec.reclaimable or victim.queue == unit.queue:
             return False
@@ -328,10 +320,16 @@ def select_reclaim(
             left = remaining[name]
             for r, v in victim.demand.items():
                 left[r] = left.get(r, 0) - v
+        for shape in [s for s in known if s[0] == victim.queue]:
+            del known[shape]
+
+    def reset() -> None:
+        remaining.clear()
+        known.clear()
 
     if room is None:
         return cover_greedily(need, pool, allowed, take)
-    return room.cover(unit, need, pool, allowed, take, remaining.clear)
+    return room.cover(unit, need, pool, allowed, take, reset)
 
 
 def select_within_queue(
@@ -344,10 +342,9 @@ def select_within_queue(
     ordered: bool = False,
     room: Room | None = None,
 ) -> list[Admitted] | None:
-    """Admitted units of `unit`'s own queue with a strictly lower priority
-    whose removal lets it fit (in the cluster, on nodes with `room`, and
-    within the queue's capability); [] when it fits already, None when they
-    would not do."""
+    """Admitted units of `unit`'s own queue with a strictly lower priority whose
+    removal lets it fit (in the cluster, on nodes with `room`, within the
+    queue's capability); [] when it fits already, None when they would not do."""
     need = shortfall(unit.demand, free)
     for r, v in unit.demand.items():
         if v > 0 and r in queue.capability:

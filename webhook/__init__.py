@@ -2,9 +2,9 @@
 
 One module per reviewed kind (`pods`, `jobs`, `queues`, `queueunits`;
 `workloads` for every optional integration's kind, read from its
-`arbiter.integrations` descriptor), each
-with pure `mutate`/`validate` functions of a parsed `AdmissionRequest` and
-an `AdmissionEnv` (the in-memory cache and arbiter's identity). `review`
+`arbiter.integrations` descriptor), each with pure `mutate`/`validate`
+functions of a parsed `AdmissionRequest` and an `AdmissionEnv` (the
+in-memory cache and arbiter's identity). `review`
 holds the wire types, `patch` the JSON Patch helpers, `endpoints` the table
 of paths and the hooks that reach them, `http` the thin aiohttp adapter (a
 sub-application) and `configuration` the webhook configurations derived

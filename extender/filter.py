@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from itertools import filterfalse
 from typing import Literal
 
-from arbiter.cache.ownership import holding_unit
+from arbiter.cache.ownership import pod_holding_unit
 from arbiter.cache.records import PodRecord, QueueRecord, UnitRecord
 from arbiter.cache.store import no_queue_message
 from arbiter.core.api import QUEUE_LABEL
@@ -70,7 +70,7 @@ def admission_problem(
             "create the Queue or fix the label"
         )
     problems: list[str] = []
-    key, named = holding_unit(pod, state.store.units, state.store.unit_by_consumer_uid)
+    key, named = pod_holding_unit(state.store, pod)
     unit = state.unit_of(pod)
     if unit is None and named is not None:
         problems.append(

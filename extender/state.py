@@ -30,9 +30,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from arbiter.cache.ownership import gate_consumer, holding_unit, pod_consumer
+from arbiter.cache.ownership import (
+    gate_consumer,
+    holding_unit,
+    pod_consumer,
+    pod_workload,
+)
 from arbiter.cache.records import PodRecord, UnitRecord
-from arbiter.cache.store import ClusterStore, Kind
+from arbiter.cache.store import WORKLOAD_KINDS, ClusterStore, Kind
 from arbiter.core.resources import Resources
 from extender.assumed import AssumedPods
 from extender.nodesets import Labels, SelectorNodeSets
@@ -169,6 +174,20 @@ class ExtenderState:
         elif kind == "QueueUnit":
             for uid in tuple(self._unit_pods.get(key, ())):
                 self._update_pod(uid)
+        elif kind in WORKLOAD_KINDS or kind == "Job":
+            self._update_chain(kind, key)
+
+    def _update_chain(self, kind: Kind, key: str) -> None:
+        """A workload (or a child Job) seen or changed: the pods below it on
+        controller chains may now reach a held root (or no longer), so their
+        unit, queue and gang are found again. A Job of no controller has no
+        chain of its own to follow."""
+        record = self.store.table(kind).get(key)
+        if record is None or (kind == "Job" and not record.owner_uid):
+            return
+        for uid in self.store.owners.descendants(record.uid):
+            if uid in self.store.pods:
+                self._update_pod(uid)
 
     def _retain_selectors(self) -> None:
         # O(queues) per Queue event, never per request.
@@ -177,8 +196,12 @@ class ExtenderState:
     def _holding(self, pod: PodRecord | None) -> _Held | None:
         if pod is None or not pod.node_name or pod.phase in TERMINAL_PHASES:
             return None
-        return _Held(pod.node_name, self.charged_queue(pod), gang_key(pod), pod.requests,
-                     frozenset((pod_consumer(pod).unit_key, gate_consumer(pod).unit_key)))
+        workload = pod_workload(self.store, pod)
+        # A held workload's pods are one gang per unit (an LWS group's).
+        root_key = workload[0].unit_key(workload[1]) if workload is not None else None
+        keys = {pod_consumer(pod).unit_key, gate_consumer(pod).unit_key}
+        return _Held(pod.node_name, self.charged_queue(pod), root_key or gang_key(pod),
+                     pod.requests, frozenset(keys if root_key is None else keys | {root_key}))
 
     def _index(self, uid: str, held: _Held, sign: int) -> None:
         for key in held.unit_keys:
@@ -276,11 +299,16 @@ class ExtenderState:
 
     def unit_of(self, pod: PodRecord) -> UnitRecord | None:
         """The unit that holds `pod`, when it stands for this very pod: for a
-        Job's pod, the Job of the pod's controller uid; for a plain pod, the
-        pod's uid. A unit found by name alone (a stale one of a deleted Job
-        or pod of that name) holds nothing. A pod group's unit records no
-        uid: its pods are the ones labelled so at creation (the label
-        cannot change), in the unit's own namespace."""
+        pod of a held workload (its controller chain reaches it by uid), that
+        workload's unit for the workload's uid; for a Job's pod, the Job of
+        the pod's controller uid; for a plain pod, the pod's uid. A unit
+        found by name alone (a stale one of a deleted Job or pod of that
+        name) holds nothing. A pod group's unit records no uid: its pods are
+        the ones labelled so at creation (the label cannot change), in the
+        unit's own namespace."""
+        workload = pod_workload(self.store, pod)
+        if workload is not None:
+            return self.store.workload_unit(*workload)
         unit = holding_unit(pod, self.store.units, self.store.unit_by_consumer_uid)[1]
         consumer = None if unit is None else unit.consumer
         if consumer is None:
@@ -289,8 +317,10 @@ class ExtenderState:
             uid = pod.job_uid
         elif consumer.kind == "Pod":
             uid = pod.uid
-        else:
+        elif consumer.kind == "PodGroup":
             return unit
+        else:
+            return None  # a workload's unit holds only the pods of its chain
         return unit if uid and consumer.uid == uid else None
 
     def charged_queue(self, pod: PodRecord) -> str | None:

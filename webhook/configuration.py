@@ -18,6 +18,7 @@ from typing import Any
 
 from arbiter.base.kubeapi import ApiError, request_json
 from arbiter.core.api import MANAGED_LABEL, ManagedNamespaces
+from arbiter.integrations import OPTIONAL
 from webhook.endpoints import ENDPOINTS, Endpoint, Hook
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ OWN_WRITES_SKIP: dict[str, str] = {
     "jobs.validate.arbiter.dev": "updates",
     "pod-gates.validate.arbiter.dev": "all",
     "pod-labels.validate.arbiter.dev": "all",
+    # Unsuspending a workload and writing its placement (the loop's updates).
+    **{f"{i.resource}.validate.arbiter.dev": "updates" for i in OPTIONAL},
 }
 
 

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from arbiter.core.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
-from webhook import jobflows, jobs, pods, queues, queueunits
+from arbiter.integrations import OPTIONAL
+from webhook import jobflows, jobs, pods, queues, queueunits, workloads
 from webhook.limits import limited
 from webhook.review import AdmissionEnv, AdmissionRequest, Decision
 
@@ -39,7 +40,8 @@ def _label(side: str, key: str) -> str:
 POD_LABELS_CONDITION = " || ".join(
     f"{_label('oldObject', key)} != {_label('object', key)}"
     for key in (QUEUE_LABEL, POD_GROUP_LABEL))
-# UPDATE of a Job reaches arbiter only when arbiter manages it (queue label).
+# UPDATE of a Job (or an integration's workload) reaches arbiter only when
+# arbiter manages it (queue label).
 MANAGED_JOB_CONDITION = (
     "request.operation == 'CREATE' || (has(oldObject.metadata.labels) && "
     f"'{QUEUE_LABEL}' in oldObject.metadata.labels)"
@@ -117,5 +119,13 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                          subresource="status"),)),
     _endpoint("validate", "jobflows", jobflows.GROUP, jobflows.KIND, jobflows.validate,
               version="v1alpha1", operations=(CREATE, UPDATE)),
+    # One pair per optional integration, whether it is switched on or not
+    # (`--integrations` is the server's; a kind switched off passes untouched).
+    *(endpoint for i in OPTIONAL for endpoint in (
+        _endpoint("mutate", i.resource, i.group, i.kind, workloads.mutate,
+                  version=i.version, operations=(CREATE,)),
+        _endpoint("validate", i.resource, i.group, i.kind, limited(workloads.validate, i.kind),
+                  version=i.version, operations=(CREATE, UPDATE),
+                  condition=("managed-by-arbiter", MANAGED_JOB_CONDITION)))),
 )
 BY_PATH: dict[str, Endpoint] = {endpoint.path: endpoint for endpoint in ENDPOINTS}

@@ -16,12 +16,28 @@ flip `spec.suspend` from true to false unless arbiter asks or the Job's
 QueueUnit (`job-<name>`) is admitted for this Job's uid, and may not raise
 `spec.parallelism` once admitted (lowering is fine; a waiting Job may
 change freely and the loop queues its new size).
+
+A child Job (its controller chain reaches a held workload by uid, say a
+JobSet's: `webhook.held.held_root`) has no unit of its own: its root's
+unit decides. It carries the root's queue; it is created suspended unless
+the root's unit is admitted (then its controller creates or resumes it),
+may arrive unsuspended only then, and its controller may unsuspend it only
+then. Its queue was checked with its root's, so it is not checked again.
+No Job may take a held workload as its controller by an UPDATE.
 """
 
 from __future__ import annotations
 
+from arbiter.cache.workloads import WorkloadRecord
 from arbiter.core.api import MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
-from webhook.held import admitted_job_unit, claims_problem
+from webhook.held import (
+    admitted_job_unit,
+    claims_problem,
+    held_root,
+    joins_held_root,
+    joins_message,
+    unit_admitted,
+)
 from webhook.patch import set_label
 from webhook.queueing import check_new_work, check_open, not_ready
 from webhook.review import (
@@ -80,19 +96,23 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     spec = get_map(job, "spec", "request.object.spec")
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
-    queue = env.store.resolve_queue(namespace, labels)
+    root = held_root(env, namespace, meta)
+    queue = root.queue if root is not None else env.store.resolve_queue(namespace, labels)
     if queue is None:
         return ALLOW  # the validating webhook denies it with the reason
+    # A child of an admitted workload is created or resumed by its controller.
+    hold = root is None or not unit_admitted(env, root)
     ops: list[PatchOp] = []
     set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
     if spec is None:
-        ops.append({"op": "add", "path": "/spec", "value": {"suspend": True}})
+        if hold:
+            ops.append({"op": "add", "path": "/spec", "value": {"suspend": True}})
         return allow(ops)
     template = get_map(spec, "template", "request.object.spec.template")
     if template is not None:
         template_meta, template_labels = get_metadata(template, "request.object.spec.template")
         set_label(ops, ("spec", "template"), template_meta, template_labels, QUEUE_LABEL, queue)
-    if not _suspended(spec, "request.object.spec"):
+    if not _suspended(spec, "request.object.spec") and hold:
         ops.append({"op": "add", "path": "/spec/suspend", "value": True})
     return allow(ops)
 
@@ -110,6 +130,9 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     spec = get_map(job, "spec", "request.object.spec")  # checked everywhere, as in mutate
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
+    root = held_root(env, namespace, meta)
+    if root is not None:
+        return _validate_child_create(request, env, root, meta, spec)
     problem = min_parallelism_problem(meta, spec) or _template_problem(spec)
     if problem is not None:
         return deny(problem)
@@ -125,6 +148,24 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
             "(did another mutating webhook drop kube-arbiter's patch?)"
         )
     return decision
+
+
+def _validate_child_create(request: AdmissionRequest, env: AdmissionEnv, root: WorkloadRecord,
+                           meta: Obj | None, spec: Obj | None) -> Decision:
+    """A Job of a held workload: no unit, no queue check of its own; it may
+    run only when its root's unit is admitted."""
+    problem = _template_problem(spec)
+    if problem is not None:
+        return deny(problem)
+    if env.is_arbiter(request) or _suspended(spec, "request.object.spec") \
+            or unit_admitted(env, root):
+        return ALLOW
+    name = request.name or text_field(meta, "name") or text_field(meta, "generateName")
+    return deny(
+        f'Job "{root.namespace}/{name}" of {root.kind} "{root.key}" has spec.suspend false, '
+        f'but queue "{root.queue}" has not admitted the {root.kind} yet: its Jobs are created '
+        f"suspended until kube-arbiter starts the {root.kind}"
+    )
 
 
 def _template_problem(spec: Obj | None) -> str | None:
@@ -145,7 +186,7 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     old, old_meta, old_labels, namespace = namespaced_object(request, KIND, old=True)
     old_spec = get_map(old, "spec", "request.oldObject.spec")
     new = require_object(request)
-    _, new_labels = get_metadata(new, "request.object")
+    new_meta, new_labels = get_metadata(new, "request.object")
     new_spec = get_map(new, "spec", "request.object.spec")
     old_queue = (old_labels or {}).get(QUEUE_LABEL)
     if not old_queue or not env.store.is_managed_namespace(namespace):
@@ -156,12 +197,18 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     waiting = not_ready(env, ("Queue", "Namespace", "QueueUnit"))
     if waiting is not None:
         return waiting
-    unit = admitted_job_unit(env, namespace, text_field(old_meta, "uid"))
+    job = f'Job "{namespace}/{name}"'
+    joined = joins_held_root(env, namespace, old_meta, new_meta)
+    if joined is not None:
+        return deny(joins_message(job, joined))
+    root = held_root(env, namespace, old_meta, "request.oldObject.metadata")
+    # A child Job runs when its root's unit is admitted (it has none of its own).
+    unit_ok = unit_admitted(env, root) if root is not None else \
+        admitted_job_unit(env, namespace, text_field(old_meta, "uid")) is not None
     old_suspended = _suspended(old_spec, "request.oldObject.spec")
     new_suspended = _suspended(new_spec, "request.object.spec")
-    admitted = unit is not None or not old_suspended
+    admitted = unit_ok or not old_suspended
     new_queue = (new_labels or {}).get(QUEUE_LABEL)
-    job = f'Job "{namespace}/{name}"'
     if not new_queue:
         return deny(
             f"{job} belongs to queue \"{old_queue}\": the {QUEUE_LABEL} label cannot be "
@@ -176,7 +223,13 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         denial = check_open(env, new_queue, namespace, new_labels, "Job")
         if denial is not None:
             return denial
-    if old_suspended and not new_suspended and unit is None:
+    if old_suspended and not new_suspended and not unit_ok:
+        if root is not None:
+            return deny(
+                f'{job} belongs to {root.kind} "{root.key}", which is waiting for queue '
+                f'"{root.queue}" to admit it: its Jobs may be unsuspended only once '
+                f"kube-arbiter starts the {root.kind}"
+            )
         return deny(
             f'{job} is waiting for queue "{old_queue}" to admit it: only kube-arbiter may set '
             "spec.suspend to false"

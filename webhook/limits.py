@@ -11,8 +11,11 @@ validation, for everyone but arbiter:
   new work (a Job, a pod that is not a Job's, a QueueUnit) in a namespace
   whose QueueUnits (the cache's count) have reached the limit is denied.
 
-One wrapper around the validating decisions of pods, Jobs and QueueUnits
-(`webhook.endpoints`), so those kinds' modules stay as they are.
+One wrapper around the validating decisions of pods, Jobs, QueueUnits and
+the integrations' workloads (`webhook.endpoints`), so those kinds' modules
+stay as they are. A child of a held workload (a JobSet's Job, a
+StatefulSet's pod: `webhook.held.held_root`) makes no unit of its own, so
+the unit count does not stop it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from arbiter.integrations import OPTIONAL, Integration
+from arbiter.integrations.base import dig
 from webhook import pods
+from webhook.held import held_root
 from webhook.review import (
     AdmissionEnv,
     AdmissionRequest,
@@ -85,6 +91,21 @@ _WHERE: dict[str, tuple[str, Callable[[Any], set[str]]]] = {
 }
 
 
+def _template_names(integration: Integration) -> Callable[[Any], set[str]]:
+    def names(obj: Any) -> set[str]:
+        if not isinstance(obj, dict):
+            return set()
+        found: set[str] = set()
+        for path in integration.templates(obj):
+            found |= pod_spec_names(dig(obj, (*path, "spec")))
+        return found
+    return names
+
+
+# A workload is one unit (or one per group) of all its pod templates.
+_WHERE.update({i.kind: ("its pod templates' specs", _template_names(i)) for i in OPTIONAL})
+
+
 def limited(decide: Decide, kind: str) -> Decide:
     """`decide`, after the per-namespace limits for `kind`."""
     field, names_of = _WHERE[kind]
@@ -99,9 +120,11 @@ def limited(decide: Decide, kind: str) -> Decide:
         name = request.name or text_field(meta, "name")
         subject = f'{kind} "{namespace}/{name}"' if name else f'{kind} in "{namespace}"'
         job_pod = kind == "Pod" and pods.managed_job_pod(env, namespace, meta, labels) is True
+        # A unit's ownerRef proves nothing (it is not a workload's child).
+        child = job_pod or (kind != "QueueUnit" and held_root(env, namespace, meta) is not None)
         denial = (None if job_pod else _names_denial(env, subject, field, names_of(obj))) or (
             _units_denial(env, subject, namespace)
-            if request.operation == "CREATE" and not job_pod else None)
+            if request.operation == "CREATE" and not child else None)
         return denial or decide(request, env)
 
     return checked

@@ -21,6 +21,13 @@ UPDATE may not lift the gate, nor change the queue or pod-group label of
 any pod; `pods/resize` may not raise requests (the queue was charged for
 the old size). The configurations send only those UPDATEs (held pods,
 changed labels, resizes: see `webhook.endpoints`).
+
+Pods of a held workload (a StatefulSet's, an LWS's: their controller
+chain reaches it by uid) are gated like any pod and let go by the loop
+while the workload's unit is admitted; a pod of a JobSet's child Job
+passes ungated only while the JobSet's unit is admitted (`managed_job_pod`).
+A held pod may not be moved under a held workload by rewriting its
+ownerReferences.
 """
 
 from __future__ import annotations
@@ -31,7 +38,14 @@ from arbiter.core.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
 from arbiter.core.jsonvalues import brief
 from arbiter.core.podrequests import effective_pod_requests
 from arbiter.core.quantities import QuantityError, format_quantity
-from webhook.held import admitted_job_unit, claims_problem
+from webhook.held import (
+    admitted_job_unit,
+    claims_problem,
+    controller_ref,
+    joins_held_root,
+    joins_message,
+    unit_admitted,
+)
 from webhook.patch import set_label
 from webhook.queueing import check_new_work, not_ready
 
@@ -60,17 +74,10 @@ GROUP, KIND = "", "Pod"
 def job_owner(meta: Obj | None,
               where: str = "request.object.metadata") -> tuple[str, str] | None:
     """(name, uid) of the pod's controller when it is a batch/v1 Job, else None."""
-    if meta is None:
+    ref = controller_ref(meta, where)
+    if ref is None or ref.get("kind") != "Job" or ref.get("apiVersion") != "batch/v1":
         return None
-    refs = get_list(meta, "ownerReferences", f"{where}.ownerReferences") or []
-    for index, ref in enumerate(refs):
-        if not isinstance(ref, dict):
-            raise MalformedReview(f"{where}.ownerReferences[{index}] must be an object")
-        if (ref.get("controller") is True and ref.get("kind") == "Job"
-                and ref.get("apiVersion") == "batch/v1"):
-            name, uid = ref.get("name"), ref.get("uid")
-            return (name if isinstance(name, str) else "", uid if isinstance(uid, str) else "")
-    return None
+    return text_field(ref, "name"), text_field(ref, "uid")
 
 
 def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
@@ -98,7 +105,14 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
     job = env.store.jobs.get(f"{namespace}/{name}")
     if job is None or not uid or job.uid != uid or job.queue != labels.get(QUEUE_LABEL):
         return False
-    if not job.suspended or admitted_job_unit(env, namespace, uid) is not None:
+    root = env.store.root_workload(namespace, "Job", uid)
+    if root is not None:
+        # A child Job (a JobSet's) has no unit: it runs when its root's unit
+        # is admitted, and its controller unsuspends it only then.
+        started = not job.suspended and unit_admitted(env, root)
+    else:
+        started = not job.suspended or admitted_job_unit(env, namespace, uid) is not None
+    if started:
         # The Job's queue was charged for `parallelism` pods (which may not
         # grow while it runs): a pod past that is not the Job controller's
         # (it deletes its own excess), it is a tenant's passenger.
@@ -110,9 +124,10 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
             f"controller, but it already has {active} active pods, as many as its "
             f"spec.parallelism ({job.parallelism}) that queue \"{job.queue}\" admitted"
         )
+    held = f'{root.kind} "{root.key}"' if root is not None else "it"
     return deny(
         f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '
-        f'controller, but queue "{job.queue}" has not admitted it yet; the Job controller '
+        f'controller, but queue "{job.queue}" has not admitted {held} yet; the Job controller '
         "creates its pods once kube-arbiter starts the Job"
     )
 
@@ -225,7 +240,12 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         return _validate_resize(pod, old_spec, new_spec)
     if request.sub_resource:
         return ALLOW
-    _, new_labels = get_metadata(new, "request.object")
+    new_meta, new_labels = get_metadata(new, "request.object")
+    joined = joins_held_root(env, namespace, old_meta, new_meta)
+    if joined is not None and has_gate(old_spec, "request.oldObject.spec"):
+        # A held pod's gate is lifted by the unit it belongs to: a new owner
+        # would make it an admitted workload's pod, uncharged.
+        return deny(joins_message(pod, joined))
     queue = (old_labels or {}).get(QUEUE_LABEL, "")
     for key in (QUEUE_LABEL, POD_GROUP_LABEL):
         before, after = (old_labels or {}).get(key), (new_labels or {}).get(key)

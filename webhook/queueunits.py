@@ -10,8 +10,9 @@ existing, Open queue, may not change the queue or pod sets of an
 admitted unit, and may not set or change `spec.consumerRef`: the unit
 named by it is the one the loop admits in the consumer's stead, so only
 arbiter (which creates those units) may write it. Users may not create
-units under the loop's names (`job-`, `pod-`, `group-`), nor change any
-of the spec of a unit the loop made (one with a consumerRef or a loop name).
+units under the loop's names (`job-`, `pod-`, `group-`, `jobset-`, `sts-`,
+`lws-`), nor change any of the spec of a unit the loop made (one with a
+consumerRef or a loop name).
 
 Status (UPDATE of the status subresource): the status is arbiter's record
 of admission, which a new leader trusts (a forged `Dequeued` with an
@@ -40,10 +41,12 @@ from arbiter.core.api import (
     job_unit_name,
     parse_rfc3339,
     pod_unit_name,
+    unit_name,
 )
 from arbiter.core.jsonvalues import brief, json_equal
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import Resources
+from arbiter.integrations import OPTIONAL
 from webhook.patch import set_label
 from webhook.queueing import QUEUE_KINDS, check_open, no_queue_message, not_ready
 from webhook.review import (
@@ -64,11 +67,12 @@ from webhook.review import (
 
 GROUP, KIND = API_GROUP, QUEUE_UNIT.kind
 SHORTHAND_POD_SET = "main"
-# The names the loop gives the units it makes ("job-", "pod-", "group-"):
-# the webhook and the extender find a consumer's unit by them, so a user's
-# reservation may not take one.
-LOOP_PREFIXES: tuple[str, ...] = tuple(
-    name("") for name in (job_unit_name, pod_unit_name, group_unit_name))
+# The names the loop gives the units it makes ("job-", "pod-", "group-", and
+# a held workload's: "jobset-", "sts-", "lws-"): the webhook and the extender
+# find a consumer's unit by them, so a user's reservation may not take one.
+LOOP_PREFIXES: tuple[str, ...] = (
+    *(name("") for name in (job_unit_name, pod_unit_name, group_unit_name)),
+    *(unit_name(i.prefix, "") for i in OPTIONAL if not i.per_pod))
 
 
 def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
@@ -212,8 +216,8 @@ def _loop_unit_problem(request: AdmissionRequest, name: str, spec: Obj) -> str |
         if name.startswith(LOOP_PREFIXES):
             shown = ", ".join(f'"{prefix}"' for prefix in LOOP_PREFIXES)
             return (f"metadata.name: names starting with {shown} are kube-arbiter's (the "
-                    "units it makes for Jobs, pods and pod groups); name your reservation "
-                    "otherwise")
+                    "units it makes for Jobs, pods, pod groups and workloads); name your "
+                    "reservation otherwise")
         return None
     old = require_object(request, old=True)
     old_spec = old.get("spec")

@@ -16,6 +16,10 @@ pod until a Job unit that will never exist is admitted would keep it gated
 forever; admitting it as the plain pod the webhook took it for queues it
 fairly, and an eviction (reclaim) makes the Job controller create a new
 pod, gated and queued again.
+
+A pod of a held workload (its controller chain reaches one by uid: a
+StatefulSet's, an LWS's, a JobSet's child Job's) belongs to that workload's
+unit (`pod_workload`, `pod_holding_unit`), before any of the above.
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.cache.store import ClusterStore
+from arbiter.cache.workloads import WorkloadRecord
 from arbiter.core.api import group_unit_name, job_unit_name, pod_unit_name, unit_name
 from arbiter.integrations import BY_KIND
+from arbiter.integrations.lws import GROUP_INDEX_LABEL
 
 # "Job", "Pod", "PodGroup", or an integration's workload kind ("JobSet", ...).
 ConsumerKind = str
@@ -127,3 +134,26 @@ def holding_unit(
                 gate.kind == "PodGroup" or unit.consumer.uid in ("", pod.uid)):
             return gate.unit_key, unit
     return consumer.unit_key, units.get(consumer.unit_key)
+
+
+def pod_workload(store: ClusterStore, pod: PodRecord) -> tuple[WorkloadRecord, str] | None:
+    """The held workload the pod's controller chain reaches (by uid at every
+    step: `ClusterStore.root_workload`), and which of its units the pod is
+    in (an LWS group's index, from the pod's label; the chain is checked)."""
+    if not pod.owner_uid:
+        return None
+    root = store.root_workload(pod.namespace, pod.owner_kind, pod.owner_uid)
+    if root is None:
+        return None
+    return root, root.integration.unit_of_pod({GROUP_INDEX_LABEL: pod.group_index})
+
+
+def pod_holding_unit(store: ClusterStore, pod: PodRecord) -> tuple[str, UnitRecord | None]:
+    """`holding_unit`, first through the pod's held workload: the key of its
+    workload's unit and that unit if it exists (by name: whether it stands
+    for this workload is `ClusterStore.workload_unit`'s uid check)."""
+    found = pod_workload(store, pod)
+    if found is not None:
+        key = found[0].unit_key(found[1])
+        return key, store.units.get(key)
+    return holding_unit(pod, store.units, store.unit_by_consumer_uid)

@@ -32,6 +32,14 @@ CLUSTER: set[Grant] = {
     ("", "events", "create", ""),
     *{("batch", "jobs", verb, "") for verb in
       ("get", "list", "watch", "create", "patch", "delete")},
+    # Workload integrations: the cache, suspend and placement, unit owners.
+    *{(group, plural, verb, "") for group, plural in (
+        ("jobset.x-k8s.io", "jobsets"), ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("apps", "statefulsets")) for verb in ("get", "list", "watch", "patch")},
+    *{(group, f"{plural}/finalizers", "update", "") for group, plural in (
+        ("jobset.x-k8s.io", "jobsets"), ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("apps", "statefulsets"))},
+    ("apps", "deployments", "list", ""), ("apps", "deployments", "watch", ""),
     # --debug-api token: who holds the bearer token, and may they get Queues.
     ("authentication.k8s.io", "tokenreviews", "create", ""),
     ("authorization.k8s.io", "subjectaccessreviews", "create", ""),

@@ -16,6 +16,7 @@ import orjson
 
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.core.api import ADMISSION_GATE, QUEUE_LABEL
+from arbiter.integrations import OPTIONAL
 from webhook.patch import apply_patch
 from webhook.review import AdmissionEnv, AdmissionRequest, Decision, PatchOp, parse_review
 
@@ -38,6 +39,10 @@ _GVR = {
               {"group": "arbiter.dev", "version": "v1alpha1", "resource": "queues"}),
     "QueueUnit": ({"group": "arbiter.dev", "version": "v1alpha1", "kind": "QueueUnit"},
                   {"group": "arbiter.dev", "version": "v1alpha1", "resource": "queueunits"}),
+    # The optional integrations' workloads (JobSet, StatefulSet, ...).
+    **{i.kind: ({"group": i.group, "version": i.version, "kind": i.kind},
+                {"group": i.group, "version": i.version, "resource": i.resource})
+       for i in OPTIONAL},
 }
 _OPTIONS = {
     "CREATE": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1",
@@ -154,15 +159,22 @@ def job_pod(job: str, namespace: str, *, queue: str | None, job_uid: str = "") -
     return pod
 
 
-def job(name: str, namespace: str, *, labels: Json | None = None, suspend: bool | None = False,
-        template_labels: Json | None = None, validating: bool = False) -> Json:
-    """A Job as `kubectl create job NAME --image=busybox` sends it (after defaulting)."""
+def object_meta(name: str, namespace: str, labels: Json | None, validating: bool) -> Json:
+    """metadata as a mutating webhook sees it, or (`validating`) with the
+    uid and creationTimestamp a validating one sees."""
     meta: Json = {"name": name, "namespace": namespace}
     if labels:
         meta["labels"] = dict(labels)
     if validating:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = "2025-01-01T00:00:00Z"
+    return meta
+
+
+def job(name: str, namespace: str, *, labels: Json | None = None, suspend: bool | None = False,
+        template_labels: Json | None = None, validating: bool = False) -> Json:
+    """A Job as `kubectl create job NAME --image=busybox` sends it (after defaulting)."""
+    meta = object_meta(name, namespace, labels, validating)
     template_meta: Json = {}
     if template_labels is not None:
         template_meta["labels"] = dict(template_labels)

@@ -38,6 +38,7 @@ from tests.webhook.admission_samples import (
     review,
     unit_obj,
 )
+from tests.webhook.workload_samples import cache, jobset, lws, owned_by, statefulset, switch_on
 from webhook.endpoints import BY_PATH, ENDPOINTS
 from webhook.patch import apply_patch
 
@@ -57,6 +58,10 @@ JSON = st.recursive(
 )
 
 
+# A held JobSet in the harness's cache: the owner of the child bases.
+JOBSET = jobset("js", labels={QUEUE_LABEL: "team-a"}, suspend=True, validating=True)
+
+
 def _bases() -> list[tuple[str, dict[str, Any]]]:
     held = kubectl_run_pod("held", "team-a", labels={QUEUE_LABEL: "team-a"}, validating=True)
     held["spec"]["schedulingGates"] = [{"name": "arbiter.dev/admission"}]
@@ -64,11 +69,14 @@ def _bases() -> list[tuple[str, dict[str, Any]]]:
                                                  "requests": {"cpu": "1"}}]}
     labelled_job = job("j", "team-a", labels={QUEUE_LABEL: "team-a"}, suspend=True,
                        template_labels={QUEUE_LABEL: "team-a"})
+    labelled_jobset = copy.deepcopy(JOBSET)
     return [
         ("pods", review("Pod", "CREATE", kubectl_run_pod("web", "team-a"))),
         ("pods", review("Pod", "CREATE", job_pod("j", "team-a", queue="team-a"))),
         ("pods", review("Pod", "UPDATE", held, old=copy.deepcopy(held))),
         ("jobs", review("Job", "CREATE", job("j", "team-a"))),
+        ("jobs", review("Job", "CREATE", owned_by(job("js-a-0", "team-a", validating=True),
+                                                  JOBSET))),
         ("jobs", review("Job", "UPDATE", labelled_job, old=copy.deepcopy(labelled_job))),
         ("queues", review("Queue", "CREATE", queue_obj("q", guarantee={"cpu": "1"},
                                                        capability={"cpu": "2"},
@@ -77,6 +85,12 @@ def _bases() -> list[tuple[str, dict[str, Any]]]:
         ("queueunits", review("QueueUnit", "CREATE", unit_obj("u", "team-a", unit_spec))),
         ("queueunits", review("QueueUnit", "CREATE", unit_obj(
             "u", "team-a", {"resourceUnit": {"cpu": "1"}, "resourceNo": 2}))),
+        ("jobsets", review("JobSet", "CREATE", jobset("js"))),
+        ("jobsets", review("JobSet", "UPDATE", labelled_jobset,
+                           old=copy.deepcopy(labelled_jobset))),
+        ("leaderworkersets", review("LeaderWorkerSet", "CREATE", lws("l"))),
+        ("statefulsets", review("StatefulSet", "CREATE", owned_by(
+            statefulset("s", validating=True), labelled_jobset))),
     ]
 
 
@@ -128,6 +142,8 @@ class Harness:
             namespaces=[namespace_obj("team-a")],
             units=[unit_obj("job-j", "team-a", {"queue": "team-a", "podSets": [
                 {"name": "main", "count": 1}]}, phase="Running")])
+        switch_on(store)
+        cache(store, JOBSET)  # its Jobs and StatefulSets take the children's path
         ctx = ServerContext(config=ServeConfig(max_body_bytes=1 << 20), store=store)
         self.server = TestServer(build_app(ctx, background=False), host="127.0.0.1")
         self.loop.run_until_complete(self.server.start_server())

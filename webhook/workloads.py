@@ -1,0 +1,266 @@
+"""Workloads of the optional integrations (DESIGN §14): JobSet, StatefulSet,
+LeaderWorkerSet, Deployment; one generic decision, read from each kind's
+`Integration`. A kind whose integration is not switched on
+(`--integrations`: `ClusterStore.integrations`) passes untouched.
+
+A child (its controller chain reaches a held workload by uid: an LWS's
+StatefulSets; `webhook.held.held_root`) passes untouched: it has no unit of
+its own, its root's decides.
+
+Mutating (CREATE, managed namespace): resolve the queue as for a Job, label
+the workload and every pod template (a JobSet's Job templates too, so its
+Jobs and pods carry the queue), and set the suspend field true for a kind
+held by it (JobSet). A gate-held kind (StatefulSet, LWS) needs no more: its
+pods arrive gated like every pod in a managed namespace. A Deployment
+(`per_pod`) holds nothing: its pods, labelled, are queued one by one.
+
+Validating: CREATE is denied without a usable queue (as a Job), with DRA
+claims in a pod template, and, from anyone but arbiter, unsuspended when
+the kind is held by suspend. UPDATE of a managed one (it carries the queue
+label) may not remove the label, may not move an admitted one to another
+queue (admitted: one of its units is, or a suspend-held one runs), may move
+a waiting one only to a usable queue, may flip suspend from true to false
+only when its unit is admitted (arbiter itself passes), may not add DRA
+claims, and may not take a held workload as its controller. Replica
+changes are allowed: the loop re-holds and requeues a changed workload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arbiter.cache.workloads import WorkloadRecord, WorkloadUnit
+from arbiter.core.api import QUEUE_LABEL
+from arbiter.core.quantities import QuantityError
+from arbiter.integrations import BY_KIND, Integration
+from arbiter.integrations.base import Path, dig
+from arbiter.integrations.jobset import JobSet
+from webhook.held import (
+    claims_problem,
+    held_root,
+    joins_held_root,
+    joins_message,
+    workload_admitted,
+)
+from webhook.patch import pointer, set_label
+from webhook.queueing import check_new_work, check_open, not_ready
+from webhook.review import (
+    ALLOW,
+    AdmissionEnv,
+    AdmissionRequest,
+    Decision,
+    MalformedReview,
+    Namespaced,
+    Obj,
+    PatchOp,
+    allow,
+    deny,
+    get_map,
+    get_metadata,
+    namespaced_object,
+    require_object,
+    text_field,
+)
+
+
+def _where(path: Path, base: str = "request.object") -> str:
+    """A path as a field name: `spec.replicatedJobs[0].template`."""
+    text = base
+    for step in path:
+        text += f"[{step}]" if isinstance(step, int) else f".{step}"
+    return text
+
+
+def _labelled_paths(integration: Integration, obj: Obj) -> tuple[Path, ...]:
+    """Every template that gets the queue label: the pod templates, and a
+    JobSet's Job templates (its Jobs carry the label from there)."""
+    extra = integration.job_templates(obj) if isinstance(integration, JobSet) else ()
+    return (*extra, *integration.templates(obj))
+
+
+def _templates(integration: Integration, obj: Obj,
+               paths: tuple[Path, ...]) -> list[tuple[Path, Obj]]:
+    """The templates at `paths` that are there (a missing one is the CRD's
+    or the apiserver's to refuse); one of the wrong type is malformed."""
+    found: list[tuple[Path, Obj]] = []
+    for path in paths:
+        value = dig(obj, path)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise MalformedReview(f"{_where(path)} must be an object")
+        found.append((path, value))
+    return found
+
+
+def _suspended(integration: Integration, obj: Obj, base: str) -> bool:
+    value = dig(obj, integration.suspend_path)
+    if value is not None and not isinstance(value, bool):
+        raise MalformedReview(f"{_where(integration.suspend_path, base)} must be a boolean")
+    return value is True
+
+
+def _suspend_ops(integration: Integration, obj: Obj) -> list[PatchOp]:
+    """Set the suspend field true, adding the missing parents whole (an
+    "add" into a missing member fails on the apiserver)."""
+    path = integration.suspend_path
+    for depth in range(len(path) - 1):
+        parent = dig(obj, path[: depth + 1])
+        if parent is None:
+            value: Any = True
+            for step in reversed(path[depth + 1:]):
+                value = {step: value}
+            return [{"op": "add", "path": pointer(*map(str, path[: depth + 1])),
+                     "value": value}]
+        if not isinstance(parent, dict):
+            raise MalformedReview(f"{_where(path[: depth + 1])} must be an object")
+    return [{"op": "add", "path": pointer(*map(str, path)), "value": True}]
+
+
+def _enabled(request: AdmissionRequest, env: AdmissionEnv) -> Integration | None:
+    """The integration reviewed, when it is switched on."""
+    integration = BY_KIND.get(request.kind)
+    if integration is None or all(i.kind != integration.kind for i in env.store.integrations):
+        return None
+    return integration
+
+
+def _subject(request: AdmissionRequest, integration: Integration, target: Namespaced) -> str:
+    name = request.name or text_field(target.meta, "name") or \
+        text_field(target.meta, "generateName")
+    return f'{integration.kind} "{target.namespace}/{name}"'
+
+
+def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    integration = _enabled(request, env)
+    if integration is None or request.operation != "CREATE":
+        return ALLOW
+    obj, meta, labels, namespace = namespaced_object(request, integration.kind)
+    if not env.store.is_managed_namespace(namespace) \
+            or held_root(env, namespace, meta) is not None:
+        return ALLOW
+    queue = env.store.resolve_queue(namespace, labels)
+    if queue is None:
+        return ALLOW  # the validating webhook denies it with the reason
+    ops: list[PatchOp] = []
+    set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
+    for path, template in _templates(integration, obj, _labelled_paths(integration, obj)):
+        template_meta, template_labels = get_metadata(template, _where(path))
+        set_label(ops, tuple(map(str, path)), template_meta, template_labels, QUEUE_LABEL,
+                  queue)
+    if integration.hold == "suspend" and not _suspended(integration, obj, "request.object"):
+        ops.extend(_suspend_ops(integration, obj))
+    return allow(ops)
+
+
+def _claims(integration: Integration, obj: Obj) -> str | None:
+    """The first pod template that claims DRA devices, as a denial's reason."""
+    for path, template in _templates(integration, obj, integration.templates(obj)):
+        problem = claims_problem(get_map(template, "spec", _where((*path, "spec"))),
+                                 _where((*path, "spec"), "")[1:])
+        if problem is not None:
+            return problem
+    return None
+
+
+def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    integration = _enabled(request, env)
+    if integration is None:
+        return ALLOW
+    if request.operation == "CREATE":
+        return _validate_create(request, env, integration)
+    if request.operation == "UPDATE":
+        return _validate_update(request, env, integration)
+    return ALLOW
+
+
+def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
+                     integration: Integration) -> Decision:
+    target = namespaced_object(request, integration.kind)
+    obj, meta, labels, namespace = target
+    if not env.store.is_managed_namespace(namespace) \
+            or held_root(env, namespace, meta) is not None:
+        return ALLOW
+    subject = _subject(request, integration, target)
+    problem = _claims(integration, obj)
+    if problem is not None:
+        return deny(f"{subject}: {problem}")
+    decision = check_new_work(env, namespace, labels, integration.kind)
+    if not decision.allowed or env.is_arbiter(request):
+        return decision
+    if integration.hold == "suspend" and not _suspended(integration, obj, "request.object"):
+        field = _where(integration.suspend_path, "")[1:]
+        return deny(
+            f"{subject} has {field} false: a {integration.kind} in a managed namespace is "
+            "created suspended and only kube-arbiter starts it once its queue admits it "
+            "(did another mutating webhook drop kube-arbiter's patch?)"
+        )
+    return decision
+
+
+def _as_record(env: AdmissionEnv, integration: Integration, old: Obj, meta: Obj | None,
+               namespace: str) -> WorkloadRecord:
+    """The workload as the apiserver holds it (`old`): its uid, whether it
+    is suspended, and its units' suffixes from its spec (the cache's record
+    of that uid when the spec does not read: a bad quantity)."""
+    name, uid = text_field(meta, "name"), text_field(meta, "uid")
+    try:
+        specs = integration.units(old)
+    except QuantityError:
+        specs = None
+    units: tuple[WorkloadUnit, ...] | None
+    if specs is None:
+        cached = env.store.workloads.get(integration.kind, {}).get(f"{namespace}/{name}")
+        units = cached.units if cached is not None and cached.uid == uid else None
+    else:
+        units = tuple(WorkloadUnit(spec.suffix, ()) for spec in specs)
+    return WorkloadRecord(kind=integration.kind, uid=uid, namespace=namespace, name=name,
+                          suspended=_suspended(integration, old, "request.oldObject"),
+                          units=units)
+
+
+def _validate_update(request: AdmissionRequest, env: AdmissionEnv,
+                     integration: Integration) -> Decision:
+    target = namespaced_object(request, integration.kind, old=True)
+    old, old_meta, old_labels, namespace = target
+    new = require_object(request)
+    new_meta, new_labels = get_metadata(new, "request.object")
+    old_queue = (old_labels or {}).get(QUEUE_LABEL)
+    if not old_queue or not env.store.is_managed_namespace(namespace) \
+            or env.is_arbiter(request):
+        return ALLOW
+    waiting = not_ready(env, ("Queue", "Namespace", "QueueUnit"))
+    if waiting is not None:
+        return waiting
+    subject = _subject(request, integration, target)
+    joined = joins_held_root(env, namespace, old_meta, new_meta)
+    if joined is not None:
+        return deny(joins_message(subject, joined))
+    if held_root(env, namespace, old_meta, "request.oldObject.metadata") is not None:
+        return ALLOW  # a child: its root's controller writes it
+    record = _as_record(env, integration, old, old_meta, namespace)
+    admitted = workload_admitted(env, record)
+    new_queue = (new_labels or {}).get(QUEUE_LABEL)
+    if not new_queue:
+        return deny(
+            f'{subject} belongs to queue "{old_queue}": the {QUEUE_LABEL} label cannot be '
+            f"removed (set it to another queue instead, while the {integration.kind} waits)"
+        )
+    if new_queue != old_queue:
+        if admitted:
+            return deny(
+                f'{subject} was admitted by queue "{old_queue}" and cannot move to queue '
+                f'"{new_queue}"; delete and recreate it to run in another queue'
+            )
+        denial = check_open(env, new_queue, namespace, new_labels, integration.kind)
+        if denial is not None:
+            return denial
+    if integration.hold == "suspend" and _suspended(integration, old, "request.oldObject") \
+            and not _suspended(integration, new, "request.object") and not admitted:
+        # Suspended before, so `admitted` means one of its units is.
+        return deny(
+            f'{subject} is waiting for queue "{old_queue}" to admit it: only kube-arbiter may '
+            f"set {_where(integration.suspend_path, '')[1:]} to false"
+        )
+    problem = _claims(integration, new)
+    return deny(f"{subject}: {problem}") if problem is not None else ALLOW

@@ -170,6 +170,17 @@ async def test_the_share_history_keeps_an_hour_and_forgets_queues_gone() -> None
     assert 'class="fair"' in chart and chart.count(",") >= history.KEEP
 
 
+async def test_steps_without_a_sample_stay_blank_in_the_history() -> None:
+    shares = history.ShareHistory(step=10.0)
+    for at, share in ((0.0, 0.1), (10.0, 0.2), (50.0, 0.3)):  # 20, 30, 40 missed
+        await shares.record({"a": (0, 0, share)}, at)
+    tail = shares.series("a")[-5:]
+    assert tail[0] == pytest.approx(0.2) and tail[-1] == pytest.approx(0.3)
+    assert all(math.isnan(v) for v in tail[1:4]), tail
+    await shares.record({"a": (0, 0, 0.4)}, 50.0 + 10 * 2 * history.KEEP)  # longer than kept
+    assert [v for v in shares.series("a") if not math.isnan(v)] == [pytest.approx(0.4)]
+
+
 async def test_the_queues_page_draws_each_queues_share_over_time() -> None:
     c = await _cluster()
     async with TestClient(TestServer(_app(c, leader=True, sample_every=0.02))) as client:

@@ -94,7 +94,7 @@ def web_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
 
     pulse = live.Pulse(store, mirror)
     table = pages.QueuesPage()
-    shares = history.ShareHistory()
+    shares = history.ShareHistory(sample_every)
 
     def published() -> Mapping[str, QueueView] | None:
         """The views the leader's loop last published (None elsewhere)."""
@@ -152,7 +152,7 @@ def web_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
         try:
             async with asyncio.timeout(READ_TIMEOUT):
                 obj = await api.get(unit_path(namespace, name))
-        except Exception as error:  # the cache's record still says most
+        except debug.REVIEW_ERRORS as error:  # the cache's record still says most
             log.info("web view: reading QueueUnit %s/%s failed: %s", namespace, name, error)
             return None
         if (obj.get("metadata") or {}).get("uid") != uid:

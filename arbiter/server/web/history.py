@@ -40,18 +40,26 @@ def _blank() -> array[float]:
 
 
 class ShareHistory:
-    def __init__(self) -> None:
-        self.times: array[float] = array("d", [math.nan]) * KEEP
+    def __init__(self, step: float = STEP) -> None:
+        self.step = step
         self.values: dict[str, array[float]] = {}
         self.head = -1  # slot of the newest sample
+        self.last: float | None = None  # when it was taken
         self.samples = 0
         self.sparks: dict[str, str] = {}
 
     async def record(self, counts: Counts, now: float) -> None:
         """One sample of every queue in `counts` (queue -> (waiting,
-        admitted, share)); queues gone are forgotten."""
+        admitted, share)) taken at `now`; queues gone are forgotten. The
+        steps missed since the last one (sampling paused: a replica nobody
+        looked at, a slow engine) are left blank, so a slot stays a step."""
+        missed = 0 if self.last is None else min(
+            KEEP, max(0, round((now - self.last) / self.step) - 1))
+        self.last = now
+        if missed:
+            self._blank_after(self.head, missed)
+            self.head = (self.head + missed) % KEEP
         head = (self.head + 1) % KEEP
-        self.times[head] = now
         for name in [name for name in self.values if name not in counts]:
             del self.values[name]
             self.sparks.pop(name, None)
@@ -70,6 +78,16 @@ class ShareHistory:
                 if values is not None:
                     self.sparks[name] = _spark(_ordered(values, self.head))
             await asyncio.sleep(0)
+
+    def _blank_after(self, head: int, count: int) -> None:
+        """NaN in the `count` slots after `head`, for every queue."""
+        start = head + 1
+        spans = [(start % KEEP, min(KEEP, start % KEEP + count))]
+        if start % KEEP + count > KEEP:
+            spans.append((0, start % KEEP + count - KEEP))
+        for values in self.values.values():
+            for low, high in spans:
+                values[low:high] = _blank()[:high - low]
 
     def series(self, queue: str) -> list[float]:
         """The queue's samples, oldest first, KEEP of them (NaN: none)."""

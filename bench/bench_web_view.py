@@ -8,7 +8,12 @@ units are admitted and 93,600 wait. Printed:
    HTML), p50 / max over several requests, against its 50 ms budget, and
    its size; on a replica, its time right after a store change, when
    `queue_views` is computed again;
-2. a queue's page (100 units), p50 / max;
+2. a queue's page (100 units, its share chart), p50 / max; the pages
+   added by issue 31b: a unit's (admitted and waiting), pools and nodes
+   (a grid of every node), decisions (the ring full, 200 shown);
+2b. the share history full (360 samples of 1,000 queues): the queues
+   page with its sparklines, right after a sample (every row's HTML built
+   again) and unchanged; one sample's time and its longest slice;
 3. the event loop's longest stall while a client is connected to
    `/view/events` (a replica's view: every store change goes through the
    kept view and the pulse): one QueueUnit created every 50 ms for
@@ -39,10 +44,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from arbiter.cache.store import KINDS, ClusterStore
+from arbiter.loop import decisions
 from arbiter.loop.follow import mirror_from_store
+from arbiter.loop.pool_status import pool_views
 from arbiter.loop.runtime import Leadership
 from arbiter.loop.status import queue_views
 from arbiter.server.web import app as web_routes
+from arbiter.server.web import history
+from arbiter.server.web.live import CountsReader
 from arbiter.server.web.pages import QueuesPage
 from bench.bench_engine import cpu_model, load
 
@@ -73,10 +82,14 @@ def add_unit(store: ClusterStore, index: int, queues: int) -> None:
                  "podSets": [{"name": "main", "count": 1, "requests": {"cpu": "1"}}]}})
 
 
+VIEW = web.AppKey("view", web.Application)
+
+
 def app_for(store: ClusterStore, leadership: Leadership) -> web.Application:
     app = web.Application()
-    app.add_subapp(web_routes.PREFIX, web_routes.web_app(
-        store=store, overcommit=1.0, leadership=leadership))
+    view = web_routes.web_app(store=store, overcommit=1.0, leadership=leadership)
+    app.add_subapp(web_routes.PREFIX, view)
+    app[VIEW] = view
     return app
 
 
@@ -106,6 +119,44 @@ async def probe(stop: asyncio.Event, stalls: list[float], busy: list[float]) -> 
         busy.append(time.process_time() - cpu)
 
 
+def fill_decisions(units: int) -> None:
+    """The decision ring full: admissions, and reclaims naming their taker."""
+    for index in range(decisions.KEPT):
+        reclaim = index % 10 == 0
+        decisions.RECENT.append(decisions.Recorded(
+            1.7e9 + index, "evict" if reclaim else "admit", f"q-{index % 1000:04d}",
+            f"ns-{index % 50}/u-{index % units}", "reclaimed" if reclaim else "fits",
+            (("cause", "reclaim"), ("for_queue", "q-0001"), ("for_unit", "ns-1/u-1"))
+            if reclaim else (("attempt", "1"),)))
+
+
+async def share_history(client: TestClient[Any, Any], mirror: Any, queues: int) -> None:
+    """The history full: time one sample, and the queues page after it."""
+    shares = client.app[VIEW][web_routes.SHARES]
+    counts = await CountsReader()(mirror)
+    for step in range(history.KEEP - 1):  # the ring, filled without drawing
+        shares.head = step
+        for name, value in counts.items():
+            if name not in shares.values:
+                shares.values[name] = history._blank()
+            shares.values[name][step] = value[2] * (1 + (step % 7) / 10)
+    stop, stalls, busy = asyncio.Event(), list[float](), list[float]()
+    prober = asyncio.create_task(probe(stop, stalls, busy))
+    await asyncio.sleep(0.01)
+    started = time.perf_counter()
+    await shares.record(counts, time.time())
+    took = time.perf_counter() - started
+    stop.set()
+    await prober
+    print(f"  one share sample of {queues} queues (sparklines drawn): {took * 1000:.0f} ms in "
+          f"all, longest slice {max(stalls) * 1000:.2f} ms wall / {max(busy) * 1000:.2f} ms CPU")
+    after, body = await timed(client, "/view/", 1)
+    kept, _ = await timed(client, "/view/", 10)
+    print(f"  queues page with sparklines: right after a sample {after[0] * 1000:.1f} ms, "
+          f"then p50 {statistics.median(kept) * 1000:.1f} ms, max {max(kept) * 1000:.1f} ms; "
+          f"{len(body) / 1024:.0f} KiB HTML, {len(gzip.compress(body)) / 1024:.0f} KiB gzipped")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queues", type=int, default=1000)
@@ -117,6 +168,7 @@ async def main() -> None:
     store = build_store(args.queues, args.units)
     mirror = mirror_from_store(store)
     admitted = len(mirror.admit_all())
+    fill_decisions(args.units)
     print(f"  {args.queues} queues, {args.units} units, {NODES} nodes × {NODE_CPU} CPU: "
           f"{admitted} admitted; built in {time.perf_counter() - started:.1f} s")
 
@@ -126,7 +178,7 @@ async def main() -> None:
     publish = time.perf_counter() - started
     leader = Leadership()
     leader.controller = SimpleNamespace(  # type: ignore[assignment]
-        mirror=mirror, publisher=SimpleNamespace(views=views))
+        mirror=mirror, publisher=SimpleNamespace(views=views, pool_views=pool_views(mirror)))
     async with TestClient(TestServer(app_for(store, leader))) as client:
         await timed(client, "/view/", 1)  # the rows' HTML built once
         times, body = await timed(client, "/view/", 15)
@@ -138,6 +190,14 @@ async def main() -> None:
         times, _ = await timed(client, "/view/queues/q-0001", 10)
         print(f"  a queue's page: p50 {statistics.median(times) * 1000:.1f} ms, "
               f"max {max(times) * 1000:.1f} ms")
+        for what, path in (("a unit's page, admitted", "/view/units/ns-0/u-0"),
+                           ("a unit's page, waiting", f"/view/units/ns-0/u-{args.units - 50}"),
+                           (f"pools and nodes ({NODES} nodes)", "/view/pools"),
+                           ("decisions (200 of a full ring)", "/view/decisions")):
+            times, body = await timed(client, path, 10)
+            print(f"  {what}: p50 {statistics.median(times) * 1000:.1f} ms, "
+                  f"max {max(times) * 1000:.1f} ms; {len(body) / 1024:.0f} KiB")
+        await share_history(client, mirror, args.queues)
         assets = sum([len(await (await client.get(f"/view/static/{name}")).read())
                       for name in web_routes.ASSETS])
         print(f"  assets (view.js + view.css): {assets / 1024:.1f} KiB")

@@ -7,12 +7,18 @@ adds (the attempt, the queue a reclaim was for). The server's JSON formatter
 decision is one JSON object a log pipeline can filter by queue or unit.
 
 A decision is logged once its write succeeded (a refused or failed write
-decided nothing), from the one place that carries it out.
+decided nothing), from the one place that carries it out. The last `KEPT`
+are also kept in memory (`RECENT`), for the web view's decisions and unit
+pages (`arbiter.server.web`): this process's own, so a replica that does
+not lead has none.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Literal
 
 from arbiter.cache.records import UnitRecord
@@ -23,6 +29,25 @@ log = logging.getLogger("arbiter.decisions")
 Decision = Literal["admit", "reserve", "reject", "backoff", "requeue", "evict", "hold"]
 
 
+# Decisions kept in memory at most (a few hundred bytes each).
+KEPT = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One decision as the web view shows it (`fields` as text)."""
+
+    at: float  # epoch seconds
+    decision: Decision
+    queue: str
+    unit: str  # namespace/name
+    reason: str
+    fields: tuple[tuple[str, str], ...] = ()
+
+
+RECENT: deque[Recorded] = deque(maxlen=KEPT)
+
+
 def log_decision(decision: Decision, unit: UnitRecord, reason: str, *,
                  level: int = logging.INFO, **fields: object) -> None:
     """Log one decision about `unit` (extra `fields` must not shadow a
@@ -31,3 +56,5 @@ def log_decision(decision: Decision, unit: UnitRecord, reason: str, *,
         "decision": decision, "queue": unit.queue, "unit": unit.key, "reason": reason,
         "resources": unit.demand.to_quantities(), **fields,
     })
+    RECENT.append(Recorded(time.time(), decision, unit.queue, unit.key, reason,
+                           tuple((key, str(value)) for key, value in fields.items())))

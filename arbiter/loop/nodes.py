@@ -386,6 +386,10 @@ class NodeModel:
     def used(self, node: str) -> Resources:
         return Resources(self._used.get(node, {}))
 
+    def bound_nodes(self, key: str) -> list[str]:
+        """The node of each running pod of unit `key` (for the web view)."""
+        return sorted(self._pods[uid].node for uid in self._by_unit.get(key, ()))
+
     def uncovered_pods(self, key: str) -> list[tuple[str, Resources]]:
         """(node, requests) of unit `key`'s bound pods counted in `used` (its
         unit holds no plan: a victim taken back whose pods still terminate)."""

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 # How the engine's explanations of node fit begin (AdmissionEngine._no_room):
 # a unit that fits in total but on no node of its pools.
 NODE_FIT_REASON = "no node"
+# ... and of a unit that waits only for the next pass (nothing to say):
+# the flat engine's and the tree's.
+FITS_REASONS = ("fits now", "waiting for its turn")
 
 
 class StatusPublisher:
@@ -129,27 +132,35 @@ class StatusPublisher:
 
     def _head_messages(self, views: dict[str, QueueView],
                        waiting: dict[str, list[Unit]]) -> dict[str, str]:
-        """The message of each queue's head unit that waits for room on a
-        node (it fits the queue's share and the cluster in total): the
-        engine's explanation, naming the largest free slot. Counted once
-        per unit in `arbiter_unit_unplaceable_total`."""
+        """The message of each queue's head unit that cannot be admitted now:
+        the engine's explanation (`QueueView.reason`, the reason the debug
+        API and the web view show for it: capability, cluster full, room on
+        a node naming the largest free slot, ...), or the reclaimer's note
+        on why it is not reclaiming, more telling than "cluster full" (but
+        not than node fit). Units behind the head get none: explaining
+        every waiting unit each round costs a node fit each. A unit waiting
+        for room on a node is counted once in `arbiter_unit_unplaceable_total`."""
         out: dict[str, str] = {}
+        node_fit: set[str] = set()
         for name, units in waiting.items():
             view = views.get(name)
-            if not units or view is None or not view.reason.startswith(NODE_FIT_REASON):
+            if not units or view is None or not view.reason \
+                    or view.reason.startswith(FITS_REASONS):
                 continue
             head = units[0].key
             out[head] = f"waiting in queue {name}: {view.reason}"
-            if head not in self._unplaceable:
-                self._unplaceable.add(head)
-                metrics.unit_unplaceable_total.labels(name).inc()
+            if view.reason.startswith(NODE_FIT_REASON):
+                node_fit.add(head)
+                if head not in self._unplaceable:
+                    self._unplaceable.add(head)
+                    metrics.unit_unplaceable_total.labels(name).inc()
         if self._unplaceable:
             still = {unit.key for units in waiting.values() for unit in units}
             self._unplaceable &= still
         for key, note in self.reclaim_notes().items():
             entry = self.mirror.entries.get(key)
-            if entry is not None and entry[0] == "pending":
-                out.setdefault(key, f"waiting in queue {entry[1].queue}: {note}")
+            if entry is not None and entry[0] == "pending" and key not in node_fit:
+                out[key] = f"waiting in queue {entry[1].queue}: {note}"
         return out
 
     def _publish_positions(self, where: dict[str, int], messages: dict[str, str],

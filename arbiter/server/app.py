@@ -38,6 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from arbiter.base.httpserve import HANDLER_ARGS, GuardedSite, ListenerLimits
+from arbiter.base.kubeapi import KubeApi
 from arbiter.cache.store import ClusterStore
 from arbiter.integrations import enabled as enabled_integrations
 from arbiter.jobflow.controller import run_leader as run_jobflow_controller
@@ -130,7 +131,8 @@ def build_metrics_app(ctx: ServerContext) -> web.Application:
         app.router.add_get(web_routes.PREFIX, web_routes.to_root)
         app.add_subapp(web_routes.PREFIX, web_routes.web_app(
             store=ctx.store, overcommit=config.overcommit, leadership=ctx.leadership,
-            access_mode=view, reviewer=reviewer))
+            access_mode=view, reviewer=reviewer,
+            api=KubeApi(ctx.api) if ctx.api is not None else None))
     return app
 
 

@@ -89,6 +89,11 @@ class KeptView:
         self._following = False
         self._lock = asyncio.Lock()
 
+    @property
+    def following(self) -> bool:
+        """Whether it follows the store (it was read once)."""
+        return self._following
+
     def close(self) -> None:
         if self._following:
             self.store.listeners.remove(self.follow.on_change)

@@ -111,7 +111,10 @@ def test_every_docs_page_is_linked_from_the_readme_or_the_index() -> None:
 
 def test_docs_pages_are_named_lower_case_with_dashes() -> None:
     for page in DOCS.iterdir():
-        assert page.name == "README.md" or re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*\.md", page.name)
+        assert page.name == "README.md" or re.fullmatch(
+            r"[a-z0-9]+(-[a-z0-9]+)*\.(md|png)", page.name), page.name
+        if page.suffix == ".png":  # a screenshot, small: the repository carries it
+            assert page.stat().st_size < 150 * 1024, page.name
 
 
 def test_the_comparison_table_is_written_between_its_markers(tmp_path: Path) -> None:

@@ -79,6 +79,10 @@ class Browser:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(self._call("GET", f"{self.session}/screenshot")))
 
+    def resize(self, width: int, height: int) -> None:
+        """The window's size (a screenshot's)."""
+        self._call("POST", f"{self.session}/window/rect", {"width": width, "height": height})
+
     def quit(self) -> None:
         if hasattr(self, "session"):
             with contextlib.suppress(OSError, RuntimeError):

@@ -77,6 +77,11 @@ def _get(url: str, sandbox: Sandbox, token: str = "") -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
+WAITING = ("return [...document.querySelectorAll('table.units')[0].tBodies[0].rows]"
+           ".map(r => [...r.cells].map(c => c.textContent));")
+FACT = ("const c = document.querySelector(`table.facts td.${arguments[0]}`);"
+        " return c ? c.textContent : null;")
+SPARK = "return !!document.querySelector(`[data-q=\"${arguments[0]}\"] svg.spark polyline`);"
 CELL = ("const c = document.querySelector(`[data-q=\"${arguments[0]}\"] "
         "[data-k=\"${arguments[1]}\"]`); return c ? c.textContent : null;")
 
@@ -131,21 +136,69 @@ def test_the_web_view_in_a_browser(sandbox: Sandbox, browser: Browser, tmp_path:
 
             # The waiting unit's reason on its queue's page, and its QueueUnit's message.
             browser.open(f"{root}queues/{q_alpha}")
-            rows = browser.run(
-                "return [...document.querySelectorAll('table.units')[0].tBodies[0].rows]"
-                ".map(r => [...r.cells].map(c => c.textContent));")
+            rows = browser.run(WAITING)
             assert len(rows) == 1, rows
-            _, unit, _, _, why, message = rows[0]
+            _, unit, _, _, why, _ = rows[0]
             assert unit.startswith(f"{alpha}/") and why, rows
             name = unit.split("/", 1)[1]
-            recorded = get(sandbox, "queueunit", name, "-n", alpha)
-            assert message == (recorded.get("status") or {}).get("message", ""), recorded
             # The reason is the debug API's, word for word.
             status, body = _get(f"{sandbox.arbiter_metrics_url()}/debug/queues/{q_alpha}/pending",
                                 sandbox, admin)
             assert status == 200, body[:300]
             assert [entry["reason"] for entry in json.loads(body)["pending"]] == [why]
+            # The loop writes the same reason as the waiting unit's message.
+            said = f"waiting in queue {q_alpha}: {why}"
+            wait_for("the unit's message", lambda: (get(sandbox, "queueunit", name, "-n", alpha)
+                                                    .get("status") or {}).get("message") == said,
+                     timeout=10)
+            browser.open(f"{root}queues/{q_alpha}")
+            assert browser.run(WAITING)[0][5] == said
             browser.screenshot(artifacts / "queue.png")
+
+            # The waiting unit's page says the same; the admitted one's shows
+            # its timeline and its plan.
+            browser.run("document.querySelector('table.units a').click();")
+            wait_for("the unit page", lambda: browser.run(FACT, "message"), timeout=10)
+            assert (browser.run(FACT, "message"), browser.run(FACT, "why-it-waits")) == (said, why)
+            browser.open(f"{root}queues/{q_alpha}")
+            browser.run("document.querySelectorAll('table.units')[1].querySelector('a').click();")
+            wait_for("the admitted unit's page", lambda: browser.run(FACT, "phase"), timeout=10)
+            whats = browser.run("return [...document.querySelectorAll('.timeline .what')]"
+                                ".map(c => c.textContent);")
+            assert whats[0] == "created" and "quota taken" in whats and "admitted" in whats, whats
+            # The admission as the QueueUnit's status has it (read from the apiserver).
+            assert browser.run("return document.querySelector('.timeline').textContent;") \
+                .count(f"attempt 1 · queue {q_alpha}") == 1
+            plan = browser.run("return document.querySelector('p.plan').textContent;")
+            assert plan.startswith("pool "), plan
+            browser.screenshot(artifacts / "unit.png")
+
+            # Pools and nodes: a row per pool, a square per node.
+            browser.open(f"{root}pools")
+            assert browser.run("return document.querySelectorAll('tr[data-pool]').length;") >= 1
+            assert browser.run("return document.querySelectorAll('.grid .node').length;") >= 1
+            browser.screenshot(artifacts / "pools.png")
+            # Decisions: alpha's first Job admitted, newest first.
+            browser.open(f"{root}decisions?queue={q_alpha}")
+            decided = browser.run(
+                "return [...document.querySelectorAll('table.decisions tbody tr')]"
+                ".map(r => r.cells[1].textContent);")
+            assert decided == ["admit"], decided
+            browser.screenshot(artifacts / "decisions.png")
+            # The queues page again, bars filled in, and (within one sample,
+            # 10 s) the share history drawn (README's picture).
+            def sampled() -> bool:
+                browser.open(root)
+                return bool(browser.run(SPARK, q_alpha))
+
+            wait_for("a share sample", sampled, timeout=15, poll=1.0)
+            wait_for("the live stream", lambda: browser.run(
+                "return document.getElementById('live').classList.contains('on');"),
+                timeout=10)
+            # The window cut to the page (the README's picture stays small).
+            browser.resize(1280, 16 + browser.run(
+                "return document.body.scrollHeight + window.outerHeight - window.innerHeight;"))
+            browser.screenshot(artifacts / "queues-later.png")
     finally:
         delete_tenants(sandbox, [namespace for namespace, _ in tenants],
                        [queue for _, queue in tenants])

@@ -85,8 +85,10 @@ async def test_positions_are_written_and_cleared_on_admission() -> None:
     await c.pods("ns", "q", 3)
     await c.settle()
     await publish(c)
-    assert c.unit_obj("ns", "pod-p-001")["status"] == {"position": 1, "phase": "Enqueued"}
-    assert c.unit_obj("ns", "pod-p-002")["status"]["position"] == 2
+    # The head says why it waits (the queue's reason); the one behind it, nothing.
+    assert c.unit_obj("ns", "pod-p-001")["status"] == {
+        "position": 1, "phase": "Enqueued", "message": "waiting in queue q: cluster full (cpu)"}
+    assert c.unit_obj("ns", "pod-p-002")["status"] == {"position": 2, "phase": "Enqueued"}
     assert "position" not in (c.unit_obj("ns", "pod-p-000").get("status") or {})
     c.set_pod_phase("ns", "p-000", "Succeeded")
     await c.settle()

@@ -106,11 +106,18 @@ class ViewerReviewer(debug.TokenReviewer):
 
 
 class Visibility:
-    """Which queues and namespaces one caller may see (None: all)."""
+    """Which queues and namespaces one caller may see (None: all), and who
+    the caller is (the token's user name; "" on loopback)."""
 
-    def __init__(self, namespaces: frozenset[str] | None, queues: frozenset[str] | None) -> None:
+    def __init__(self, namespaces: frozenset[str] | None, queues: frozenset[str] | None,
+                 who: str = "") -> None:
         self.namespaces = namespaces
         self.queues = queues
+        self.who = who
+
+    @property
+    def everything(self) -> bool:
+        return self.namespaces is None and self.queues is None
 
     def queue(self, name: str) -> bool:
         return self.queues is None or name in self.queues
@@ -133,16 +140,17 @@ async def visibility(request: web.Request, store: ClusterStore,
     user = reviewer.user(view_token(request))
     if user is None:
         return Visibility(frozenset(), frozenset())
+    who = str(user["username"])
     readable = await reviewer.readable(user, store)
     if readable is None:
-        return EVERYTHING
+        return Visibility(None, None, who)
     queues: set[str] = set()
     for name in readable:
         queues.update(store.admitting_queues(name))
     if readable:
         queues.update(name for name, record in store.queues.items()
                       if queue_access.open_queue(record))
-    return Visibility(readable, frozenset(queues))
+    return Visibility(readable, frozenset(queues), who)
 
 
 def _who(user: dict[str, Any]) -> str:

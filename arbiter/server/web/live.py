@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 
 import orjson
@@ -34,9 +35,14 @@ DEBOUNCE = 0.1
 INTERVAL = 0.25
 SETTLE = 1.0
 IDLE = 5.0
-# Seconds between two comments that keep an idle stream open; clients at once.
+# Seconds between two comments that keep an idle stream open; clients at
+# once, and per user (a token's user name), so one tenant cannot hold them all.
 PING = 15.0
 MAX_CLIENTS = 64
+MAX_PER_USER = 8
+# Seconds between two looks at whether a stream's client went away: a
+# page left does not hold its place in the caps until the next ping.
+CHECK = 1.0
 
 Counts = dict[str, tuple[int, int, float]]  # queue -> (waiting, admitted, share)
 
@@ -83,6 +89,7 @@ class Pulse:
         self.counts: Counts = {}
         self.version = 0
         self.clients = 0
+        self.users: Counter[str] = Counter()  # open streams per user ("" uncounted)
         self._changed = asyncio.Event()
         self._published = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -91,11 +98,21 @@ class Pulse:
     def on_change(self, kind: Kind, key: str) -> None:
         self._changed.set()
 
+    def full(self, who: str) -> str:
+        """Why one more stream for user `who` is refused ("" when it is not)."""
+        if self.clients >= MAX_CLIENTS:
+            return "too many open views; retry later"
+        if who and self.users[who] >= MAX_PER_USER:
+            return f"{MAX_PER_USER} views are open for this user already; close one"
+        return ""
+
     @contextlib.contextmanager
-    def connected(self) -> Iterator[None]:
+    def connected(self, who: str = "") -> Iterator[None]:
         """While a client is connected: follow the store (the first one
         starts it, the last one stops it)."""
         self.clients += 1
+        if who:
+            self.users[who] += 1
         if self._task is None:
             self.store.listeners.append(self.on_change)
             self._task = asyncio.create_task(self._run(), name="web-view-pulse")
@@ -103,6 +120,10 @@ class Pulse:
             yield
         finally:
             self.clients -= 1
+            if who:
+                self.users[who] -= 1
+                if not self.users[who]:
+                    del self.users[who]
             if self.clients == 0:
                 self.stop()
 
@@ -163,23 +184,30 @@ def changed(counts: Counts, sent: Counts, visible: Visibility) -> tuple[Counts, 
 
 async def stream(request: web.Request, pulse: Pulse, visible: Visibility) -> web.StreamResponse:
     """Server-sent events until the client leaves or the server stops."""
-    if pulse.clients >= MAX_CLIENTS:
-        raise web.HTTPServiceUnavailable(text="too many open views; retry later",
-                                         headers={"Retry-After": "5"})
+    refused = pulse.full(visible.who)
+    if refused:
+        # 429 for one user over its share, 503 for the server full.
+        error = web.HTTPTooManyRequests if pulse.clients < MAX_CLIENTS \
+            else web.HTTPServiceUnavailable
+        raise error(text=refused, headers={"Retry-After": "5"})
     response = web.StreamResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-store",
         "X-Accel-Buffering": "no"})
     await response.prepare(request)
     sent: Counts = {}
     version = -1
-    with pulse.connected(), contextlib.suppress(ConnectionError):
+    loop = asyncio.get_running_loop()
+    with pulse.connected(visible.who), contextlib.suppress(ConnectionError):
         await response.write(b"retry: 2000\n\n")
-        while not pulse.closed:
+        written = loop.time()
+        while not pulse.closed and not _gone(request):
             try:
-                async with asyncio.timeout(PING):
+                async with asyncio.timeout(CHECK):
                     await pulse.wait(version)
             except TimeoutError:
-                await response.write(b": ping\n\n")
+                if loop.time() - written >= PING:
+                    await response.write(b": ping\n\n")
+                    written = loop.time()
                 continue
             if pulse.closed:
                 break
@@ -193,4 +221,12 @@ async def stream(request: web.Request, pulse: Pulse, visible: Visibility) -> web
             message = {"queues": {name: list(value) for name, value in now.items()},
                        "gone": gone}
             await response.write(b"data: " + orjson.dumps(message) + b"\n\n")
+            written = loop.time()
     return response
+
+
+def _gone(request: web.Request) -> bool:
+    """Whether the client closed its connection (aiohttp does not cancel
+    the handler: a write would find out, at the next message or ping)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()

@@ -31,20 +31,23 @@ _HEAD = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>{title} · kube-arbiter</title><link rel="stylesheet" href="{root}static/view.css">
 <script defer src="{root}static/view.js"></script></head>
 <body data-events="{root}events"><header><a href="{root}">kube-arbiter</a> · {title}
+<nav><a href="{root}">queues</a><a href="{root}pools">pools and nodes</a>\
+<a href="{root}decisions">decisions</a></nav>\
 <span id="live" class="live" title="live updates">○</span></header><main>
 """
 _FOOT = "</main></body></html>\n"
 
 
-def _page(root: str, title: str, body: list[str]) -> str:
+def page(root: str, title: str, body: list[str]) -> str:
+    """A whole page: the header, `body`, the footer."""
     return "".join((_HEAD.format(title=escape(title), root=root), *body, _FOOT))
 
 
-def _amount(resource: str, units: int) -> str:
+def amount(resource: str, units: int) -> str:
     return format_quantity(resource, units) if units else "0"
 
 
-def _bar(resource: str, allocated: int, deserved: int) -> str:
+def bar(resource: str, allocated: int, deserved: int) -> str:
     """Allocated against deserved: the fill is what it holds, the mark what
     it deserves, both on the larger of the two."""
     scale = max(allocated, deserved, 1)
@@ -52,16 +55,16 @@ def _bar(resource: str, allocated: int, deserved: int) -> str:
     return (f'<div class="res"><span class="name">{escape(resource)}</span>'
             f'<span class="bar{over}"><b style="width:{100 * allocated // scale}%"></b>'
             f'<i style="left:{100 * deserved // scale}%"></i></span>'
-            f'<span class="num">{_amount(resource, allocated)} / '
-            f'{_amount(resource, deserved)}</span></div>')
+            f'<span class="num">{amount(resource, allocated)} / '
+            f'{amount(resource, deserved)}</span></div>')
 
 
-def _resources(resources: Resources) -> str:
+def resources_text(resources: Resources) -> str:
     return escape(", ".join(f"{name}={quantity}"
                             for name, quantity in resources.to_quantities().items())) or "—"
 
 
-def _percent(share: Fraction | float) -> str:
+def percent(share: Fraction | float) -> str:
     return f"{100 * float(share):.1f}%"
 
 
@@ -108,7 +111,7 @@ class QueuesPage:
         self.views: Mapping[str, QueueView] = {}
         self.built = -math.inf
         self.changed = 0.0
-        self._rows: dict[str, tuple[object, tuple[Any, ...], str]] = {}
+        self._rows: dict[str, tuple[object, tuple[Any, ...], tuple[str, str]]] = {}
 
     def on_change(self, kind: str, key: str) -> None:
         """Store listener."""
@@ -127,16 +130,19 @@ class QueuesPage:
         return self.views
 
     def render(self, root: str, mirror: EngineMirror, visible: Visibility,
-               published: Mapping[str, QueueView] | None = None) -> str:
+               published: Mapping[str, QueueView] | None = None,
+               sparkline: Callable[[str], str] = lambda _: "") -> str:
+        """`sparkline`: a queue's last hour of share, as inline SVG."""
         views = self.current(mirror, published)
         capacity = mirror.engine.capacity()
         shown = {name: view for name, view in views.items() if visible.queue(name)}
-        body = [f'<p class="summary">{len(shown)} queues · capacity {_resources(capacity)} · '
-                f'free {_resources(mirror.engine.free().clamp_min(0))}</p>',
+        body = [f'<p class="summary">{len(shown)} queues · capacity {resources_text(capacity)} · '
+                f'free {resources_text(mirror.engine.free().clamp_min(0))}</p>',
                 '<table class="queues"><thead><tr><th>queue</th><th>weight</th>'
                 '<th>guarantee</th><th>capability</th><th>allocated / deserved</th>'
-                '<th>share / fair</th><th>admitted</th><th>waiting</th></tr></thead><tbody>']
-        rows: dict[str, tuple[object, tuple[Any, ...], str]] = {}
+                '<th>share / fair</th><th>last hour</th><th>admitted</th><th>waiting</th>'
+                '</tr></thead><tbody>']
+        rows: dict[str, tuple[object, tuple[Any, ...], tuple[str, str]]] = {}
         for depth, view in _tree(shown):
             record = mirror.queues.get(view.name)
             key = (depth, capacity, view.allocated, view.deserved, view.dominant_share,
@@ -145,21 +151,24 @@ class QueuesPage:
             if cached is None or cached[0] is not record or cached[1] != key:
                 cached = (record, key, _row(root, depth, view, record, capacity))
             rows[view.name] = cached
-            body.append(cached[2])
+            # The sparkline between the row's two halves: a new sample
+            # builds no row again.
+            body += (cached[2][0], sparkline(view.name), cached[2][1])
         if len(shown) == len(views):
             self._rows = rows
         else:
             self._rows.update(rows)
         body.append("</tbody></table>")
-        return _page(root, "Queues", body)
+        return page(root, "Queues", body)
 
 
 def _row(root: str, depth: int, view: QueueView, record: QueueRecord | None,
-         capacity: Resources) -> str:
-    guarantee = _resources(record.guarantee) if record else "—"
-    capability = _resources(record.capability) if record else "—"
+         capacity: Resources) -> tuple[str, str]:
+    """A queue's row, in two: before and after its sparkline."""
+    guarantee = resources_text(record.guarantee) if record else "—"
+    capability = resources_text(record.capability) if record else "—"
     names = sorted({*view.allocated, *view.deserved})
-    bars = "".join(_bar(r, view.allocated.get_amount(r), view.deserved.get_amount(r))
+    bars = "".join(bar(r, view.allocated.get_amount(r), view.deserved.get_amount(r))
                    for r in names) or "—"
     fair = dominant_share_of(view.deserved, capacity)
     name = escape(view.name)
@@ -167,29 +176,33 @@ def _row(root: str, depth: int, view: QueueView, record: QueueRecord | None,
     return (f'<tr data-q="{name}"><td style="padding-left:{0.3 + 1.2 * depth:.1f}em">'
             f'<a href="{root}queues/{quote(view.name, safe="")}">{name}</a>{closed}</td>'
             f'<td>{view.weight}</td><td>{guarantee}</td><td>{capability}</td>'
-            f'<td>{bars}</td><td><span data-k="share">{_percent(view.dominant_share)}</span>'
-            f' / {_percent(fair)}</td><td data-k="admitted">{view.admitted}</td>'
+            f'<td>{bars}</td><td><span data-k="share">{percent(view.dominant_share)}</span>'
+            f' / {percent(fair)}</td><td>',
+            f'</td><td data-k="admitted">{view.admitted}</td>'
             f'<td data-k="waiting">{view.pending}</td></tr>')
 
 
 def queue_page(root: str, mirror: EngineMirror, view: QueueView,
                waiting: Mapping[str, Any], admitted: list[tuple[str, str, str]],
-               visible: Visibility, messages: Mapping[str, str]) -> str:
+               visible: Visibility, messages: Mapping[str, str], chart: str = "") -> str:
     """`waiting`: the debug API's pending document; `admitted`: (key, pool,
-    nodes) per admitted unit; `messages`: each unit's QueueUnit status message."""
+    nodes) per admitted unit; `messages`: each unit's QueueUnit status
+    message; `chart`: its share over the last hour (SVG)."""
     name = escape(view.name)
     body = [f'<p class="summary" data-q="{name}">weight {view.weight} · allocated '
-            f'{_resources(view.allocated)} · deserved {_resources(view.deserved)} · share '
-            f'<span data-k="share">{_percent(view.dominant_share)}</span> · admitted '
+            f'{resources_text(view.allocated)} · deserved {resources_text(view.deserved)} · share '
+            f'<span data-k="share">{percent(view.dominant_share)}</span> · admitted '
             f'<span data-k="admitted">{view.admitted}</span> · waiting '
             f'<span data-k="waiting">{view.pending}</span></p>']
     if waiting.get("reason"):
         body.append(f'<p class="reason">{escape(waiting["reason"])}</p>')
+    if chart:
+        body.append(f'<h2>Dominant share, last hour</h2>{chart}')
     body.append(f'<h2>Waiting, in admission order ({waiting["total"]})</h2>'
                 '<table class="units"><thead><tr><th>#</th><th>unit</th><th>priority</th>'
                 '<th>demand</th><th>why it waits</th><th>unit message</th></tr></thead><tbody>')
     for entry in waiting["pending"]:
-        unit = _unit(entry["namespace"], entry["name"], visible)
+        unit = unit_link(root, entry["namespace"], entry["name"], visible)
         body.append(
             f'<tr><td>{entry["position"]}</td><td>{unit}</td><td>{entry["priority"]}</td><td>'
             f'{escape(", ".join(f"{k}={v}" for k, v in entry["demand"].items()))}</td>'
@@ -200,17 +213,24 @@ def queue_page(root: str, mirror: EngineMirror, view: QueueView,
                 '</tr></thead><tbody>')
     for key, pool, nodes in admitted:
         namespace, unit = split_key(key)
-        body.append(f'<tr><td>{_unit(namespace, unit, visible)}</td><td>{escape(pool)}</td>'
-                    f'<td>{escape(nodes)}</td></tr>')
+        body.append(f'<tr><td>{unit_link(root, namespace, unit, visible)}</td>'
+                    f'<td>{escape(pool)}</td><td>{escape(nodes)}</td></tr>')
     body.append("</tbody></table>")
-    return _page(root, f"Queue {view.name}", body)
+    return page(root, f"Queue {view.name}", body)
 
 
-def _unit(namespace: str, name: str, visible: Visibility) -> str:
-    # Another tenant's unit in a shared queue: its place shows, not its name.
+def unit_link(root: str, namespace: str, name: str, visible: Visibility) -> str:
+    """A unit's name, linked to its page; another tenant's unit (in a
+    shared queue) shows its place, not its name."""
     if not visible.namespace(namespace):
         return '<span class="other">(another namespace)</span>'
-    return escape(f"{namespace}/{name}")
+    return (f'<a href="{root}units/{quote(namespace, safe="")}/{quote(name, safe="")}">'
+            f'{escape(f"{namespace}/{name}")}</a>')
+
+
+def queue_link(root: str, name: str) -> str:
+    return f'<a href="{root}queues/{quote(name, safe="")}">{escape(name)}</a>'
+
 
 
 def admitted_units(mirror: EngineMirror, queue: str,
@@ -227,7 +247,7 @@ def admitted_units(mirror: EngineMirror, queue: str,
 def login_page(root: str) -> str:
     """What a browser without a token gets (with 401): a form that keeps
     the token in a cookie for this path only."""
-    return _page(root, "Sign in", [
+    return page(root, "Sign in", [
         '<form id="login"><p>This view needs a Kubernetes token '
         '(<code>kubectl create token NAME</code>): you see the queues of the '
         'namespaces it may read.</p><input type="password" name="token" autocomplete="off" '

@@ -34,7 +34,6 @@ from arbiter.core.api import QUEUE_LABEL
 from arbiter.core.quantities import QuantityError
 from arbiter.integrations import BY_KIND, Integration
 from arbiter.integrations.base import Path, dig
-from arbiter.integrations.jobset import JobSet
 from webhook.held import (
     claims_problem,
     held_root,
@@ -69,13 +68,6 @@ def _where(path: Path, base: str = "request.object") -> str:
     for step in path:
         text += f"[{step}]" if isinstance(step, int) else f".{step}"
     return text
-
-
-def _labelled_paths(integration: Integration, obj: Obj) -> tuple[Path, ...]:
-    """Every template that gets the queue label: the pod templates, and a
-    JobSet's Job templates (its Jobs carry the label from there)."""
-    extra = integration.job_templates(obj) if isinstance(integration, JobSet) else ()
-    return (*extra, *integration.templates(obj))
 
 
 def _templates(integration: Integration, obj: Obj,
@@ -144,7 +136,7 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         return ALLOW  # the validating webhook denies it with the reason
     ops: list[PatchOp] = []
     set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
-    for path, template in _templates(integration, obj, _labelled_paths(integration, obj)):
+    for path, template in _templates(integration, obj, integration.labelled(obj)):
         template_meta, template_labels = get_metadata(template, _where(path))
         set_label(ops, tuple(map(str, path)), template_meta, template_labels, QUEUE_LABEL,
                   queue)

@@ -152,6 +152,11 @@ class Integration:
         """Every pod template of the object (for the queue label and placement)."""
         return (("spec", "template"),)
 
+    def labelled(self, obj: Obj) -> tuple[Path, ...]:
+        """Every template the queue label goes into at creation (so that
+        its children and pods carry it)."""
+        return self.templates(obj)
+
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
         """The units the object needs now; None while its spec is not
         complete (or not valid): no unit yet. Empty: none (scaled to 0)."""

@@ -53,6 +53,9 @@ class JobSet(Integration):
         return tuple(("spec", "replicatedJobs", index, "template")
                      for index, _ in self._jobs(obj))
 
+    def labelled(self, obj: Obj) -> tuple[Path, ...]:
+        return (*self.job_templates(obj), *self.templates(obj))
+
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
         jobs = self._jobs(obj)
         if not jobs or len(jobs) > MAX_SETS:

@@ -13,11 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from arbiter.cache.ownership import WORKLOAD_CONSUMERS, ConsumerKey
+from arbiter.cache.ownership import WORKLOAD_CONSUMERS, ConsumerKey, pod_workload
 from arbiter.cache.records import NodeRecord, PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.resources import Resources
-from arbiter.integrations.lws import GROUP_INDEX_LABEL
 from arbiter.loop import workloads
 from arbiter.loop.units import (
     Consumer,
@@ -255,10 +254,8 @@ def consumer_uid(store: ClusterStore, consumer: ConsumerKey) -> str | None:
 
 def pod_root(store: ClusterStore, pod: PodRecord | None) -> ConsumerKey | None:
     """The workload unit a pod's controller chain reaches (by uid), if any."""
-    if pod is None or not pod.owner_uid:
+    found = pod_workload(store, pod) if pod is not None else None
+    if found is None:
         return None
-    root = store.root_workload(pod.namespace, pod.owner_kind, pod.owner_uid)
-    if root is None:
-        return None
-    part = root.integration.unit_of_pod({GROUP_INDEX_LABEL: pod.group_index})
+    root, part = found
     return ConsumerKey(root.kind, root.namespace, root.name, part)

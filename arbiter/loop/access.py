@@ -13,6 +13,7 @@ the one the webhook applies.
 
 from __future__ import annotations
 
+from arbiter.cache.ownership import WORKLOAD_CONSUMERS
 from arbiter.cache.records import UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.loop.units import Consumer, Step, held
@@ -28,15 +29,18 @@ def barred(store: ClusterStore, unit: UnitRecord) -> str | None:
 
 
 def barred_step(unit: UnitRecord, consumer: Consumer, message: str) -> Step | None:
-    """What a barred unit needs: its running Job suspended again, then the
+    """What a barred unit needs: its running Job (workload) held again, then the
     unit back to `Enqueued` with `message`. None when the unit's consumer is
     gone or finished: that is decided as for any unit."""
     consumer = held(unit, consumer)
     if consumer in (Consumer.MISSING, Consumer.SUCCEEDED, Consumer.FAILED) \
             or unit.phase in ("Succeed", "Failed"):
         return None
-    job = unit.consumer is not None and unit.consumer.kind == "Job"
-    if job and consumer in (Consumer.RELEASED, Consumer.RUNNING):
+    # A Job or an integration's workload is held again (suspended, or its
+    # pods made again gated); a plain pod's gate cannot come back.
+    holdable = unit.consumer is not None and (
+        unit.consumer.kind == "Job" or unit.consumer.kind in WORKLOAD_CONSUMERS)
+    if holdable and consumer in (Consumer.RELEASED, Consumer.RUNNING):
         return Step("hold")
     if unit.phase != "Enqueued" or unit.message != message:
         return Step("phase", "Enqueued", message)

@@ -22,12 +22,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 from arbiter.cache.records import PodRecord, UnitRecord
-from arbiter.core.api import group_unit_name, job_unit_name, pod_unit_name
+from arbiter.core.api import group_unit_name, job_unit_name, pod_unit_name, unit_name
+from arbiter.integrations import BY_KIND
 
-ConsumerKind = Literal["Job", "Pod", "PodGroup"]
+# "Job", "Pod", "PodGroup", or an integration's workload kind ("JobSet", ...).
+ConsumerKind = str
+
+
+# Kinds whose units the integrations make from a workload's spec.
+WORKLOAD_CONSUMERS: frozenset[str] = frozenset(
+    kind for kind, integration in BY_KIND.items()
+    if not integration.per_pod and kind not in ("Job", "Pod"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +45,12 @@ class ConsumerKey:
     kind: ConsumerKind
     namespace: str
     name: str
+    # Which of a workload's units (an LWS group's index); "" for the rest.
+    part: str = ""
 
     def __str__(self) -> str:
-        return f"{self.kind}/{self.namespace}/{self.name}"
+        part = f"[{self.part}]" if self.part else ""
+        return f"{self.kind}/{self.namespace}/{self.name}{part}"
 
     @property
     def unit_name(self) -> str:
@@ -49,12 +59,32 @@ class ConsumerKey:
             return job_unit_name(self.name)
         if self.kind == "PodGroup":
             return group_unit_name(self.name)
+        if self.kind in WORKLOAD_CONSUMERS:
+            prefix = BY_KIND[self.kind].prefix
+            return unit_name(prefix, f"{self.name}-{self.part}" if self.part else self.name)
         return pod_unit_name(self.name)
 
     @property
     def unit_key(self) -> str:
         """`namespace/name` of this consumer's QueueUnit, as the store keys it."""
         return f"{self.namespace}/{self.unit_name}"
+
+
+def part_of(unit: UnitRecord) -> str:
+    """Which of its workload's units `unit` is ("" for a one-unit workload)."""
+    ref = unit.consumer
+    if ref is None:
+        return ""
+    head = f"{BY_KIND[ref.kind].prefix}-{ref.name}-"
+    rest = unit.name[len(head):] if unit.name.startswith(head) else ""
+    return rest if rest.isascii() and rest.isdigit() and len(rest) <= 6 else ""
+
+
+def workload_key(unit: UnitRecord) -> ConsumerKey | None:
+    ref = unit.consumer
+    if ref is None or ref.kind not in WORKLOAD_CONSUMERS:
+        return None
+    return ConsumerKey(ref.kind, unit.namespace, ref.name, part_of(unit))
 
 
 def pod_consumer(pod: PodRecord) -> ConsumerKey:

@@ -265,7 +265,11 @@ class ClusterStore:
 
     @property
     def synced(self) -> bool:
-        return self.synced_kinds >= set(KINDS)
+        """Every kind listed once (an integration's whose CRD is missing
+        counts as listed: it has no objects)."""
+        held = {i.kind for i in self.integrations if not i.per_pod}
+        held |= {c for i in self.integrations for c in i.children if c in WORKLOAD_KINDS}
+        return self.synced_kinds >= {*KINDS, *held}
 
     # -- updates -------------------------------------------------------------
     def _notify(self, kind: Kind, key: str) -> None:
@@ -493,6 +497,15 @@ class ClusterStore:
                 if record is not None and record.queue is not None:
                     return record
         return None
+
+    def owner_pending(self, kind: str, uid: str) -> bool:
+        """The controller reference names a kind an integration holds, but
+        no such object is known by that uid (not seen yet: watches of
+        different kinds deliver in any order). Its child waits rather than
+        being queued as its own work; a forged reference only keeps a
+        tenant's own object waiting."""
+        return bool(uid) and uid not in self.owners.links and any(
+            i.kind == kind and not i.per_pod for i in self.integrations)
 
     def workload_unit(self, workload: WorkloadRecord, suffix: str = "") -> UnitRecord | None:
         """The unit standing for one of the workload's units: found by name,

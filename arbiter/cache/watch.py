@@ -27,8 +27,16 @@ import orjson
 
 from arbiter.base import metrics
 from arbiter.base.kubeapi import ApiError, open_stream
-from arbiter.cache.store import NAMESPACED_KINDS, ClusterStore, EventType, Kind, store_key
+from arbiter.cache.store import (
+    NAMESPACED_KINDS,
+    WORKLOAD_KINDS,
+    ClusterStore,
+    EventType,
+    Kind,
+    store_key,
+)
 from arbiter.core.api import API_KINDS
+from arbiter.integrations import BY_KIND
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,17 @@ RESOURCES: tuple[Resource, ...] = (
     *(Resource(kind.kind, kind.path) for kind in API_KINDS),
 )
 _EVENT_TYPES: frozenset[str] = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
+def workload_resources(store: ClusterStore) -> tuple[Resource, ...]:
+    """The kinds of the integrations switched on (`store.integrations`), and
+    the kinds on their children's controller chains (an LWS's StatefulSets:
+    watched for the owner walk even when StatefulSets are not queued)."""
+    kinds = {i.kind for i in store.integrations if not i.per_pod}
+    kinds |= {child for i in store.integrations for child in i.children
+              if child in WORKLOAD_KINDS}
+    return tuple(Resource(cast(Kind, i.kind), i.collection_path())
+                 for i in BY_KIND.values() if i.kind in kinds)
 
 
 class Gone(Exception):
@@ -98,6 +117,9 @@ class Watcher:
         self.resource_version: str | None = None
         self.relists = 0
         self._gauge = metrics.cache_objects.labels(resource.kind)
+        # A kind whose CRD is not installed (404) is reported once, then
+        # waited for quietly: arbiter works without it meanwhile.
+        self._missing_reported = False
 
     @property
     def kind(self) -> Kind:
@@ -192,8 +214,15 @@ class Watcher:
             except (ApiError, aiohttp.ClientError, TimeoutError, OSError,
                     orjson.JSONDecodeError, ValueError, AttributeError) as error:
                 # AttributeError: a frame that is JSON but not an object.
-                level = logging.DEBUG if isinstance(error, ApiError) and error.status == 404 \
-                    else logging.WARNING
+                missing = isinstance(error, ApiError) and error.status == 404
+                if missing and not self._missing_reported and self.kind in WORKLOAD_KINDS:
+                    self._missing_reported = True
+                    log.warning("%s is not served by the API server (CRD not installed?): "
+                                "its integration waits until it is", self.kind,
+                                extra={"kind": self.kind, "path": self.resource.path})
+                if missing and self.kind in WORKLOAD_KINDS:
+                    self.store.synced_kinds.add(self.kind)  # none to list
+                level = logging.DEBUG if missing else logging.WARNING
                 log.log(level, "watch failed; retrying",
                         extra={"kind": self.kind, "error": str(error)[:300],
                                "retry_in": round(backoff, 2)})

@@ -151,20 +151,26 @@ class OwnerIndex:
         reference (kind, uid) up, as far as each step is known with that
         kind, in `namespace` (the reference's own object first)."""
         found: list[tuple[str, str]] = []
+        seen: set[str] = set()
         for _ in range(MAX_CHAIN):
-            link = self.links.get(uid) if uid else None
+            link = self.links.get(uid) if uid and uid not in seen else None
             if link is None or link[0] != kind or link[2] != namespace:
                 break
+            seen.add(uid)
             found.append((link[0], link[1]))
             kind, uid = link[3], link[4]
         return found
 
     def descendants(self, uid: str, limit: int = 100_000) -> list[str]:
-        """uids below `uid` (children, their children, ...), at most `limit`."""
+        """uids below `uid` (children, their children, ...), at most `limit`,
+        each once (a cycle of forged refs neither repeats one nor returns `uid`)."""
         out: list[str] = []
+        seen = {uid}
         frontier = [uid]
         for _ in range(MAX_CHAIN):
-            nxt = [c for parent in frontier for c in self.children.get(parent, ())]
+            nxt = [c for parent in frontier for c in self.children.get(parent, ())
+                   if c not in seen]
+            seen.update(nxt)
             out.extend(nxt)
             if not nxt or len(out) >= limit:
                 break

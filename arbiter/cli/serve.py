@@ -23,6 +23,8 @@ import orjson
 
 from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
 from arbiter.core.api import MANAGED_NAMESPACE_MODES
+from arbiter.integrations import DEFAULT_NAMES as INTEGRATION_NAMES
+from arbiter.integrations import parse_names as parse_integrations
 from arbiter.server.config import ServeConfig
 
 _RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
@@ -163,6 +165,10 @@ def add_parser(subparsers: Any) -> None:
              "arbiter.dev/managed=false; listed: only namespaces a Queue admits "
              "(spec.namespaces, spec.namespaceSelector) or labelled arbiter.dev/managed=true; "
              "arbiter labels the admitted ones and its webhooks select on the label")
+    add("--integrations", default=_env("integrations", "all"), metavar="LIST",
+        help="workload integrations to switch on: comma-separated "
+             f"{','.join(INTEGRATION_NAMES)}, or all, or none (Job and plain pods are "
+             "always on); one whose CRD is not installed is reported once and waited for")
     number("--overcommit", float, defaults.overcommit, above=True,
         help="factor applied to cluster capacity")
     add("--no-leader-elect", action="store_true", default=_env_flag("no_leader_elect"),
@@ -249,8 +255,13 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     if args.managed_namespaces not in MANAGED_NAMESPACE_MODES:  # from the environment
         raise SystemExit(f"--managed-namespaces (ARBITER_MANAGED_NAMESPACES): "
                          f"{str(args.managed_namespaces)[:40]!r} must be all or listed")
+    try:
+        integrations = parse_integrations(args.integrations)
+    except ValueError as error:
+        raise SystemExit(f"--integrations (ARBITER_INTEGRATIONS): {error}") from None
     # Field by field, so mypy checks each name and type.
     return ServeConfig(
+        integrations=integrations,
         host=args.host,
         port=args.port,
         cert_dir=args.cert_dir,

@@ -81,6 +81,23 @@ def count_at(obj: Obj, path: Path, default: int = 1) -> int | None:
     return value
 
 
+def whole(value: Any) -> int:
+    """`value` when it is a whole number (not a bool), else 0: a status count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def pods_at_once(obj: Obj, job_spec: Path) -> int | None:
+    """How many pods the batch/v1 JobSpec at `job_spec` runs at once:
+    `min(parallelism, completions)`, parallelism defaulting to 1 and
+    completions to parallelism (a work queue), as the Job controller reads
+    them; None when either is there but not a whole number."""
+    parallelism = count_at(obj, (*job_spec, "parallelism"))
+    if parallelism is None:
+        return None
+    completions = count_at(obj, (*job_spec, "completions"), parallelism)
+    return None if completions is None else min(parallelism, completions)
+
+
 def template_requests(obj: Obj, template: Path) -> Resources | None:
     """What one pod of the template at `template` requests; None when there
     is no pod spec there. Raises QuantityError on a malformed quantity."""
@@ -149,8 +166,7 @@ class Integration:
 
     def ready(self, obj: Obj) -> int:
         """Pods (or replicas) ready, from its status: admitted work has started."""
-        value = dig(obj, ("status", "readyReplicas"))
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return whole(dig(obj, ("status", "readyReplicas")))
 
     def unit_of_pod(self, labels: Mapping[str, str]) -> str:
         """Which of the workload's units a pod of it belongs to (its suffix)."""

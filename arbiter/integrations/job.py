@@ -1,4 +1,5 @@
-"""batch/v1 Job: held by `spec.suspend`; one unit of `parallelism` pods
+"""batch/v1 Job: held by `spec.suspend`; one unit of `min(parallelism,
+completions)` pods, as `arbiter.cache.convert.job_from_api` counts them
 (partial admission, runtime-class overhead and JobFlow read more of it: see
 `arbiter.loop.units.job_unit`, which the loop uses for Jobs)."""
 
@@ -12,8 +13,10 @@ from arbiter.integrations.base import (
     PodSetSpec,
     UnitSpec,
     condition_true,
-    count_at,
+    dig,
+    pods_at_once,
     template_requests,
+    whole,
 )
 
 
@@ -28,18 +31,22 @@ class Job(Integration):
     crd = False
 
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
-        parallelism = count_at(obj, ("spec", "parallelism"))
+        count = pods_at_once(obj, ("spec",))
         requests = template_requests(obj, ("spec", "template"))
-        if parallelism is None or requests is None:
+        if count is None or requests is None:
             return None
-        if parallelism == 0:
+        if count == 0:
             return ()
-        return (UnitSpec("", (PodSetSpec(MAIN_POD_SET, parallelism, requests,
+        return (UnitSpec("", (PodSetSpec(MAIN_POD_SET, count, requests,
                                          ("spec", "template")),)),)
 
     def outcome(self, obj: Obj) -> Outcome | None:
         found = condition_true(obj, ("Complete", "Failed"))
         return "Complete" if found == "Complete" else "Failed" if found else None
+
+    def ready(self, obj: Obj) -> int:
+        # A Job's status counts ready pods in `ready` (it has no readyReplicas).
+        return whole(dig(obj, ("status", "ready")))
 
 
 class Pod(Integration):
@@ -57,3 +64,7 @@ class Pod(Integration):
 
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
         return ()
+
+    def ready(self, obj: Obj) -> int:
+        # A pod has no readyReplicas: its Ready condition.
+        return 1 if condition_true(obj, ("Ready",)) else 0

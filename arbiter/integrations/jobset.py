@@ -1,7 +1,11 @@
 """JobSet (`jobset.x-k8s.io/v1alpha2`): held by `spec.suspend`; one unit,
 one pod set per replicatedJob of `replicas x min(parallelism, completions)`
-pods. The JobSet controller creates its child Jobs suspended while it is,
-and pushes the templates' nodeSelector and tolerations to them on resume."""
+pods. The JobSet controller (v0.12) creates its child Jobs suspended while
+it is, suspends them again (keeping them) when it is, and on resume merges
+each replicatedJob's pod-template labels, annotations, nodeSelector,
+tolerations and schedulingGates into its suspended Jobs: a merge only adds
+(a key taken off the JobSet stays on a Job that exists). Its webhook lets
+only those pod-template fields change, and only while it is suspended."""
 
 from __future__ import annotations
 
@@ -15,9 +19,12 @@ from arbiter.integrations.base import (
     condition_true,
     count_at,
     dig,
+    pods_at_once,
     template_requests,
+    whole,
 )
 
+# Pod sets per unit (Kueue's cap too); the CRD has none: more is never queued.
 MAX_SETS = 8
 
 
@@ -53,16 +60,13 @@ class JobSet(Integration):
         pod_sets = []
         for index, name in jobs:
             base: Path = ("spec", "replicatedJobs", index)
-            replicas = count_at(obj, (*base, "replicas"))
-            parallelism = count_at(obj, (*base, "template", "spec", "parallelism"))
-            completions = count_at(obj, (*base, "template", "spec", "completions"),
-                                   parallelism or 0)
+            replicas = count_at(obj, (*base, "replicas"))  # the CRD defaults it to 1
+            per_job = pods_at_once(obj, (*base, "template", "spec"))
             template: Path = (*base, "template", "spec", "template")
             requests = template_requests(obj, template)
-            if replicas is None or parallelism is None or completions is None \
-                    or requests is None:
+            if replicas is None or per_job is None or requests is None:
                 return None
-            count = replicas * min(parallelism, completions)
+            count = replicas * per_job
             if count:
                 pod_sets.append(PodSetSpec(name, count, requests, template))
         return (UnitSpec("", tuple(pod_sets)),) if pod_sets else ()
@@ -72,10 +76,10 @@ class JobSet(Integration):
         return "Complete" if found == "Completed" else "Failed" if found else None
 
     def ready(self, obj: Obj) -> int:
+        # Child Jobs, not pods: upstream's `ready` counts the Jobs whose ready
+        # and succeeded pods reach min(parallelism, completions), `succeeded`
+        # the Jobs done (`active` is not counted: it includes pending pods).
         statuses = dig(obj, ("status", "replicatedJobsStatus"))
-        total = 0
-        for status in statuses if isinstance(statuses, list) else ():
-            for key in ("ready", "succeeded"):
-                value = dig(status, (key,))
-                total += value if isinstance(value, int) and not isinstance(value, bool) else 0
-        return total
+        return sum(whole(dig(status, (key,)))
+                   for status in (statuses if isinstance(statuses, list) else ())
+                   for key in ("ready", "succeeded"))

@@ -1,9 +1,12 @@
 """LeaderWorkerSet (`leaderworkerset.x-k8s.io/v1`): one unit per group, all
 or nothing: the leader (1 pod of `leaderTemplate`, else of the worker
-template) and `size - 1` workers. Its controller makes a leader StatefulSet
-(owner: the LWS), and per leader pod a worker StatefulSet (owner: that pod);
-every pod carries its group's index label, which picks the group's unit
-among the LWS's own (the chain to the LWS is checked by uid)."""
+template) and `size - 1` workers. Its controller (v0.9) makes a leader
+StatefulSet named as the LWS (controller: the LWS; its pods `<lws>-<group>`),
+and per leader pod a worker StatefulSet named as that pod (controller: the
+leader pod; its pods `<leader>-<1..size-1>`). Every pod carries its group's
+index label, which picks the group's unit among the LWS's own (the chain to
+the LWS is checked by uid): the LWS pod webhook sets it on a leader from its
+name's ordinal, the worker StatefulSet's template on its workers."""
 
 from __future__ import annotations
 

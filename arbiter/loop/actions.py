@@ -38,17 +38,22 @@ from arbiter.base.kubeapi import (
     unit_path,
 )
 from arbiter.cache import convert
+from arbiter.cache.ownership import WORKLOAD_CONSUMERS
 from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
 from arbiter.core.api import ADMISSION_GATE, UnitPhase, format_rfc3339
 from arbiter.core.model import Placement, demand_of
+from arbiter.integrations import BY_KIND
+from arbiter.integrations.base import pointer
 from arbiter.loop.checks import pending_checks_status
 from arbiter.loop.placement import (
     NOTHING,
     PodDirectives,
     job_release_ops,
+    placed_ops,
     pod_release_ops,
 )
 from arbiter.loop.units import DesiredUnit, manifest
+from arbiter.loop.workloads import to_let_go
 
 log = logging.getLogger(__name__)
 
@@ -366,6 +371,8 @@ class Actions:
                 f"ungate pod {unit.namespace}/{consumer.name}",
                 lambda: self.ungate(unit.namespace, consumer.name, consumer.uid, directives),
             )
+        elif consumer.kind in WORKLOAD_CONSUMERS:
+            await self.release_workload(unit, pods, directives)
         elif consumer.kind == "PodGroup":
             # Only the pods admitted with it: one labelled into the group
             # afterwards stays gated (DESIGN §13).
@@ -441,8 +448,65 @@ class Actions:
                 continue  # changed between the read and the patch: read again
         raise ApiError(409, "Conflict", f"{what}: kept changing")
 
-    async def hold(self, unit: UnitRecord) -> None:
-        """Suspend a Job again (only Jobs can be held after release)."""
+    async def hold(self, unit: UnitRecord, pods: Sequence[PodRecord] = ()) -> None:
+        """Hold a released consumer again: suspend a Job or a suspend-held
+        workload (taking its placement off), or delete a gate-held
+        workload's pods (its controller makes them again, gated). A plain
+        pod cannot be held after release."""
         consumer = unit.consumer
         if consumer is not None and consumer.kind == "Job":
             await self.set_job_suspend(unit.namespace, consumer.name, consumer.uid, True)
+        elif consumer is not None and consumer.kind in WORKLOAD_CONSUMERS:
+            await self.hold_workload(unit, pods)
+
+    # -- workloads of the integrations (arbiter.integrations) ------------------------
+    async def release_workload(self, unit: UnitRecord, pods: Sequence[PodRecord],
+                               directives: PodDirectives) -> None:
+        """Unsuspend a suspend-held workload with its pool's directives in
+        every pod template, or let go as many of a gate-held one's gated
+        pods as its admitted count leaves room for."""
+        consumer = unit.consumer
+        assert consumer is not None
+        integration = BY_KIND[consumer.kind]
+        what = f"{consumer.kind} {unit.namespace}/{consumer.name}"
+        if integration.hold == "gate":
+            results = await asyncio.gather(
+                *(self.ungate(p.namespace, p.name, p.uid, directives)
+                  for p in to_let_go(unit, pods)), return_exceptions=True)
+            failures = [r for r in results
+                        if isinstance(r, BaseException) and not isinstance(r, ConsumerGone)]
+            if failures:
+                raise failures[0]
+            return
+
+        def ops(obj: Obj) -> list[dict[str, Any]] | None:
+            if not integration.suspended(obj):
+                return None
+            return placed_ops(obj, [pointer(t) for t in integration.templates(obj)],
+                              directives, integration.suspend_ops(False))
+
+        await self._with_retries(f"unsuspend {what}", lambda: self._patch_read(
+            integration.object_path(unit.namespace, consumer.name), consumer.uid, what, ops))
+
+    async def hold_workload(self, unit: UnitRecord, pods: Sequence[PodRecord]) -> None:
+        consumer = unit.consumer
+        assert consumer is not None
+        integration = BY_KIND[consumer.kind]
+        what = f"{consumer.kind} {unit.namespace}/{consumer.name}"
+        if integration.hold == "gate":
+            for pod in pods:
+                if not pod.terminating and pod.phase not in ("Succeeded", "Failed"):
+                    try:
+                        await self.api.delete_guarded(pod_path(pod.namespace, pod.name), pod.uid)
+                    except (NotFound, Conflict):
+                        continue  # gone, or a namesake replaced it
+            return
+
+        def ops(obj: Obj) -> list[dict[str, Any]] | None:
+            if integration.suspended(obj):
+                return None
+            return placed_ops(obj, [pointer(t) for t in integration.templates(obj)],
+                              NOTHING, integration.suspend_ops(True))
+
+        await self._with_retries(f"suspend {what}", lambda: self._patch_read(
+            integration.object_path(unit.namespace, consumer.name), consumer.uid, what, ops))

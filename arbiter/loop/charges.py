@@ -47,12 +47,12 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from arbiter.cache.ownership import ConsumerKey
+from arbiter.cache.ownership import WORKLOAD_CONSUMERS, ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore
 from arbiter.core.model import MAIN_POD_SET, Placement, PodSet, Unit
 from arbiter.core.resources import Resources
-from arbiter.loop.index import LoopIndex
+from arbiter.loop.index import LoopIndex, pod_root
 from arbiter.loop.mirror import EngineMirror, unqueued_key
 
 UnitLookup = Callable[[str], UnitRecord | None]
@@ -68,9 +68,13 @@ def chargeable(store: ClusterStore, pod: PodRecord | None) -> bool:
             and store.is_managed_namespace(pod.namespace))
 
 
-def _consumers_of(pod: PodRecord) -> tuple[ConsumerKey, ...]:
-    """Every consumer whose unit might hold `pod` (checked by uid after)."""
+def _consumers_of(pod: PodRecord, store: ClusterStore) -> tuple[ConsumerKey, ...]:
+    """Every consumer whose unit might hold `pod` (checked by uid after):
+    the workload unit its controller chain reaches first, when one does."""
     keys = [ConsumerKey("Pod", pod.namespace, pod.name)]
+    root = pod_root(store, pod)
+    if root is not None:
+        keys.insert(0, root)
     if pod.pod_group:
         keys.append(ConsumerKey("PodGroup", pod.namespace, pod.pod_group))
     if pod.job_name:
@@ -90,11 +94,17 @@ def _queue_to_charge(store: ClusterStore, holder: UnitRecord | None, pod: PodRec
     return store.resolve_queue(pod.namespace, None) or ""
 
 
-def holds(unit: UnitRecord, pod: PodRecord) -> bool:
-    """Whether `unit` holds `pod`, by uid only."""
+def holds(unit: UnitRecord, pod: PodRecord, store: ClusterStore | None = None) -> bool:
+    """Whether `unit` holds `pod`, by uid only (a workload's unit: by the
+    uids of the pod's controller chain, which `store` follows)."""
     ref = unit.consumer
     if ref is None or unit.namespace != pod.namespace:
         return False
+    if ref.kind in WORKLOAD_CONSUMERS:
+        root = store.root_workload(pod.namespace, pod.owner_kind, pod.owner_uid) \
+            if store is not None else None
+        return root is not None and bool(ref.uid) and root.uid == ref.uid \
+            and root.kind == ref.kind
     if ref.kind == "Pod":
         return ref.name == pod.name and bool(ref.uid) and ref.uid == pod.uid
     if ref.kind == "PodGroup":
@@ -173,8 +183,8 @@ class Charges:
                 if uid not in self._consumers and uid not in self._holder:
                     continue  # never charged, still not: the common case
                 pod = None
-            self._index(uid, pod)
-            holder = self._find_holder(pod, index, unit_of) if pod is not None else None
+            self._index(uid, pod, store)
+            holder = self._find_holder(pod, index, unit_of, store) if pod is not None else None
             old = self._holder.get(uid)
             if holder:
                 units.add(holder)  # its requests may have changed (a resize)
@@ -199,7 +209,7 @@ class Charges:
                 queue = store.resolve_queue(pod.namespace, None) or ""
                 self._charge(store, mirror, uid, pod, queue)
 
-    def _index(self, uid: str, pod: PodRecord | None) -> None:
+    def _index(self, uid: str, pod: PodRecord | None, store: ClusterStore) -> None:
         old = self._consumers.pop(uid, ())
         for key in old:
             members = self._by_consumer.get(key)
@@ -208,7 +218,7 @@ class Charges:
                 if not members:
                     del self._by_consumer[key]
         if pod is not None:
-            keys = _consumers_of(pod)
+            keys = _consumers_of(pod, store)
             self._consumers[uid] = keys
             for key in keys:
                 self._by_consumer[key].add(uid)
@@ -221,11 +231,12 @@ class Charges:
                 del self._held[key]
 
     @staticmethod
-    def _find_holder(pod: PodRecord, index: LoopIndex, unit_of: UnitLookup) -> str:
-        for consumer in _consumers_of(pod):
+    def _find_holder(pod: PodRecord, index: LoopIndex, unit_of: UnitLookup,
+                     store: ClusterStore) -> str:
+        for consumer in _consumers_of(pod, store):
             for key in index.units_for(consumer):
                 unit = unit_of(key)
-                if unit is not None and holds(unit, pod):
+                if unit is not None and holds(unit, pod, store):
                     return key
         return ""
 

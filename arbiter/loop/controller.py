@@ -53,15 +53,18 @@ from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.units import (
     Consumer,
+    Step,
     admission_deadline,
     alternate_name,
     backoff_delay,
     consumer_key,
     decide,
     follows_consumer,
+    gate_workload,
     held,
     spec_drift,
 )
+from arbiter.loop.workloads import to_let_go
 from arbiter.loop.writer import UnitWriter
 
 log = logging.getLogger(__name__)
@@ -309,12 +312,21 @@ class AdmissionController:
             # changed, or a tenant edited the unit): put it back; it is not
             # admitted meanwhile (`_drifted`).
             unit = mine[0]
-            if follows_consumer(unit) and not self.writes.busy(unit.key) \
-                    and not self.writes.outdated(unit):
+            if self.writes.busy(unit.key) or self.writes.outdated(unit):
+                return
+            if follows_consumer(unit):
                 wanted = self.follow.desired(consumer)
                 drift = spec_drift(unit, wanted) if wanted is not None else None
                 if drift is not None:
                     self.writer.update_spec(unit, drift)
+            elif gate_workload(unit) and unit.admitted:
+                # A serving workload resized while admitted (DESIGN §14):
+                # requeued at its new size (scaled to 0: nothing left to admit).
+                wanted = self.follow.desired(consumer)
+                if wanted is None or wanted.pod_sets != unit.pod_sets:
+                    self.writer.step(unit, Step(
+                        "rehold", "Enqueued", "replicas changed while admitted; its pods are "
+                        "made again and wait for the new size to be admitted"))
             return
         desired = self.follow.desired(consumer)
         if desired is None:
@@ -380,6 +392,9 @@ class AdmissionController:
         else:
             step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
                           backoff_until=writes.backoff_end(key))
+        if step.kind == "none" and unit.admitted and gate_workload(unit) \
+                and to_let_go(unit, pods):
+            step = Step("release")  # a pod made after admission (OrderedReady: one by one)
         if step.kind == "none":
             deadline = admission_deadline(unit, self.settings.admission_timeout)
             if deadline is not None:

@@ -23,6 +23,7 @@ from arbiter.base.kubeapi import ApiError, ClusterApi, events_path
 from arbiter.base.ratelimit import TokenBucket
 from arbiter.cache.records import UnitRecord
 from arbiter.core.api import API_VERSION, QUEUE_UNIT, format_rfc3339
+from arbiter.integrations import BY_KIND
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +58,11 @@ def consumer_ref(unit: UnitRecord) -> ObjectRef | None:
     consumer = unit.consumer
     if consumer is None:
         return None
-    if consumer.kind == "Job":
-        return ObjectRef("batch/v1", "Job", unit.namespace, consumer.name, consumer.uid)
-    if consumer.kind == "Pod":
-        return ObjectRef("v1", "Pod", unit.namespace, consumer.name, consumer.uid)
-    return None
+    integration = BY_KIND.get(consumer.kind)
+    if integration is None:
+        return None  # a pod group: no one object to put the Event on
+    return ObjectRef(integration.api_version, integration.kind, unit.namespace,
+                     consumer.name, consumer.uid)
 
 
 def event_object(ref: ObjectRef, type_: str, reason: str, message: str, now: float,

@@ -23,10 +23,11 @@ import time
 
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
-from arbiter.cache.store import ClusterStore, Kind
+from arbiter.cache.store import WORKLOAD_KINDS, ClusterStore, Kind
+from arbiter.loop import workloads
 from arbiter.loop.access import barred
 from arbiter.loop.charges import Charges
-from arbiter.loop.index import LoopIndex, consumer_state, desired_unit
+from arbiter.loop.index import LoopIndex, consumer_state, desired_unit, pod_root
 from arbiter.loop.mirror import EngineMirror, engine_unit, recorded_plan, submitted, unqueued_pod
 from arbiter.loop.units import (
     Consumer,
@@ -79,9 +80,15 @@ class StoreFollower:
         elif kind == "Job":
             namespace, _, name = key.partition("/")
             self.consumers.add(ConsumerKey("Job", namespace, name))
+        elif kind in WORKLOAD_KINDS:
+            namespace, _, name = key.partition("/")
+            record = store.workloads[kind].get(key)
+            self.consumers.update(self.index.workload_consumers(kind, namespace, name))
+            if record is not None:
+                self.consumers.update(workloads.consumers_of(record))
         elif kind == "Pod":
             pod = store.pods.get(key)
-            touched, capacity = self.index.on_pod(key, pod)
+            touched, capacity = self.index.on_pod(key, pod, pod_root(store, pod))
             self.mirror.nodes.on_pod(key, pod)
             self.charges.pod(key)
             self.consumers.update(touched)

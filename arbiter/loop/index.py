@@ -13,10 +13,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from arbiter.cache.ownership import ConsumerKey
+from arbiter.cache.ownership import WORKLOAD_CONSUMERS, ConsumerKey
 from arbiter.cache.records import NodeRecord, PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.resources import Resources
+from arbiter.integrations.lws import GROUP_INDEX_LABEL
+from arbiter.loop import workloads
 from arbiter.loop.units import (
     Consumer,
     DesiredUnit,
@@ -38,6 +40,8 @@ class _PodSeen:
     group: str | None
     # For pods without a queue: what the capacity depends on, else None.
     footprint: tuple[object, ...] | None
+    # The workload unit its controller chain reaches (arbiter.loop.workloads).
+    root: ConsumerKey | None = None
 
 
 class LoopIndex:
@@ -47,13 +51,15 @@ class LoopIndex:
         self._pods: dict[str, _PodSeen] = {}
         self.group_members: dict[tuple[str, str], set[str]] = defaultdict(set)
         self._nodes: dict[str, tuple[Resources, bool, bool]] = {}
+        # (kind, namespace, name) of a workload -> the parts its units stand for.
+        self._parts: dict[tuple[str, str, str], set[str]] = defaultdict(set)
 
     def rebuild(self, store: ClusterStore) -> None:
         self.__init__()  # type: ignore[misc]
         for key, unit in store.units.items():
             self.on_unit(key, unit)
         for uid, pod in store.pods.items():
-            self.on_pod(uid, pod)
+            self.on_pod(uid, pod, pod_root(store, pod))
         for name, node in store.nodes.items():
             self.on_node(name, node)
 
@@ -67,7 +73,8 @@ class LoopIndex:
             if count % chunk == 0:
                 await asyncio.sleep(0)
         for count, uid in enumerate(list(store.pods), start=1):
-            self.on_pod(uid, store.pods.get(uid))
+            pod = store.pods.get(uid)
+            self.on_pod(uid, pod, pod_root(store, pod))
             if count % chunk == 0:
                 await asyncio.sleep(0)
         for name in list(store.nodes):
@@ -85,25 +92,45 @@ class LoopIndex:
                 members.discard(key)
                 if not members:
                     del self.units_by_consumer[old]
+        if old is not None and old.kind in WORKLOAD_CONSUMERS \
+                and not self.units_by_consumer.get(old):
+            parts = self._parts.get((old.kind, old.namespace, old.name))
+            if parts is not None:
+                parts.discard(old.part)
+                if not parts:
+                    del self._parts[(old.kind, old.namespace, old.name)]
         new = consumer_key(unit) if unit is not None else None
         if new is not None:
             self.unit_consumer[key] = new
             self.units_by_consumer[new].add(key)
+            if new.kind in WORKLOAD_CONSUMERS:
+                self._parts[(new.kind, new.namespace, new.name)].add(new.part)
             if new != old:
                 touched.append(new)
         return touched
+
+    def workload_consumers(self, kind: str, namespace: str, name: str) -> list[ConsumerKey]:
+        """The consumers of a workload's existing units (every part)."""
+        return [ConsumerKey(kind, namespace, name, part)
+                for part in self._parts.get((kind, namespace, name), ())]
 
     def units_for(self, consumer: ConsumerKey) -> Iterable[str]:
         return tuple(self.units_by_consumer.get(consumer, ()))
 
     # -- pods ---------------------------------------------------------------------------
-    def on_pod(self, uid: str, pod: PodRecord | None) -> tuple[list[ConsumerKey], bool]:
-        """Record a pod change; returns the consumers to look at again and
-        whether the capacity may have changed (an unmanaged pod came, went,
-        moved, or changed phase or requests)."""
+    def on_pod(self, uid: str, pod: PodRecord | None,
+               root: ConsumerKey | None = None) -> tuple[list[ConsumerKey], bool]:
+        """Record a pod change (`root`: the workload unit its chain reaches);
+        returns the consumers to look at again and whether the capacity may
+        have changed (an unmanaged pod came, went, moved, or changed phase
+        or requests)."""
         touched: list[ConsumerKey] = []
         old = self._pods.pop(uid, None)
+        if root is not None:
+            touched.append(root)
         if old is not None:
+            if old.root is not None and old.root != root:
+                touched.append(old.root)
             touched.append(ConsumerKey("Pod", old.namespace, old.name))
             if old.group is not None:
                 touched.append(ConsumerKey("PodGroup", old.namespace, old.group))
@@ -116,7 +143,7 @@ class LoopIndex:
         if pod is not None:
             if pod.queue is None:
                 footprint = (pod.node_name, pod.phase, pod.requests)
-            self._pods[uid] = _PodSeen(pod.namespace, pod.name, pod.pod_group, footprint)
+            self._pods[uid] = _PodSeen(pod.namespace, pod.name, pod.pod_group, footprint, root)
             if old is None or old.name != pod.name or old.namespace != pod.namespace:
                 touched.append(ConsumerKey("Pod", pod.namespace, pod.name))
             if pod.pod_group is not None:
@@ -153,6 +180,9 @@ class LoopIndex:
             if wants_pod_unit(pod)
         ]
         keys += [ConsumerKey("PodGroup", ns, group) for ns, group in self.group_members]
+        for integration in store.integrations:
+            for record in store.workloads.get(integration.kind, {}).values():
+                keys += workloads.consumers_of(record)
         return keys
 
 
@@ -171,6 +201,11 @@ def consumer_state(
     if key.kind == "Pod":
         pod = store.pod_by_name(key.namespace, key.name)
         return pod_state(pod, ref.uid), ((pod,) if pod is not None else ())
+    if key.kind != "PodGroup":
+        record = workloads.record_of(store, key)
+        pods = () if record is None or record.uid != ref.uid \
+            else workloads.pods_of(store, record, key.part)
+        return workloads.state(record, ref.uid, pods), pods
     pods = tuple(index.group_pods(store, key.namespace, key.name))
     if unit.members:  # admitted: only the pods recorded then are the group's
         pods = tuple(p for p in pods if p.uid in unit.members)
@@ -185,12 +220,22 @@ def desired_unit(
         return None
     if consumer.kind == "Job":
         job = store.jobs.get(f"{consumer.namespace}/{consumer.name}")
-        return job_unit(job, store.priority_classes, store.runtime_classes) \
-            if job is not None else None
+        if job is None or store.root_workload(job.namespace, job.owner_kind, job.owner_uid) \
+                is not None or store.owner_pending(job.owner_kind, job.owner_uid):
+            return None  # a held workload's child (a JobSet's Job): its root's unit
+        return job_unit(job, store.priority_classes, store.runtime_classes)
     if consumer.kind == "Pod":
         pod = store.pod_by_name(consumer.namespace, consumer.name)
-        return pod_unit(pod) if pod is not None else None
-    pods = index.group_pods(store, consumer.namespace, consumer.name)
+        if pod is None or pod_root(store, pod) is not None \
+                or store.owner_pending(pod.owner_kind, pod.owner_uid):
+            return None
+        return pod_unit(pod)
+    if consumer.kind != "PodGroup":
+        return workloads.desired(store, consumer, store.priority_classes)
+    # A workload's pods are its unit's, whatever group label they carry (an
+    # OrderedReady StatefulSet never fills a group: it would wait for ever).
+    pods = [p for p in index.group_pods(store, consumer.namespace, consumer.name)
+            if pod_root(store, p) is None and not store.owner_pending(p.owner_kind, p.owner_uid)]
     return group_unit(consumer.namespace, consumer.name, pods)
 
 
@@ -202,4 +247,18 @@ def consumer_uid(store: ClusterStore, consumer: ConsumerKey) -> str | None:
     if consumer.kind == "Pod":
         pod = store.pod_by_name(consumer.namespace, consumer.name)
         return pod.uid if pod is not None else None
+    if consumer.kind != "PodGroup":
+        record = workloads.record_of(store, consumer)
+        return record.uid if record is not None else None
     return ""
+
+
+def pod_root(store: ClusterStore, pod: PodRecord | None) -> ConsumerKey | None:
+    """The workload unit a pod's controller chain reaches (by uid), if any."""
+    if pod is None or not pod.owner_uid:
+        return None
+    root = store.root_workload(pod.namespace, pod.owner_kind, pod.owner_uid)
+    if root is None:
+        return None
+    part = root.integration.unit_of_pod({GROUP_INDEX_LABEL: pod.group_index})
+    return ConsumerKey(root.kind, root.namespace, root.name, part)

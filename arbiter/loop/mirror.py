@@ -324,6 +324,10 @@ def submitted(store: ClusterStore, unit: UnitRecord, pods: tuple[PodRecord, ...]
         job = store.jobs.get(f"{unit.namespace}/{ref.name}")
         if job is not None and job.created:
             return job.created
+    elif ref is not None and ref.kind in store.workloads:
+        workload = store.workloads[ref.kind].get(f"{unit.namespace}/{ref.name}")
+        if workload is not None and workload.uid == ref.uid and workload.created:
+            return workload.created
     elif pods:
         first = min(p.created for p in pods)
         if first:

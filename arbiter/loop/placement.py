@@ -26,7 +26,7 @@ and nothing is written over a newer version.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,12 +179,27 @@ def _spec_ops(base: str, spec: Mapping[str, Any], directives: PodDirectives,
 def job_release_ops(job: Mapping[str, Any], directives: PodDirectives) -> list[Op]:
     """Unsuspend a Job, giving its pod template the pool's directives in
     place of those an earlier release gave it, and recording them."""
-    meta = job.get("metadata") or {}
+    return placed_ops(job, ("/spec/template",), directives,
+                      [{"op": "add", "path": "/spec/suspend", "value": False}])
+
+
+def placed_ops(obj: Mapping[str, Any], templates: Sequence[str], directives: PodDirectives,
+               then: list[Op]) -> list[Op]:
+    """Give every pod template of `obj` (JSON Pointers to PodTemplateSpecs)
+    the directives in place of what an earlier release gave them, record
+    that in the `arbiter.dev/placed` annotation, then `then` (the
+    unsuspend). With no directives it only takes the earlier ones off
+    (a workload held again)."""
+    meta = obj.get("metadata") or {}
     annotations = meta.get("annotations")
     annotations = annotations if isinstance(annotations, Mapping) else {}
-    template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
     earlier = Placed.from_annotation(annotations.get(PLACED_ANNOTATION))
-    ops, placed = _spec_ops("/spec/template/spec", template, directives, earlier)
+    ops: list[Op] = []
+    placed = Placed({}, {}, [])
+    for base in templates:
+        spec = _at(obj, base)
+        spec_ops, placed = _spec_ops(f"{base}/spec", spec, directives, earlier)
+        ops += spec_ops
     record = f"/metadata/annotations/{_pointer(PLACED_ANNOTATION)}"
     if placed:
         if annotations:
@@ -194,7 +209,22 @@ def job_release_ops(job: Mapping[str, Any], directives: PodDirectives) -> list[O
                         "value": {PLACED_ANNOTATION: placed.to_annotation()}})
     elif PLACED_ANNOTATION in annotations:
         ops.append({"op": "remove", "path": record})
-    return [*_guards(job), *ops, {"op": "add", "path": "/spec/suspend", "value": False}]
+    return [*_guards(obj), *ops, *then]
+
+
+def _at(obj: Mapping[str, Any], template: str) -> Mapping[str, Any]:
+    """The pod spec of the template at JSON Pointer `template` ({} when absent)."""
+    node: Any = obj
+    for step in template.strip("/").split("/"):
+        step = step.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, list) and step.isdigit() and int(step) < len(node):
+            node = node[int(step)]
+        elif isinstance(node, Mapping):
+            node = node.get(step)
+        else:
+            return {}
+    spec = node.get("spec") if isinstance(node, Mapping) else None
+    return spec if isinstance(spec, Mapping) else {}
 
 
 def pod_release_ops(pod: Mapping[str, Any], directives: PodDirectives) -> list[Op] | None:

@@ -48,6 +48,7 @@ from typing import Any
 
 from arbiter.base import metrics
 from arbiter.base.kubeapi import ApiError
+from arbiter.cache.ownership import WORKLOAD_CONSUMERS
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.api import parse_rfc3339
 from arbiter.core.engine.tree import has_hierarchy
@@ -72,7 +73,7 @@ from arbiter.loop.events import EventSink
 from arbiter.loop.evict import Evictor
 from arbiter.loop.inflight import EVICTION_TTL, Evictions, InFlightWrites
 from arbiter.loop.mirror import EngineMirror, unqueued_pod
-from arbiter.loop.units import Consumer, consumer_key
+from arbiter.loop.units import Consumer, consumer_key, gate_workload
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +373,8 @@ async def carry_out(loop: LoopAccess, reclaimer: Reclaimer, victim: Victim,
                 return
             state, pods = loop.consumer(record)
             consumer = record.consumer
-            if consumer is None or consumer.kind == "Job":
+            if consumer is None or consumer.kind == "Job" or (
+                    consumer.kind in WORKLOAD_CONSUMERS and not gate_workload(record)):
                 await _requeue(loop, reclaimer, evictor, victim, record, state, message)
             else:
                 await _evict(loop, reclaimer, evictor, victim, record, pods, message)
@@ -463,7 +465,12 @@ async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
                 f"{message}; eviction of pod(s) {', '.join(blocked)} blocked by a "
                 f"PodDisruptionBudget, retrying in {delay:.0f}s")
         return
-    written = await evictor.end(record, f"{message}; evicted")
+    if gate_workload(record):
+        # Serving (DESIGN §14): its controller makes the pods again, gated,
+        # and they wait for the unit's next admission; nothing failed.
+        written = await evictor.requeue(record, f"{message}; evicted and requeued")
+    else:
+        written = await evictor.end(record, f"{message}; evicted")
     if written is not None:
         loop.writes.assume(written.record)
         record = written.record

@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
-from arbiter.cache.ownership import ConsumerKey, ConsumerKind, gate_consumer
+from arbiter.cache.ownership import (
+    WORKLOAD_CONSUMERS,
+    ConsumerKey,
+    gate_consumer,
+    workload_key,
+)
 from arbiter.cache.records import (
     JobRecord,
     PodRecord,
@@ -50,6 +55,7 @@ from arbiter.core.api import (
 from arbiter.core.api import unit_name as api_unit_name
 from arbiter.core.model import MAIN_POD_SET, demand_of
 from arbiter.core.resources import EMPTY, Resources
+from arbiter.integrations import BY_KIND
 
 # consumerRef.apiVersion of a pod group: there is no such object, the
 # kind names the label that gathers its pods.
@@ -57,10 +63,11 @@ POD_GROUP_API_VERSION = API_VERSION
 
 
 def consumer_key(unit: UnitRecord) -> ConsumerKey | None:
-    if unit.consumer is None or unit.consumer.kind not in ("Job", "Pod", "PodGroup"):
+    if unit.consumer is None:
         return None
-    kind: ConsumerKind = unit.consumer.kind  # type: ignore[assignment]
-    return ConsumerKey(kind, unit.namespace, unit.consumer.name)
+    if unit.consumer.kind not in ("Job", "Pod", "PodGroup"):
+        return workload_key(unit)
+    return ConsumerKey(unit.consumer.kind, unit.namespace, unit.consumer.name)
 
 
 # -- desired units ------------------------------------------------------------------
@@ -309,7 +316,9 @@ def follows_consumer(unit: UnitRecord) -> bool:
     ref = unit.consumer
     if ref is None or unit.phase != "Enqueued":
         return False
-    return ref.kind == "Job" or (ref.kind in ("Pod", "PodGroup") and unit.admissions == 0)
+    if ref.kind in POD_KINDS:
+        return unit.admissions == 0
+    return ref.kind == "Job" or ref.kind in WORKLOAD_CONSUMERS
 
 
 def group_members(unit: UnitRecord, pods: Iterable[PodRecord]) -> tuple[str, ...]:
@@ -393,8 +402,10 @@ def group_state(pods: Iterable[PodRecord]) -> Consumer:
 Disposition = Literal["pending", "admitted"] | None
 # "checked" / "requeue" / "reject": a Reserved unit's admission checks
 # passed, asked for a retry, or rejected it (arbiter.loop.checks).
+# "rehold": a serving workload resized while admitted goes back to Enqueued
+# and its pods are made again (arbiter.loop.workloads).
 StepKind = Literal["none", "phase", "release", "hold", "backoff", "checked", "requeue",
-                   "reject"]
+                   "reject", "rehold"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +431,14 @@ def pods_unit(unit: UnitRecord) -> bool:
     """A plain pod's or a pod group's unit (its consumer is released by
     lifting gates, which cannot be put back)."""
     return unit.consumer is not None and unit.consumer.kind in POD_KINDS
+
+
+def gate_workload(unit: UnitRecord) -> bool:
+    """A unit of a workload held by gating its pods (StatefulSet, LWS):
+    its pods come and go while it is admitted, each let go as it comes."""
+    ref = unit.consumer
+    return ref is not None and ref.kind in WORKLOAD_CONSUMERS \
+        and BY_KIND[ref.kind].hold == "gate"
 
 
 def held(unit: UnitRecord, consumer: Consumer) -> Consumer:
@@ -460,8 +479,8 @@ def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
 def admission_deadline(unit: UnitRecord, timeout: float) -> float | None:
     """When an admitted unit whose work has not started goes to backoff: a
     Job with no pod ready, a pod (group) with no pod bound to a node."""
-    if unit.phase != "Dequeued" or unit.consumer is None \
-            or unit.consumer.kind not in ("Job", *POD_KINDS):
+    if unit.phase != "Dequeued" or unit.consumer is None or unit.consumer.kind not in (
+            "Job", *POD_KINDS, *WORKLOAD_CONSUMERS):
         return None
     allocated = parse_rfc3339(unit.last_allocate_time)
     return None if allocated is None else allocated + timeout
@@ -516,6 +535,10 @@ def decide(
             return Step("release")
         return NOTHING
     if phase == "Running":
+        if consumer is Consumer.HELD and gate_workload(unit):
+            # Its pods were made again (a rolling update, a deleted pod):
+            # still admitted, they are let go again.
+            return Step("release")
         if consumer is Consumer.HELD:
             return Step("phase", "Enqueued", "suspended outside arbiter; requeued")
         return NOTHING

@@ -27,7 +27,14 @@ from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision
 from arbiter.loop.events import EventSink
 from arbiter.loop.inflight import TERMINATING_HOLD, InFlightWrites
-from arbiter.loop.units import Consumer, DesiredUnit, Step, consumer_key, group_members
+from arbiter.loop.units import (
+    POD_KINDS,
+    Consumer,
+    DesiredUnit,
+    Step,
+    consumer_key,
+    group_members,
+)
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +239,13 @@ class UnitWriter:
                 await self._release(unit)
             elif step.kind == "hold":
                 await self._hold(unit)
+            elif step.kind == "rehold":
+                # A serving workload resized while admitted: requeued at its
+                # new size, its pods made again gated.
+                written = await self._set_phase(unit, "Enqueued", step.message)
+                if written is not None:
+                    log_decision("requeue", written.record, step.message)
+                    await self._hold(written.record)
             elif step.kind == "phase" and step.phase is not None:
                 written = await self._set_phase(unit, step.phase, step.message)
                 if written is not None and step.phase == "Enqueued":
@@ -303,14 +317,15 @@ class UnitWriter:
 
     async def _hold(self, unit: UnitRecord) -> None:
         key = consumer_key(unit)
-        state, _ = self.consumer(unit)
+        state, pods = self.consumer(unit)
         try:
-            await self.actions.hold(unit)
+            await self.actions.hold(unit, pods)
         except ConsumerGone:
             if key is not None:
                 self.writes.override(key, Consumer.MISSING, state)
             return
         self.writes.succeeded(unit.key)
-        if key is not None and key.kind == "Job" \
+        if key is not None and key.kind not in POD_KINDS \
                 and state in (Consumer.RELEASED, Consumer.RUNNING):
-            self.writes.override(key, Consumer.HELD, state)  # only a Job is held again
+            # A Job or workload is held again (a plain pod's gate cannot come back).
+            self.writes.override(key, Consumer.HELD, state)

@@ -39,6 +39,7 @@ from aiohttp import web
 
 from arbiter.base.httpserve import HANDLER_ARGS, GuardedSite, ListenerLimits
 from arbiter.cache.store import ClusterStore
+from arbiter.integrations import enabled as enabled_integrations
 from arbiter.jobflow.controller import run_leader as run_jobflow_controller
 from arbiter.loop import namespaces as managed_namespaces
 from arbiter.loop.controller import LoopSettings
@@ -258,7 +259,8 @@ async def serve(config: ServeConfig, *, api: Any | None = None,
                 install_signals: bool = True) -> None:
     """Run the server until SIGTERM/SIGINT (or ctx.stopping), then stop gracefully."""
     store = ClusterStore(excluded_namespaces=frozenset(excluded_namespaces(config)),
-                         managed_mode=config.managed_namespaces)
+                         managed_mode=config.managed_namespaces,
+                         integrations=enabled_integrations(config.integrations))
     owns_api = api is None
     lease_api = None
     if api is None:

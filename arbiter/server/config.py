@@ -7,6 +7,7 @@ from pathlib import Path
 
 from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
 from arbiter.core.api import ManagedNamespaces
+from arbiter.integrations import DEFAULT_NAMES as DEFAULT_INTEGRATIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,8 @@ class ServeConfig:
     # and those labelled arbiter.dev/managed: "false"; or only those "listed"
     # (admitted by a Queue, or labelled arbiter.dev/managed: "true").
     managed_namespaces: ManagedNamespaces = "all"
+    # Workload integrations switched on (arbiter.integrations; DESIGN §14).
+    integrations: tuple[str, ...] = DEFAULT_INTEGRATIONS
     overcommit: float = 1.0
     leader_elect: bool = True
     lease_name: str = "kube-arbiter"

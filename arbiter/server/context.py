@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from arbiter.base.kubeapi import ApiError, self_usernames
 from arbiter.base.metrics import REGISTRY
 from arbiter.cache.store import KINDS, ClusterStore
-from arbiter.cache.watch import run_watchers
+from arbiter.cache.watch import RESOURCES, run_watchers, workload_resources
 from arbiter.loop.runtime import Leadership
 from arbiter.server.config import ServeConfig
 from certs.manager import CertManager
@@ -116,7 +116,7 @@ def add_metrics_route(app: web.Application) -> None:
 async def watch_cluster(ctx: ServerContext) -> None:
     if ctx.api is None:
         return
-    await run_watchers(ctx.api, ctx.store)
+    await run_watchers(ctx.api, ctx.store, (*RESOURCES, *workload_resources(ctx.store)))
 
 
 async def _publish_ca(ctx: ServerContext, ca_pem: bytes) -> None:

@@ -32,8 +32,13 @@ _KINDS: dict[str, Kind] = {
     "runtimeclasses": "RuntimeClass",
     "pools": "Pool",
     "admissionchecks": "AdmissionCheck",
+    "jobsets": "JobSet",
+    "statefulsets": "StatefulSet",
+    "leaderworkersets": "LeaderWorkerSet",
+    "deployments": "Deployment",
 }
-_STATUS_KINDS = {"queues", "queueunits", "jobs", "pods", "nodes", "pools", "admissionchecks"}
+_STATUS_KINDS = {"queues", "queueunits", "jobs", "pods", "nodes", "pools", "admissionchecks",
+                 "jobsets", "statefulsets", "leaderworkersets", "deployments"}
 
 # A hook may refuse a request: (method, path, body) -> an error to raise, or None.
 Hook = Callable[[str, str, Any], ApiError | None]

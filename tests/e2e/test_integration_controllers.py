@@ -12,11 +12,13 @@ defaulting webhooks fill in, so a webhook that does not answer fails here.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from arbiter.core.api import MANAGED_LABEL
+from arbiter.integrations import parse_names
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
 from tests.e2e.helpers import create, delete_tenants, get, namespace, unique_name, wait_for
 
@@ -119,3 +121,13 @@ def test_leaderworkerset_makes_its_groups(cluster: Sandbox, unmanaged: str) -> N
     wait_for("the LWS reports 2 ready groups", lambda: (get(
         cluster, "leaderworkerset", name, "-n", unmanaged).get("status") or {}).get(
             "readyReplicas") == 2)
+
+
+def test_arbiter_queues_the_kinds_the_sandbox_runs(cluster: Sandbox) -> None:
+    record = cluster.processes()["arbiter"]
+    flag = record.args[record.args.index("--integrations") + 1]
+    assert parse_names(flag) == ("statefulset", "deployment", "jobset", "lws")
+    # It watches them: each kind listed (a missing CRD would be reported instead).
+    log = Path(record.log).read_text(errors="replace")
+    for kind in ("JobSet", "LeaderWorkerSet", "StatefulSet"):
+        assert f'"listed","kind":"{kind}"' in log, kind

@@ -84,6 +84,8 @@ class LoopSettings:
     resync_interval: float = 600.0
     # Consumers + units one cycle looks at before yielding the event loop.
     batch: int = 500
+    # A replica that does not lead keeps the engine warm (arbiter.loop.standby).
+    warm_standby: bool = True
     retry_base: float = 1.0
     retry_max: float = 60.0
     # Status writes: one object at most once per interval, all together
@@ -124,6 +126,7 @@ class AdmissionController:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         identity: str = "",
+        follow: StoreFollower | None = None,
     ) -> None:
         self.store = store
         self.settings = settings or LoopSettings()
@@ -133,8 +136,11 @@ class AdmissionController:
         self.rng = rng or random.Random()
         # The engine and what keeps it in step with the store (shared with
         # the debug view of replicas that do not lead); what the next cycle
-        # must look at is the follower's.
-        self.follow = StoreFollower(store, self.settings.overcommit)
+        # must look at is the follower's. A warm one (a standby's, kept in
+        # step while this replica did not lead) has every unit placed
+        # already: admission starts at once (`run`).
+        self.follow = follow or StoreFollower(store, self.settings.overcommit)
+        self.warm = follow is not None and follow.indexed
         self.mirror = self.follow.mirror
         self.charges = self.follow.charges
         self.check_states = CheckStateGauge()
@@ -416,7 +422,13 @@ class AdmissionController:
         self.start_listening()
         status = asyncio.get_running_loop().create_task(self.publisher.run())
         try:
-            await self.resync(reindex=True)
+            if self.warm:
+                # Every unit is in the engine as the store says: admit now,
+                # looking at each again (steps, creations) over the next cycles.
+                self.warming = False
+                await self.resync()
+            else:
+                await self.resync(reindex=True)
             while True:
                 if self.clock() >= self._next_resync:
                     await self.resync()  # the safety net: everything looked at again

@@ -3,9 +3,11 @@ that `arbiter.server.app` starts with every dependency passed by keyword).
 
 Every replica runs `run_admission`: it waits for the first full cache sync,
 then campaigns for the Lease; only while it leads does an
-`AdmissionController` run (a fresh one each time it becomes leader, which
-rebuilds everything from the cache), with the other leader-only tasks
-beside it. Without an election it just leads.
+`AdmissionController` run (a fresh one each time it becomes leader), with
+the other leader-only tasks beside it. Meanwhile a standby keeps an engine
+warm (`arbiter.loop.standby`) that the new controller starts from, so it
+admits at once; a replica that stops leading drops its controller's engine
+and warms a fresh one. Without an election it just leads.
 
 This module knows nothing of the server: what it needs comes in as
 arguments, and what others read (the running controller, for the debug
@@ -29,6 +31,7 @@ from arbiter.cache.store import ClusterStore
 from arbiter.loop.controller import AdmissionController, LoopSettings
 from arbiter.loop.events import EventRecorder
 from arbiter.loop.leader import LeaderElector, LeaseTiming
+from arbiter.loop.standby import WarmStandby
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +87,20 @@ async def run_admission(*, api: Any | None, store: ClusterStore, settings: LoopS
     recorder = EventRecorder(kube, instance=identity, qps=event_qps)
     sender = asyncio.get_running_loop().create_task(recorder.run())
 
+    standby: WarmStandby | None = None
+
+    def stand_by() -> None:
+        nonlocal standby
+        if election is not None and settings.warm_standby:
+            standby = WarmStandby(store, settings.overcommit)
+            standby.start()
+
     async def lead() -> None:
+        nonlocal standby
+        follow = await standby.take() if standby is not None else None
+        standby = None
         controller = AdmissionController(store, kube, settings, events=recorder,
-                                         identity=identity)
+                                         identity=identity, follow=follow)
         leadership.controller = controller
         log.info("admission loop started", extra={"identity": identity})
         others = [asyncio.create_task(task(), name=name) for name, task in leader_tasks.items()]
@@ -98,7 +112,9 @@ async def run_admission(*, api: Any | None, store: ClusterStore, settings: LoopS
             await asyncio.gather(*others, return_exceptions=True)
             leadership.controller = None
             log.info("admission loop stopped", extra={"identity": identity})
+            stand_by()  # a fresh follower: the controller's holds its own writes' guesses
 
+    stand_by()
     try:
         if election is not None:
             elector = LeaderElector(KubeApi(lease_api) if lease_api is not None else kube,

@@ -10,13 +10,15 @@ logging to `DIR/logs/<component>.log`:
 - etcd (plain HTTP on loopback, data in `DIR/etcd`),
 - kube-apiserver (RBAC + Node authorization, service accounts, admission
   webhooks on; serving on a free port of 127.0.0.1),
-- kube-controller-manager (job, garbage collector, namespace, service
-  account and service-account token controllers; no node lifecycle, so fake
-  nodes never get evicted),
+- kube-controller-manager (job, statefulset, deployment, replicaset,
+  garbage collector, namespace, service account and service-account token
+  controllers; no node lifecycle, so fake nodes never get evicted),
 - kube-scheduler (with arbiter as its extender unless `arbiter=False`;
   see `config.scheduler_config`),
 - kwok, faking N nodes and their pods' lifecycles,
-- the arbiter server from this checkout (`python -m arbiter serve`),
+- the arbiter server from this checkout (`python -m arbiter serve`), with
+  `--integrations` naming StatefulSet, Deployment and the integration
+  controllers that run (started later on a running sandbox, they restart it),
 - when asked (`up(integrations=["jobset", "lws"])`; the CLI's `up` runs
   all by default), the JobSet and LeaderWorkerSet controllers with their
   CRDs and webhooks, built from their Go modules (`integrations`).

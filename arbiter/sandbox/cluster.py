@@ -33,6 +33,7 @@ from arbiter.sandbox.probe import (
     http_get,
     log_tails,
     probe_process,
+    ready_count,
     unverified_context,
     verified_context,
     wait_until,
@@ -338,10 +339,18 @@ class Sandbox:
         self._install_crds([path for launch in launches for path in launch.crd_files])
         self._spawn_integrations(launches)
         self._await_integrations(launches, time.monotonic() + timeout)
+        primary = self.processes().get(ARBITER_PRIMARY)
+        if launches and primary is not None and process.is_running(primary):
+            # Its --integrations lacks these kinds: restart it (same extra flags).
+            self.stop_arbiter()
+            self.start_arbiter(components.extra_arbiter_args(primary.args))
+
+    def running(self) -> set[str]:
+        """The names of the recorded processes that run."""
+        return {name for name, record in self.processes().items() if process.is_running(record)}
 
     def _prepare_integrations(self, names: Sequence[str]) -> list[integrations.Launch]:
-        running = {name for name, record in self.processes().items()
-                   if process.is_running(record)}
+        running = self.running()
         return [integrations.prepare(name, self.dir / "integrations" / name, self.pki,
                                      self.dir / "kubeconfigs" / f"{name}.conf")
                 for name in names if name not in running]
@@ -420,7 +429,7 @@ class Sandbox:
             client_ca=self.pki.ca_cert, port=port,
             kubeconfig=self.dir / "kubeconfigs" / "kube-arbiter.conf",
             cert_dir=self.arbiter_cert_dir, webhook_port=primary, namespace=ARBITER_NAMESPACE,
-            extra_args=extra_args)
+            integrations=integrations.arbiter_integrations(self.running()), extra_args=extra_args)
         record = self._spawn(name, args, ports={"https": port, "extender": extender_port,
                                                 "metrics": metrics_port},
                              health_url=f"https://127.0.0.1:{port}/readyz",
@@ -495,15 +504,9 @@ class Sandbox:
     def ready_nodes(self) -> int:
         label = f"{config.NODE_LABEL[0]}%3D{config.NODE_LABEL[1]}"
         try:
-            nodes = self.api_get(f"/api/v1/nodes?labelSelector={label}")
+            return ready_count(self.api_get(f"/api/v1/nodes?labelSelector={label}"))
         except SandboxError:
             return 0
-        ready = 0
-        for node in nodes.get("items", []):
-            conditions = node.get("status", {}).get("conditions", [])
-            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-                ready += 1
-        return ready
 
     def status(self) -> list[ComponentStatus]:
         result = []
@@ -530,11 +533,8 @@ class Sandbox:
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of each running sandbox process."""
-        return {
-            name: process.rss_bytes(record.pid)
-            for name, record in self.processes().items()
-            if process.is_running(record)
-        }
+        records = self.processes()
+        return {name: process.rss_bytes(records[name].pid) for name in self.running()}
 
     def _wait(self, what: str, check: Callable[[], bool], deadline: float,
               watch: Sequence[str] | None = None) -> None:
@@ -589,11 +589,10 @@ class Sandbox:
         """
         with self._locked():
             self._state = self._load_state()
-            was_running = [n for n, r in self.processes().items() if process.is_running(r)]
+            was_running = sorted(self.running(), key=list(self.processes()).index)
             self._stop_all()
-            survivors = [n for n, r in self.processes().items() if process.is_running(r)]
-            if survivors:
-                raise SandboxError(f"could not stop: {', '.join(survivors)}")
+            if survivors := self.running():
+                raise SandboxError(f"could not stop: {', '.join(sorted(survivors))}")
             self._remove_managed()
             self._state = {}
             return was_running

@@ -27,8 +27,11 @@ KCM_CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "ttl-after-finished-controller",
-    # LeaderWorkerSet runs each group as StatefulSets (`integrations`).
+    # The workloads arbiter integrates: StatefulSets (also how LeaderWorkerSet
+    # runs each group, `integrations`) and Deployments with their ReplicaSets.
     "statefulset-controller",
+    "deployment-controller",
+    "replicaset-controller",
 )
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -156,12 +159,13 @@ def kwok_args(binary: Path, kubeconfig: Path, port: int, stages: Sequence[Path])
 
 def arbiter_args(*, kubeconfig: Path, port: int, extender_port: int, metrics_port: int,
                  client_ca: Path, cert_dir: Path, webhook_port: int, namespace: str,
-                 extra_args: Sequence[str]) -> list[str]:
+                 integrations: Sequence[str], extra_args: Sequence[str]) -> list[str]:
     """`arbiter serve` on 127.0.0.1:`port`, its extender on `extender_port`
     answering only clients whose certificate `client_ca` signed
     (kube-scheduler's), and metrics with the debug API and the web view
     (loopback: everything here is local) on `metrics_port`; the webhook configurations point at
-    `webhook_port` (the primary replica's)."""
+    `webhook_port` (the primary replica's). `integrations`: the workload
+    kinds it queues (`--integrations`; `extra_args` may override it)."""
     return [
         *arbiter_command(), "serve",
         "--kubeconfig", str(kubeconfig),
@@ -174,9 +178,15 @@ def arbiter_args(*, kubeconfig: Path, port: int, extender_port: int, metrics_por
         "--web-view", "loopback",
         "--cert-dir", str(cert_dir),
         "--webhook-url", f"https://127.0.0.1:{webhook_port}",
+        "--integrations", ",".join(integrations),
         "--namespace", namespace,
         *extra_args,
     ]
+
+
+def extra_arbiter_args(args: Sequence[str]) -> list[str]:
+    """The `extra_args` an `arbiter_args` command line was made with."""
+    return list(args[list(args).index("--namespace") + 2:])
 
 
 def arbiter_env(extra: dict[str, str] | None) -> dict[str, str]:

@@ -50,6 +50,16 @@ INTEGRATIONS = {
     "jobset": Integration(JOBSET, "config.jobset.x-k8s.io/v1alpha1"),
     "lws": Integration(LWS, "config.lws.x-k8s.io/v1alpha1"),
 }
+# Kinds arbiter integrates whose controllers kube-controller-manager runs.
+BUILT_IN = ("statefulset", "deployment")
+
+
+def arbiter_integrations(running: Iterable[str]) -> tuple[str, ...]:
+    """arbiter's `--integrations` when the processes `running` run: the
+    built-in kinds and those whose controller the sandbox started (a kind
+    without its CRD would only be reported as missing)."""
+    started = set(running)
+    return (*BUILT_IN, *(name for name in INTEGRATIONS if name in started))
 
 
 def parse(text: str) -> tuple[str, ...]:

@@ -109,6 +109,13 @@ def established(crd: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
+def ready_count(nodes: Mapping[str, Any]) -> int:
+    """How many Nodes of a NodeList have their Ready condition True."""
+    return sum(1 for node in nodes.get("items", [])
+               if any(c.get("type") == "Ready" and c.get("status") == "True"
+                      for c in node.get("status", {}).get("conditions", [])))
+
+
 def tail(path: Path, lines: int) -> str:
     """The last `lines` lines of a log file (read from its end)."""
     try:

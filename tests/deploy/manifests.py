@@ -47,3 +47,8 @@ def container(deployment: Obj) -> Obj:
 def env(deployment: Obj) -> dict[str, str]:
     """The container's plain (value) environment variables."""
     return {e["name"]: e["value"] for e in container(deployment).get("env", []) if "value" in e}
+
+
+def yaml_blocks(page: Path) -> list[str]:
+    """The ```yaml blocks of a Markdown page, in order."""
+    return [block.split("```", 1)[0] for block in page.read_text().split("```yaml\n")[1:]]

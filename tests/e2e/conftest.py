@@ -27,6 +27,8 @@ from arbiter.sandbox import NodeShape, Sandbox
 pytest.register_assert_rewrite("tests.e2e.helpers")
 
 E2E_NODES = NodeShape(count=10, cpu="1", memory="8Gi")
+# The integration tests' sandbox (`integrated`): tests/e2e/workloads.py.
+INTEGRATED_NODES = NodeShape(count=8, cpu="1", memory="8Gi")
 _HERE = Path(__file__).resolve().parent
 # The session's sandbox, for failure reports (a hook cannot request fixtures).
 _ACTIVE: list[Sandbox] = []
@@ -48,7 +50,10 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.failed and _ACTIVE and item.get_closest_marker("e2e") is not None:
-        report.sections.append(("sandbox logs (last 25 lines each)", _ACTIVE[-1].log_tails(25)))
+        # The sandbox the test used, when it names one (two may run).
+        used = [v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Sandbox)]
+        report.sections.append(("sandbox logs (last 25 lines each)",
+                                (used or _ACTIVE)[-1].log_tails(25)))
     return report
 
 
@@ -66,12 +71,25 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         return
 
     with_arbiter = os.environ.get("ARBITER_E2E_NO_ARBITER", "") not in ("1", "true", "yes")
-    instance = Sandbox(tmp_path_factory.mktemp("sandbox"))
+    yield from _started(Sandbox(tmp_path_factory.mktemp("sandbox")), E2E_NODES,
+                        arbiter=with_arbiter)
+
+
+@pytest.fixture(scope="session")
+def integrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """A second sandbox, with the JobSet and LeaderWorkerSet controllers and
+    arbiter queueing them, for the test_integration_* files (shared when they
+    run in one session); torn down afterwards."""
+    yield from _started(Sandbox(tmp_path_factory.mktemp("integrated")), INTEGRATED_NODES,
+                        integrations=("jobset", "lws"))
+
+
+def _started(instance: Sandbox, shape: NodeShape, **up: Any) -> Iterator[Sandbox]:
     _ACTIVE.append(instance)
     try:
         failure = None
         try:
-            instance.up(E2E_NODES, arbiter=with_arbiter)
+            instance.up(shape, **up)
         except Exception as error:
             failure = f"the sandbox did not come up: {error}\n\n{instance.log_tails(40)}"
         if failure is not None:

@@ -247,6 +247,26 @@ def admissions(unit: dict[str, Any]) -> list[dict[str, Any]]:
 # -- scenarios: queues competing on a quiet cluster --------------------------------------
 
 
+def reservation(name: str, ns: str, queue_name: str, count: int) -> dict[str, Any]:
+    """A QueueUnit without a consumer: `count` CPUs held while it is admitted."""
+    return {"apiVersion": "arbiter.dev/v1alpha1", "kind": "QueueUnit",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"queue": queue_name, "podSets": [
+                {"name": "main", "count": count, "requests": {"cpu": "1"}}]}}
+
+
+def hold_cluster(sandbox: Sandbox, ns: str, queue_name: str, cpus: int = CPUS) -> None:
+    """Take `cpus` CPUs (all, by default) with a reservation (until `let_go`)."""
+    create(sandbox, reservation("hold", ns, queue_name, cpus))
+    wait_for("the reservation admitted", lambda: (get(sandbox, "queueunit", "hold", "-n", ns)
+                                                  .get("status") or {}).get("phase") == "Dequeued")
+
+
+def let_go(sandbox: Sandbox, ns: str) -> None:
+    sandbox.kubectl("delete", "queueunit", "hold", "-n", ns)
+
+
+
 @contextmanager
 def scenario(sandbox: Sandbox, queues: dict[str, dict[str, Any]],
              namespaces: list[str]) -> Iterator[None]:

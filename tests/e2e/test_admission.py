@@ -28,9 +28,11 @@ from tests.e2e.helpers import (
     create,
     debug_queues,
     get,
+    hold_cluster,
     job,
     job_complete,
     lease_holder,
+    let_go,
     metrics,
     pod,
     released,
@@ -43,24 +45,6 @@ from tests.e2e.helpers import (
 )
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def reservation(name: str, ns: str, queue_name: str, count: int) -> dict[str, Any]:
-    return {"apiVersion": "arbiter.dev/v1alpha1", "kind": "QueueUnit",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"queue": queue_name, "podSets": [
-                {"name": "main", "count": count, "requests": {"cpu": "1"}}]}}
-
-
-def hold_cluster(sandbox: Sandbox, ns: str, queue_name: str, cpus: int = CPUS) -> None:
-    """Take `cpus` CPUs (all, by default) with a reservation (until `let_go`)."""
-    create(sandbox, reservation("hold", ns, queue_name, cpus))
-    wait_for("the reservation admitted", lambda: (get(sandbox, "queueunit", "hold", "-n", ns)
-                                                  .get("status") or {}).get("phase") == "Dequeued")
-
-
-def let_go(sandbox: Sandbox, ns: str) -> None:
-    sandbox.kubectl("delete", "queueunit", "hold", "-n", ns)
 
 
 def fairshare(sandbox: Sandbox, mine: dict[str, tuple[dict[str, Any], int]]) -> dict[str, Any]:

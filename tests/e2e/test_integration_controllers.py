@@ -4,42 +4,40 @@ does not manage, a JobSet runs its child Jobs to completion and a
 LeaderWorkerSet makes its leader and worker StatefulSets and pods, on the
 real JobSet and LWS managers with their webhooks, on kwok's nodes.
 
-Its own sandbox (4 nodes x 4 CPU, both controllers); the objects leave out
-what the controllers' defaulting webhooks fill in, so a webhook that does
-not answer fails here.
+On the `integrated` sandbox (tests/e2e/conftest.py: both controllers), in a
+namespace removed afterwards; the objects leave out what the controllers'
+defaulting webhooks fill in, so a webhook that does not answer fails here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from arbiter.core.api import MANAGED_LABEL
-from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, NodeShape, Sandbox
-from tests.e2e.helpers import create, get, namespace, unique_name, wait_for
+from arbiter.integrations import parse_names
+from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
+from tests.e2e.helpers import create, delete_tenants, get, namespace, unique_name, wait_for
 
-NODES = NodeShape(count=4, cpu="4", memory="16Gi")
 CONTAINER = {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    instance = Sandbox(tmp_path_factory.mktemp("integrations"))
-    try:
-        # A controller that does not come up fails this with its log's end.
-        instance.up(NODES, integrations=("jobset", "lws"))
-        yield instance
-    finally:
-        instance.down()
+def cluster(integrated: Sandbox) -> Sandbox:
+    # A controller that does not come up fails `integrated` with its log's end.
+    return integrated
 
 
 @pytest.fixture(scope="module")
-def unmanaged(cluster: Sandbox) -> str:
+def unmanaged(cluster: Sandbox) -> Iterator[str]:
     name = unique_name("integrations")
     create(cluster, namespace(name, {MANAGED_LABEL: "false"}))
-    return name
+    yield name
+    # Its pods would hold room the other integration tests count on.
+    delete_tenants(cluster, [name], [], wait=60)
 
 
 def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
@@ -123,3 +121,13 @@ def test_leaderworkerset_makes_its_groups(cluster: Sandbox, unmanaged: str) -> N
     wait_for("the LWS reports 2 ready groups", lambda: (get(
         cluster, "leaderworkerset", name, "-n", unmanaged).get("status") or {}).get(
             "readyReplicas") == 2)
+
+
+def test_arbiter_queues_the_kinds_the_sandbox_runs(cluster: Sandbox) -> None:
+    record = cluster.processes()["arbiter"]
+    flag = record.args[record.args.index("--integrations") + 1]
+    assert parse_names(flag) == ("statefulset", "deployment", "jobset", "lws")
+    # It watches them: each kind listed (a missing CRD would be reported instead).
+    log = Path(record.log).read_text(errors="replace")
+    for kind in ("JobSet", "LeaderWorkerSet", "StatefulSet"):
+        assert f'"listed","kind":"{kind}"' in log, kind

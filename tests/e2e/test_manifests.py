@@ -45,6 +45,7 @@ CERT_SECRET = "kube-arbiter-certs"
 # process record, and `start_arbiter()` afterwards restores the primary.
 RBAC_ARBITER = "arbiter"
 IDENTITY = "rbac-e2e"
+POD_SELECTOR = "app.kubernetes.io/name=kube-arbiter,app.kubernetes.io/component=server"
 WEBHOOK_KINDS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
 # Objects of the base the sandbox does not need afterwards (the CRDs, the
 # namespace and the webhook configurations stay: the session uses them).
@@ -79,6 +80,12 @@ class Applied:
     apply_output: str
 
 
+def _pods_made(sandbox: Sandbox) -> int:
+    """Pods the Deployment's ReplicaSet has made (0 while, say, Pod Security refuses them)."""
+    status = get(sandbox, "deployment", "kube-arbiter", "-n", NAMESPACE).get("status") or {}
+    return int(status.get("replicas") or 0)
+
+
 @pytest.fixture(scope="module")
 def applied(sandbox: Sandbox) -> Iterator[Applied]:
     """The base, applied for real; the sandbox put back afterwards."""
@@ -97,11 +104,17 @@ def applied(sandbox: Sandbox) -> Iterator[Applied]:
         apply = ("apply", "--server-side", "--force-conflicts", "-k", str(MANIFESTS))
         dry = sandbox.kubectl(*apply, "--dry-run=server")
         real = sandbox.kubectl(*apply)
-        # No Deployment controller runs in the sandbox, so no pod of the
-        # Deployment is ever made; scaled to 0 all the same, so a sandbox
-        # that gains one does not fill its fake nodes with arbiter pods.
+        # The sandbox runs the Deployment and ReplicaSet controllers: the
+        # Deployment's pods are made for real (Pod Security "restricted"
+        # must admit them), then scaled away, so that the fake nodes do not
+        # keep capacity for arbiter pods that never serve.
+        replicas = next(o for o in objects if o["kind"] == "Deployment")["spec"]["replicas"]
+        wait_for(f"the Deployment's {replicas} pods created (Pod Security admits them)",
+                 lambda: _pods_made(sandbox) == replicas, 60)
         sandbox.kubectl("scale", "deployment", "kube-arbiter", "-n", NAMESPACE,
                         "--replicas=0")
+        wait_for("the Deployment's pods gone", lambda: not get(
+            sandbox, "pods", "-n", NAMESPACE, "-l", POD_SELECTOR)["items"], 60)
         yield Applied(objects, dry.stdout, real.stdout)
     finally:
         for kind, name, namespace in REMOVED_AFTERWARDS:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from arbiter.sandbox import Sandbox, cli, controllers, integrations, pki, process
+from arbiter.integrations import parse_names
+from arbiter.sandbox import Sandbox, cli, components, controllers, integrations, pki, process
 from arbiter.sandbox.build import BuildError
 from arbiter.sandbox.cluster import STATE_VERSION
 from arbiter.sandbox.probe import SandboxError, wait_until
@@ -164,5 +165,41 @@ def test_a_controller_that_never_gets_ready_times_out_with_its_log(tmp_path: Pat
         with pytest.raises(SandboxError, match=r"(?s)timed out waiting for lws.*waiting for certs"):
             wait_until("lws ready", lambda: False, time.monotonic() + 1.0,
                        lambda: {"lws": record}, watch=["lws"])
+    finally:
+        process.stop(record)
+
+
+def test_arbiter_is_told_the_integrations_the_sandbox_runs(tmp_path: Path) -> None:
+    wanted = integrations.arbiter_integrations({"etcd", "lws", "arbiter"})
+    args = components.arbiter_args(
+        kubeconfig=tmp_path, port=1, extender_port=2, metrics_port=3, client_ca=tmp_path,
+        cert_dir=tmp_path, webhook_port=1, namespace="arbiter-system", integrations=wanted,
+        extra_args=["--reclaim-grace", "5"])
+    # arbiter's own parser reads it: the built-in kinds and the started controller's.
+    assert parse_names(args[args.index("--integrations") + 1]) == (
+        "statefulset", "deployment", "lws")
+    assert integrations.arbiter_integrations(()) == ("statefulset", "deployment")
+    assert components.extra_arbiter_args(args) == ["--reclaim-grace", "5"]
+
+
+def test_controllers_started_later_restart_a_running_arbiter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sb = Sandbox(tmp_path, quiet=True)
+    sb._state = {"version": STATE_VERSION, "nodes": {"count": 0}, "processes": {}}
+    record = sb._spawn("arbiter", [sys.executable, "-c", "import time; time.sleep(60)",
+                                   "--namespace", "arbiter-system", "--reclaim-grace", "5"],
+                       ports={}, health_url=None)
+    calls: list[object] = []
+    launch = argparse.Namespace(crd_files=[], name="jobset")
+    monkeypatch.setattr(sb, "_prepare_integrations", lambda names: [launch] if names else [])
+    monkeypatch.setattr(sb, "_spawn_integrations", lambda launches: None)
+    monkeypatch.setattr(sb, "_await_integrations", lambda launches, deadline: None)
+    monkeypatch.setattr(sb, "stop_arbiter", lambda: calls.append("stop"))
+    monkeypatch.setattr(sb, "start_arbiter", lambda extra: calls.append(extra))
+    try:
+        sb.start_integrations([])
+        assert calls == []  # nothing new: arbiter keeps running
+        sb.start_integrations(["jobset"])
+        assert calls == ["stop", ["--reclaim-grace", "5"]]
     finally:
         process.stop(record)

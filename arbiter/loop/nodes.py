@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 
-from arbiter.cache.ownership import pod_consumer
+from arbiter.cache.ownership import pod_consumer, pod_workload
 from arbiter.cache.records import NodeRecord, PodRecord, PoolRecord
 from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore, add_into
 from arbiter.core.engine import Engine
@@ -43,10 +43,15 @@ class _Bound:
     requests: Resources
 
 
-def _bound(pod: PodRecord | None) -> _Bound | None:
+def _bound(pod: PodRecord | None, store: ClusterStore | None = None) -> _Bound | None:
+    """A bound, active pod under the unit that holds it: its workload's (the
+    controller chain, by uid: a JobSet's pods are the JobSet unit's, not
+    their child Job's), else its consumer's."""
     if pod is None or not pod.node_name or pod.phase not in ACTIVE_POD_PHASES:
         return None
-    return _Bound(pod_consumer(pod).unit_key, pod.node_name, pod.requests)
+    found = pod_workload(store, pod) if store is not None else None
+    unit = found[0].unit_key(found[1]) if found is not None else pod_consumer(pod).unit_key
+    return _Bound(unit, pod.node_name, pod.requests)
 
 
 def _node_shape(node: NodeRecord) -> tuple[object, ...]:
@@ -59,12 +64,16 @@ def follow_bindings(plan: Placement, unit: Unit, bound: Iterable[_Bound]) -> Pla
     bound pods' nodes, then the planned nodes of the pods not bound yet
     (planned nodes a bound pod took first, then the rest in order)."""
     sets = unit.pods
-    by_requests = {ps.requests: ps.name for ps in sets}
     default = sets[0].name if sets else MAIN_POD_SET
     counts = {ps.name: ps.count for ps in sets} or {MAIN_POD_SET: 1}
     actual: dict[str, list[str]] = {}
     for pod in bound:
-        actual.setdefault(by_requests.get(pod.requests, default), []).append(pod.node)
+        # The first pod set asking these requests with a place left (sets
+        # asking the same, a JobSet's driver and workers, fill in order).
+        alike = [ps.name for ps in sets if ps.requests == pod.requests]
+        name = next((n for n in alike if len(actual.get(n, ())) < counts[n]),
+                    alike[0] if alike else default)
+        actual.setdefault(name, []).append(pod.node)
     nodes: dict[str, tuple[str, ...]] = {}
     for name in {*plan.nodes, *actual}:
         there = sorted(actual.get(name, ()))
@@ -114,11 +123,13 @@ class NodeModel:
         # not stamped yet). See `expire_stale`.
         self._stale: dict[str, float | None] = {}
         self._terminating: set[str] = set()  # bound pods being deleted
+        self._store: ClusterStore | None = None  # for the owner walk (`_bound`)
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
         """Everything from the store once (a new leader, a full pass): O(pods + nodes)."""
         self.enabled = True
+        self._store = store
         self._nodes = dict(store.nodes)
         self._shapes = {name: _node_shape(node) for name, node in self._nodes.items()}
         self.set_pools(store.pools.values())
@@ -167,7 +178,7 @@ class NodeModel:
 
     def on_pod(self, uid: str, pod: PodRecord | None) -> bool:
         """A pod changed; whether a node's usage or a plan may change."""
-        new = _bound(pod)
+        new = _bound(pod, self._store)
         if new is not None and pod is not None and pod.terminating:
             self._terminating.add(uid)
         else:

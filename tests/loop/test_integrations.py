@@ -304,3 +304,29 @@ async def test_a_statefulsets_pods_labelled_into_a_pod_group_are_still_its_units
     await c.settle()
     assert sorted(u["metadata"]["name"] for u in c.api.of_kind("queueunits")) == ["sts-web"]
     assert c.released_pods(NS) == ["web-0", "web-1"]
+
+
+async def test_a_jobsets_bound_pods_count_once_on_their_nodes() -> None:
+    """The pods of a JobSet's child Jobs are its unit's on their nodes (by
+    the chain pod -> Job -> JobSet), not uncovered usage besides its plan:
+    counted twice, taking the JobSet back would never make room."""
+    c = cluster()
+    await c.queue("q", namespaces=[NS])
+    await c.nodes(4)
+    owner = with_kind(await jobset(c, "train"), "JobSet", "jobset.x-k8s.io/v1alpha2")
+    await c.settle()
+    assert c.phase(NS, "jobset-train") == "Dequeued"
+    for index, job in enumerate(("driver", "workers-0", "workers-1", "workers-2")):
+        name = f"train-{job}"
+        await c.job(NS, name, "q", suspend=False)
+        c.api.edit(f"/apis/batch/v1/namespaces/{NS}/jobs/{name}", lambda o: o[
+            "metadata"].__setitem__("ownerReferences", [{
+                "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "train",
+                "uid": owner["metadata"]["uid"], "controller": True}]))
+        await c.job_pod(NS, name, f"{name}-pod", node=f"node-{index}")
+    await c.settle()
+    nodes = c.controller.mirror.nodes
+    assert [nodes.used(f"node-{i}") for i in range(4)] == [nodes.used("none")] * 4
+    assert nodes.uncovered_pods(f"{NS}/jobset-train") == []
+    assert sorted(u["metadata"]["name"] for u in c.api.of_kind("queueunits")) == \
+        ["jobset-train"]

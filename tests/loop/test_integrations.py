@@ -330,3 +330,25 @@ async def test_a_jobsets_bound_pods_count_once_on_their_nodes() -> None:
     assert nodes.uncovered_pods(f"{NS}/jobset-train") == []
     assert sorted(u["metadata"]["name"] for u in c.api.of_kind("queueunits")) == \
         ["jobset-train"]
+
+
+async def test_an_admitted_statefulset_scaled_up_is_held_again_and_queued_at_its_new_size(
+) -> None:
+    c = cluster()
+    await c.queue("q", namespaces=[NS])
+    await c.nodes(3)
+    sts = with_kind(await statefulset(c, "web", 2), "StatefulSet", "apps/v1")
+    await c.settle()
+    for index in range(2):
+        await owned_pod(c, f"web-{index}", sts)
+    await c.settle()
+    assert c.released_pods(NS) == ["web-0", "web-1"]
+    await c.api.merge_patch(f"{STATEFULSETS}/web", {"spec": {"replicas": 4}})
+    await c.settle()
+    # Its pods are made again (the controller would) and wait: 4 do not fit in 3.
+    assert c.api.of_kind("pods") == []
+    assert c.unit_obj(NS, "sts-web")["spec"]["podSets"][0]["count"] == 4
+    assert c.phase(NS, "sts-web") == "Enqueued"
+    await c.node("node-3")
+    await c.settle()
+    assert c.phase(NS, "sts-web") == "Dequeued"

@@ -26,7 +26,8 @@ from arbiter.cache.records import UnitRecord
 log = logging.getLogger("arbiter.decisions")
 
 # "hold": a starving unit reclaim does not serve, and why (arbiter.loop.reclaim).
-Decision = Literal["admit", "reserve", "reject", "backoff", "requeue", "evict", "hold"]
+Decision = Literal["admit", "reserve", "reject", "backoff", "requeue", "evict", "hold",
+                   "release"]
 
 
 # Decisions kept in memory at most (a few hundred bytes each).
@@ -58,3 +59,9 @@ def log_decision(decision: Decision, unit: UnitRecord, reason: str, *,
     })
     RECENT.append(Recorded(time.time(), decision, unit.queue, unit.key, reason,
                            tuple((key, str(value)) for key, value in fields.items())))
+
+
+def remember(decision: Decision, unit: UnitRecord, reason: str) -> None:
+    """Keep a step of a unit in `RECENT` only (the web view's timeline), not
+    in the log: a release follows every admission, which the log says."""
+    RECENT.append(Recorded(time.time(), decision, unit.queue, unit.key, reason))

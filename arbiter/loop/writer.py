@@ -24,7 +24,7 @@ from arbiter.core.api import UnitPhase
 from arbiter.core.model import Placement, Unit
 from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
 from arbiter.loop.checks import checked_status, rejected_status, requeued_status
-from arbiter.loop.decisions import log_decision
+from arbiter.loop.decisions import log_decision, remember
 from arbiter.loop.events import EventSink
 from arbiter.loop.inflight import TERMINATING_HOLD, InFlightWrites
 from arbiter.loop.units import (
@@ -231,6 +231,8 @@ class UnitWriter:
             return
         if key is not None and state is Consumer.HELD:
             self.writes.override(key, Consumer.RELEASED, Consumer.HELD)
+            what = unit.consumer.kind if unit.consumer is not None else "work"
+            remember("release", unit, f"{what} let go (unsuspended or ungated)")
 
     async def _step(self, unit: UnitRecord, step: Step) -> None:
         key = unit.key

@@ -58,6 +58,7 @@ async def test_a_unit_page_shows_its_state_timeline_pod_sets_and_plan() -> None:
         # 1, by queue qa), then the loop's decision to admit it.
         whats = re.findall(r'<td class="what">([^<]*)</td>', timeline)
         assert whats[0] == "created" and "quota taken" in whats and "admitted" in whats
+        assert whats.index("released") > whats.index("admitted")  # let go after admission
         assert "attempt 1 · queue qa" in timeline
         assert "next in fair-share order and fits" in timeline
         plan = page[page.index("<h2>Plan"):]

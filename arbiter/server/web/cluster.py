@@ -86,8 +86,9 @@ def pools_page(root: str, pools: Mapping[str, PoolView],
 
 def decisions_page(root: str, decisions: Iterable[Recorded], visible: Visibility,
                    limit: int = DECISIONS, queue: str = "") -> str:
-    shown = [d for d in reversed(list(decisions))
-             if visible.queue(d.queue) and (not queue or d.queue == queue)][:limit]
+    # Releases follow every admission: the unit's timeline shows them, not this list.
+    shown = [d for d in reversed(list(decisions)) if d.decision != "release"
+             and visible.queue(d.queue) and (not queue or d.queue == queue)][:limit]
     body = [f'<p class="summary">the last {len(shown)} decisions of this replica'
             + (f" in queue {queue_link(root, queue)}" if queue else "") + ", newest first</p>",
             '<table class="decisions"><thead><tr><th>when (UTC)</th><th>decision</th>'

@@ -76,7 +76,7 @@ def _from_status(status: Mapping[str, Any]) -> list[Moment]:
 
 _DECIDED = {"admit": "admitted", "reserve": "quota reserved", "reject": "rejected",
             "backoff": "backed off", "requeue": "requeued", "evict": "taken back",
-            "hold": "not reclaiming"}
+            "hold": "not reclaiming", "release": "released"}
 
 
 def _from_decisions(root: str, key: str, decisions: Iterable[Recorded],

@@ -174,7 +174,7 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
             or held_root(env, namespace, meta) is not None:
         return ALLOW
     subject = _subject(request, integration, target)
-    problem = _claims(integration, obj)
+    problem = _claims(integration, obj) or _unreadable(integration, obj)
     if problem is not None:
         return deny(f"{subject}: {problem}")
     decision = check_new_work(env, namespace, labels, integration.kind)
@@ -188,6 +188,19 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
             "(did another mutating webhook drop kube-arbiter's patch?)"
         )
     return decision
+
+
+def _unreadable(integration: Integration, obj: Obj) -> str | None:
+    """Why the loop could not make its units from the spec (it would wait
+    suspended or gated for ever, unexplained); None when it can."""
+    if integration.per_pod:
+        return None
+    try:
+        if integration.units(obj) is not None:
+            return None
+    except QuantityError as error:
+        return f"a pod template's resources: {error}"
+    return f"kube-arbiter queues a {integration.kind} with {integration.readable}"
 
 
 def _as_record(env: AdmissionEnv, integration: Integration, old: Obj, meta: Obj | None,

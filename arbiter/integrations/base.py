@@ -134,6 +134,8 @@ class Integration:
     crd: bool = True
     # Its pods are queued one by one as plain pods; the workload holds nothing.
     per_pod: bool = False
+    # What a spec must be for `units` to read it (the webhook's denial).
+    readable: str = "spec.replicas a whole number and spec.template a pod template"
 
     @property
     def api_version(self) -> str:

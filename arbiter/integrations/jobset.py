@@ -36,6 +36,8 @@ class JobSet(Integration):
     kind = "JobSet"
     prefix = "jobset"
     children = ("Job",)
+    readable = (f"spec.replicatedJobs: 1 to {MAX_SETS} replicated Jobs, each with whole-number "
+                "replicas, parallelism and completions and a pod template")
 
     def _jobs(self, obj: Obj) -> list[tuple[int, str]]:
         jobs = dig(obj, ("spec", "replicatedJobs"))

@@ -39,6 +39,8 @@ class LeaderWorkerSet(Integration):
     prefix = "lws"
     hold = "gate"
     children = ("StatefulSet", "Pod")
+    readable = (f"spec.replicas at most {MAX_GROUPS} groups, spec.leaderWorkerTemplate.size "
+                "at least 1, and a worker (and leader) pod template")
     serving = True
 
     def templates(self, obj: Obj) -> tuple[Path, ...]:

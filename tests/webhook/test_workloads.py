@@ -337,3 +337,19 @@ def test_an_unreadable_spec_is_answered_not_crashed_on() -> None:
     assert _update(old, _moved(old, "gpu"), store).allowed
     closed = _update(old, _moved(old, "closed"), store)
     assert not closed.allowed and "is Closed" in closed.message
+
+
+
+def test_a_workload_arbiter_cannot_read_is_refused_with_what_it_reads() -> None:
+    """A spec the loop cannot make units of (9 replicatedJobs, 2,000 LWS
+    groups) would wait held for ever without a word: refused at the door."""
+    obj = jobset("wide", labels=QUEUED, suspend=True, validating=True)
+    first = obj["spec"]["replicatedJobs"][0]
+    obj["spec"]["replicatedJobs"] = [dict(first, name=f"j{i}") for i in range(9)]
+    decision = _create(obj, _store())
+    assert not decision.allowed
+    assert "1 to 8 replicated Jobs" in decision.message
+    many = lws("serve", labels=QUEUED, validating=True)
+    many["spec"]["replicas"] = 2000
+    decision = _create(many, _store())
+    assert not decision.allowed and "at most 1000 groups" in decision.message

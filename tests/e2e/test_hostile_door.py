@@ -109,7 +109,8 @@ def test_loop_unit_names_and_specs_are_arbiters(sandbox: Sandbox,
                    "spec": {"queue": queue, "podSets": [
                        {"name": "main", "count": 1, "requests": {"cpu": "10m"}}]}}
     stderr = as_tenant(sandbox, "create", "-f", "-", body=reservation)
-    assert 'names starting with "job-", "pod-", "group-" are kube-arbiter\'s' in stderr
+    assert 'names starting with "job-", "pod-", "group-"' in stderr
+    assert "are kube-arbiter's" in stderr
     # Row 7: the Job waits (more than the cluster has); its unit's podSets
     # cut down to 10m would be admitted small.
     tenant_ok(sandbox, "create", "-f", "-", body=job(name, ns, cpu="4", runs_for="10m"))

@@ -233,20 +233,20 @@ async def run_async(sandbox: Sandbox, options: Options, injector_box: list[Injec
         assert webhook_port is not None
         balancer = ChaosProxy([("127.0.0.1", ports[name]) for name in REPLICAS],
                               port=webhook_port)
-        await asyncio.to_thread(sandbox.stop_arbiter)
-        await asyncio.to_thread(faster_kwok, sandbox)
-        await balancer.start()
         judge = Judge()
         injector = Injector(sandbox, proxied_kubeconfig(sandbox, proxy.port), proxy, judge.holder,
                             list(options.arbiter_args))
         injector_box.append(injector)
+        await injector.blocking(sandbox.stop_arbiter)
+        await injector.blocking(faster_kwok, sandbox)
+        await balancer.start()
         for name in REPLICAS:
             injector.replicas[name] = Replica(name, ports[name])
-        await asyncio.gather(*(asyncio.to_thread(injector.start_replica, r, wait=True)
+        await asyncio.gather(*(injector.blocking(injector.start_replica, r, wait=True)
                                for r in injector.replicas.values()))
-        await asyncio.to_thread(sandbox.kubectl, "label", "node", *world.pool_nodes(shape),
+        await injector.blocking(sandbox.kubectl, "label", "node", *world.pool_nodes(shape),
                                 f"{world.POOL_LABEL}={world.POOL}")
-        await asyncio.to_thread(sandbox.kubectl, "create", "-f", "-", input=json.dumps(
+        await injector.blocking(sandbox.kubectl, "create", "-f", "-", input=json.dumps(
             {"apiVersion": "v1", "kind": "List", "items": world.setup_objects(shape)}))
         stop = asyncio.Event()
         peaks: dict[str, int] = {}
@@ -338,7 +338,7 @@ def run(options: Options) -> Report:
             return asyncio.run(run_async(sandbox, options, injectors))
         finally:
             for injector in injectors:
-                injector.resume_etcd()
+                injector.abandon()
             sandbox.down()
 
 

@@ -10,8 +10,11 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
 
@@ -19,6 +22,7 @@ from arbiter.sandbox import Sandbox, faults
 from arbiter.sandbox.chaos_proxy import ChaosProxy
 from bench.chaos_world import Fault
 
+T = TypeVar("T")
 REPLICAS = ("arbiter", "arbiter-b")
 RESTART_AFTER = 5.0
 ETCD_STOP = 10.0
@@ -93,6 +97,13 @@ class Injector:
         self.done: list[Done] = []
         self.kills: list[tuple[float, str]] = []  # (monotonic, identity killed) of leaders
         self.etcd_paused = False
+        # Blocking sandbox calls run here, not in asyncio's default executor:
+        # an interrupted run must not wait for them before tearing down.
+        self.executor = ThreadPoolExecutor(4, thread_name_prefix="chaos")
+
+    async def blocking(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, partial(function, *args, **kwargs))
 
     def start_replica(self, replica: Replica, *, wait: bool) -> None:
         args = ["--kubeconfig", str(self.kubeconfig), "--identity", replica.identity,
@@ -127,7 +138,7 @@ class Injector:
         if kind in ("leader-kill", "follower-kill"):
             return await self._kill(kind == "leader-kill", record)
         if kind == "apiserver-restart":
-            await asyncio.to_thread(faults.restart_component, self.sandbox, "kube-apiserver")
+            await self.blocking(faults.restart_component, self.sandbox, "kube-apiserver")
             return "kube-apiserver restarted"
         if kind == "etcd-stop":
             faults.pause(self.sandbox, "etcd")
@@ -156,16 +167,18 @@ class Injector:
         # The Lease names the holder as arbiter made it unique (identity_suffix).
         identity = self.holder() if leader else victim.identity
         record.started = time.monotonic()
-        await asyncio.to_thread(self.sandbox.stop_arbiter, victim.name, signal.SIGKILL)
+        await self.blocking(self.sandbox.stop_arbiter, victim.name, signal.SIGKILL)
         if leader:
             self.kills.append((record.started, identity))
         await asyncio.sleep(RESTART_AFTER)
         victim.incarnation += 1
-        await asyncio.to_thread(self.start_replica, victim, wait=False)
+        await self.blocking(self.start_replica, victim, wait=False)
         return f"SIGKILL {identity}, restarted as {victim.identity}"
 
-    def resume_etcd(self) -> None:
-        """After an interruption mid-stop: etcd must not stay stopped."""
+    def abandon(self) -> None:
+        """After the run (or an interruption): etcd must not stay stopped,
+        and blocking calls still running are not waited for."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
         if self.etcd_paused:
             faults.resume(self.sandbox, "etcd")
             self.etcd_paused = False

@@ -35,6 +35,7 @@ class Figures:
     jobs: int = 0
     run_seconds: float = 0.0
     unverifiable: int = 0
+    still_running: int = 0  # Jobs released but not ended when the drain stopped
 
 
 def pct(values: list[float], q: float) -> float:
@@ -47,7 +48,8 @@ def pct(values: list[float], q: float) -> float:
 def figures(judge: Judge, injector: Injector, created: dict[str, float], start: float,
             drained: float, last_fault: float, peaks: dict[str, int]) -> Figures:
     out = Figures(rss_peak=dict(peaks), jobs=len(created), run_seconds=drained - start,
-                  unverifiable=judge.v.unverifiable_admissions)
+                  unverifiable=judge.v.unverifiable_admissions,
+                  still_running=judge.still_running)
     admissions = sorted(judge.admissions)
     for killed_at, identity in injector.kills:
         acquired = next(((t, holder) for t, holder in judge.leases
@@ -102,6 +104,7 @@ def table(fig: Figures, planned: list[str], done: list[str], violations: Violati
              for name, value in sorted(fig.rss_peak.items())]
     rows += [(name, str(count)) for name, count in violations.counts().items()]
     rows += [("admissions unverifiable (watch gap)", str(fig.unverifiable)),
+             ("Jobs still running when the drain ended", str(fig.still_running)),
              ("shares converged to offline engine", "yes" if converged else "NO"),
              ("Jobs created / run seconds", f"{fig.jobs} / {fig.run_seconds:.0f}s")]
     width = max(len(name) for name, _ in rows)

@@ -19,9 +19,9 @@ Invariants (a violation is kept with a one-line description):
   capability (on every pod event); and the units it holds admitted (status
   allocated; units whose Job is finished excluded) do not stay above it
   for `SUSTAINED` seconds (sampled: unit status writes may trail).
-- **lost**: at the end every Job has finished, or is admitted with pods
-  running, or its unit still waits with a reason (a message, or at least
-  its position in the queue).
+- **lost**: at the end every Job has finished, or is admitted and released
+  (unsuspended: the Job controller has it), or its unit still waits with a
+  reason (a message, or at least its position in the queue).
 """
 
 from __future__ import annotations
@@ -180,6 +180,7 @@ class Judge:
         record["done"] = record.get("done", False) or "Complete" in conditions
         record["failed"] = record.get("failed", False) or "Failed" in conditions
         record["deleted"] = kind == "DELETED"
+        record["suspended"] = bool(spec.get("suspend"))
 
     # -- pods ------------------------------------------------------------------
     def on_pod(self, kind: str, obj: dict[str, Any], _: float) -> None:
@@ -338,7 +339,10 @@ class Judge:
                 continue
             if unit is None:
                 self.v.lost.append(f"job {job['ns']}/{job['name']}: unfinished, no QueueUnit")
-            elif unit.phase in ADMITTED and self._running(uid):
+            elif unit.phase in ADMITTED and (self._job_finished(uid) or self._running(uid)
+                                             or not job.get("suspended")):
+                # Released and in the Job controller's hands (its pods to be
+                # made, running, or done and the Job not yet marked Complete).
                 self.still_running += 1
             elif unit.phase not in WAITING or not (unit.message or unit.position is not None):
                 self.v.lost.append(
@@ -358,8 +362,8 @@ class Judge:
                    for uid in self.bound.get(job, ()))
 
     def unfinished_jobs(self) -> int:
-        return sum(1 for job in self.jobs.values()
-                   if not (job.get("done") or job.get("failed")))
+        """Jobs not ended (a Job whose pods all succeeded counts as ended)."""
+        return sum(1 for uid in self.jobs if not self._job_finished(uid))
 
     def waiting_demand(self) -> dict[str, list[dict[str, Any]]]:
         """Per leaf queue, the pod sets of its units not ended (the demand

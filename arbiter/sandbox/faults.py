@@ -33,11 +33,11 @@ def restart_component(sandbox: Sandbox, name: str, *, down_for: float = 0.0,
                            ports=old.ports, health_url=old.health_url)
     sandbox._record(record)
     if name == "kube-apiserver":
-        # Serving is what its clients need. Its /readyz can stay failed for
-        # minutes after a restart on a loaded machine (the
-        # rbac/bootstrap-roles post-start hook), though it serves.
-        live = sandbox.apiserver_url + "/livez"
-        wait_until(f"{name} live", lambda: http_get(live, sandbox._admin_context())[0] == 200,
+        # Serving is what its clients need. Its /readyz and /livez can stay
+        # failed for minutes after a restart on a loaded machine (its
+        # rbac/bootstrap-roles post-start hook), while it serves every request.
+        path = sandbox.apiserver_url + "/api/v1/namespaces/default"
+        wait_until(f"{name} serving", lambda: http_get(path, sandbox._admin_context())[0] == 200,
                    time.monotonic() + timeout, sandbox.processes, [name])
     else:
         sandbox._wait_healthy(name, time.monotonic() + timeout, watch=[name])

@@ -39,6 +39,7 @@ from typing import Any
 from arbiter.sandbox import NodeShape, Sandbox, process
 from arbiter.sandbox.chaos_proxy import ChaosProxy
 from arbiter.sandbox.components import repo_root
+from arbiter.sandbox.probe import SandboxError
 from bench import chaos_world as world
 from bench.chaos_faults import REPLICAS, Injector, Replica, faster_kwok, proxied_kubeconfig, say
 from bench.chaos_figures import Figures, figures, table
@@ -333,8 +334,15 @@ def run(options: Options) -> Report:
         sandbox = Sandbox(directory)
         injectors: list[Injector] = []
         try:
-            sandbox.up(NodeShape(count=options.nodes, cpu=str(options.node_cpu),
-                                 memory=f"{options.node_memory_gi}Gi"), timeout=600.0)
+            shape = NodeShape(count=options.nodes, cpu=str(options.node_cpu),
+                              memory=f"{options.node_memory_gi}Gi")
+            try:
+                sandbox.up(shape, timeout=600.0)
+            except SandboxError as error:
+                # Free ports are picked, then bound: on a machine shared with
+                # other sandboxes one may be taken in between. Once more.
+                say(f"the sandbox did not come up ({str(error)[:200]}); trying again")
+                sandbox.up(shape, timeout=600.0)
             return asyncio.run(run_async(sandbox, options, injectors))
         finally:
             for injector in injectors:

@@ -1,0 +1,211 @@
+"""The chaos harness's parts without a cluster: the invariant watcher fed
+hand-made watch events (each invariant caught, and its near misses let
+through), the fault proxy (cut, refuse, restore, fail over), the fault plan
+and the quantity parser it judges with."""
+
+from __future__ import annotations
+
+import asyncio
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from arbiter.sandbox.chaos_proxy import ChaosProxy
+from arbiter.sandbox.process import free_port
+from bench.chaos_http import quantity
+from bench.chaos_watch import Judge
+from bench.chaos_world import fault_plan, offline_scenario
+
+
+def node(name: str, cpu: str = "4") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"allocatable": {"cpu": cpu, "memory": "8Gi",
+                                                                   "pods": "110"}}}
+
+
+def queue(name: str, ns: str, cpu_cap: str | None = None, parent: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {"namespaces": [ns]} if ns else {}
+    if cpu_cap:
+        spec["capability"] = {"cpu": cpu_cap}
+    if parent:
+        spec["parent"] = parent
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def pod(uid: str, ns: str, node_name: str, cpu: str, job: str = "j1",
+        phase: str = "Running") -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "name": uid, "namespace": ns, "ownerReferences": [
+                {"kind": "Job", "uid": job, "controller": True}]},
+            "spec": {"nodeName": node_name, "containers": [
+                {"resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": phase}}
+
+
+def unit(phase: str, admissions: int, *, message: str = "", cpu: str = "2") -> dict[str, Any]:
+    return {"metadata": {"uid": "u1", "name": "job-a", "namespace": "ns1"},
+            "spec": {"queue": "q1", "consumerRef": {"uid": "j1"},
+                     "podSets": [{"name": "main", "count": 1, "requests": {"cpu": cpu}}]},
+            "status": {"phase": phase, "message": message, "allocated": {"cpu": cpu},
+                       "admissions": [{"by": f"leader-{i}"} for i in range(admissions)]}}
+
+
+@pytest.fixture
+def judge() -> Judge:
+    judge = Judge()
+    judge.on_node("ADDED", node("n1"), 0.0)
+    judge.on_queue("ADDED", queue("org", "", "3"), 0.0)
+    judge.on_queue("ADDED", queue("q1", "ns1", parent="org"), 0.0)
+    judge.on_queue("ADDED", queue("q2", "ns2"), 0.0)
+    return judge
+
+
+def test_quantities_parse_exactly() -> None:
+    assert quantity("500m") == Fraction(1, 2)
+    assert quantity("1Gi") == 2**30
+    assert quantity("1e3") == 1000
+    assert quantity(2) == 2
+    with pytest.raises(ValueError):
+        quantity("1Qi")
+
+
+def test_a_node_over_its_allocatable_is_caught_and_finished_pods_free_it(judge: Judge) -> None:
+    judge.on_pod("ADDED", pod("p1", "ns2", "n1", "3"), 0.0)
+    judge.on_pod("MODIFIED", pod("p1", "ns2", "n1", "3", phase="Succeeded"), 0.0)
+    judge.on_pod("ADDED", pod("p2", "ns2", "n1", "3", job="j2"), 0.0)
+    assert judge.v.over_capacity == []
+    judge.on_pod("ADDED", pod("p3", "ns2", "n1", "2", job="j3"), 0.0)
+    assert len(judge.v.over_capacity) == 1 and "n1" in judge.v.over_capacity[0]
+
+
+def test_a_parent_over_its_capability_counts_its_childrens_pods(judge: Judge) -> None:
+    judge.on_node("ADDED", node("n2", "8"), 0.0)
+    judge.on_pod("ADDED", pod("p1", "ns1", "n2", "2"), 0.0)
+    judge.on_pod("ADDED", pod("p2", "ns2", "n2", "2", job="j2"), 0.0)  # not org's
+    assert judge.v.over_capability == []
+    judge.on_pod("ADDED", pod("p3", "ns1", "n2", "2", job="j3"), 0.0)
+    assert judge.v.over_capability and "queue org" in judge.v.over_capability[0]
+
+
+def test_admitted_units_over_capability_count_only_when_it_lasts(judge: Judge) -> None:
+    two = unit("Running", 1, cpu="2")
+    judge.on_unit("ADDED", two, 0.0)
+    other = unit("Dequeued", 1, cpu="2")
+    other["metadata"]["uid"] = "u2"
+    other["spec"]["consumerRef"]["uid"] = "j2"
+    judge.on_unit("ADDED", other, 0.0)
+    judge.sample(now=100.0)
+    judge.sample(now=103.0)
+    assert judge.v.over_capability == []  # a status write may trail
+    judge.sample(now=106.0)
+    assert len(judge.v.over_capability) == 1
+    judge.sample(now=107.0)
+    assert len(judge.v.over_capability) == 1  # one report per spell
+
+
+def test_a_second_admission_needs_a_requeue_in_between(judge: Judge) -> None:
+    judge.on_unit("ADDED", unit("Enqueued", 0), 0.0)
+    judge.on_unit("MODIFIED", unit("Dequeued", 1), 1.0)
+    judge.on_unit("MODIFIED", unit("Enqueued", 1, message="reclaimed"), 2.0)
+    judge.on_unit("MODIFIED", unit("Dequeued", 2), 3.0)
+    assert judge.v.double_admission == []
+    judge.on_unit("MODIFIED", unit("Running", 3), 4.0)
+    assert len(judge.v.double_admission) == 1
+    assert [by for _, _, by in judge.admissions] == ["leader-0", "leader-1", "leader-2"]
+
+
+def test_after_a_relist_a_jump_is_unverifiable_not_a_violation(judge: Judge) -> None:
+    judge.on_unit("ADDED", unit("Dequeued", 1), 0.0)
+    judge.resync_units()
+    judge.on_unit("ADDED", unit("Dequeued", 2), 1.0)
+    assert judge.v.double_admission == []
+    assert judge.v.unverifiable_admissions == 1
+
+
+def test_a_job_with_more_pods_than_its_admissions_allow_ran_twice(judge: Judge) -> None:
+    judge.on_job("ADDED", {"metadata": {"uid": "j1", "name": "a", "namespace": "ns1"},
+                           "spec": {"parallelism": 1},
+                           "status": {"conditions": [{"type": "Complete", "status": "True"}]}},
+                 0.0)
+    judge.on_unit("ADDED", unit("Succeed", 1), 0.0)
+    judge.on_pod("ADDED", pod("p1", "ns1", "n1", "1", phase="Succeeded"), 0.0)
+    judge.finish()
+    assert judge.v.double_run == [] and judge.v.lost == []
+    judge.on_pod("ADDED", pod("p2", "ns1", "n1", "1", phase="Succeeded"), 0.0)
+    judge.finish()
+    assert len(judge.v.double_run) == 1
+
+
+def test_an_unfinished_job_is_lost_unless_running_or_waiting_with_a_reason(judge: Judge) -> None:
+    job = {"metadata": {"uid": "j1", "name": "a", "namespace": "ns1"}, "spec": {}}
+    judge.on_job("ADDED", job, 0.0)
+    judge.finish()
+    assert len(judge.v.lost) == 1  # no unit at all
+    judge.v.lost.clear()
+    judge.on_unit("ADDED", unit("Enqueued", 0, message="queue at capability"), 0.0)
+    judge.finish()
+    assert judge.v.lost == []
+    judge.on_job("MODIFIED", {**job, "spec": {"suspend": True}}, 0.0)
+    judge.on_unit("MODIFIED", unit("Dequeued", 1), 0.0)  # admitted, never released
+    judge.finish()
+    assert len(judge.v.lost) == 1
+    judge.v.lost.clear()
+    judge.on_pod("ADDED", pod("p1", "ns1", "n1", "1"), 0.0)
+    judge.finish()
+    assert judge.v.lost == [] and judge.still_running == 1
+
+
+def test_the_fault_plan_is_seeded_and_puts_other_faults_between_kills() -> None:
+    plan = fault_plan(7, first=10, gap=(40, 45), leader_kills=2, others=["apiserver-restart"])
+    assert plan == fault_plan(7, first=10, gap=(40, 45), leader_kills=2,
+                              others=["apiserver-restart"])
+    assert [f.kind for f in plan] == ["leader-kill", "apiserver-restart", "leader-kill"]
+    assert plan[0].at == 10 and 30 < plan[1].at < plan[2].at
+
+
+def test_the_offline_scenario_keeps_parents_and_waiting_pod_sets() -> None:
+    document = offline_scenario(
+        {"cpu": "8"}, [queue("org", "", "3"), queue("q1", "ns1", parent="org")],
+        {"q1": [{"count": 2, "requests": {"cpu": "1"}}, {"count": 0, "requests": {}}]})
+    by_name = {q["name"]: q for q in document["queues"]}
+    assert by_name["org"]["capability"] == {"cpu": "3"} and by_name["org"]["units"] == []
+    assert by_name["q1"]["parent"] == "org"
+    assert by_name["q1"]["units"] == [{"count": 1, "pods": 2, "requests": {"cpu": "1"}}]
+
+
+async def test_the_proxy_cuts_refuses_restores_and_fails_over() -> None:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read(100))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    # Nothing listens on the first upstream (a replica down): the next is used.
+    proxy = ChaosProxy([("127.0.0.1", free_port()), ("127.0.0.1", port)])
+    await proxy.start()
+
+    async def roundtrip() -> bytes:
+        """The echo, or b"" when the connection was closed or reset."""
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(b"ping")
+            await writer.drain()
+            data = await reader.read(100)
+            writer.close()
+        except ConnectionError:
+            return b""
+        return data
+
+    try:
+        assert await roundtrip() == b"ping"  # through the second upstream
+        held = await asyncio.open_connection("127.0.0.1", proxy.port)
+        await asyncio.sleep(0.05)
+        assert proxy.cut() >= 1
+        assert await held[0].read(100) == b""  # the open connection was cut
+        assert await roundtrip() == b""  # and a new one is refused
+        proxy.restore()
+        assert await roundtrip() == b"ping"
+    finally:
+        await proxy.close()
+        server.close()
+        await server.wait_closed()

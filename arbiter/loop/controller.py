@@ -392,6 +392,11 @@ class AdmissionController:
         if retry > now:
             self.writes.timer(retry, key)
             return
+        behind = self._spec_behind(unit)
+        if behind is not None:
+            # Its spec is not its consumer's and a write was busy when the
+            # consumer was looked at: look again (that writes it back).
+            self._consumers.add(behind)
         barred_to = None if foreign is None else barred_step(unit, consumer, foreign)
         if barred_to is not None:
             step = barred_to
@@ -415,6 +420,16 @@ class AdmissionController:
                 self.writes.timer(backoff, key)
             return
         self.writer.step(unit, step)
+
+    def _spec_behind(self, unit: UnitRecord) -> ConsumerKey | None:
+        """The consumer of a waiting unit whose spec is not what it asks."""
+        key = consumer_key(unit)
+        if key is None or unit.consumer is None or not follows_consumer(unit):
+            return None
+        wanted = self.follow.desired(key)
+        behind = wanted is not None and wanted.consumer_uid == unit.consumer.uid \
+            and spec_drift(unit, wanted) is not None
+        return key if behind else None
 
     def _backoff_delay(self, attempts: int) -> float:
         return backoff_delay(attempts, base=self.settings.backoff_base,

@@ -14,6 +14,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -44,8 +45,8 @@ DEFAULT_DIR = Path(".sandbox")
 ARBITER_NAMESPACE = "arbiter-system"
 ARBITER_PRIMARY = "arbiter"
 STATE_VERSION = 2  # 2: arbiter's extender has a port of its own
-# Entries of DIR that the sandbox owns: `down` and a restart remove exactly
-# these (never the directory itself, which may be a user's directory).
+_STATE_LOCK = threading.Lock()  # state.json is written whole, by one thread at a time
+# Entries of DIR that the sandbox owns (`down`, a restart remove exactly these).
 MANAGED_ENTRIES = ("state.json", "kubeconfig", "bin", "pki", "kubeconfigs", "etcd",
                    "scheduler.yaml", "arbiter-certs", "integrations")
 
@@ -136,17 +137,19 @@ class Sandbox:
         return data if data.get("version") == STATE_VERSION else {}
 
     def _save_state(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self._state, indent=2) + "\n")
-        os.replace(tmp, self.state_file)
+        with _STATE_LOCK:  # a chaos run's injector threads record processes too
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.state_file.with_suffix(f".json.{threading.get_ident()}.tmp")
+            tmp.write_text(json.dumps(self._state, indent=2) + "\n")
+            os.replace(tmp, self.state_file)
 
     def processes(self) -> dict[str, ProcessRecord]:
         raw: dict[str, Any] = self._state.get("processes", {})
         return {name: ProcessRecord.from_json(data) for name, data in raw.items()}
 
     def _record(self, record: ProcessRecord) -> None:
-        self._state.setdefault("processes", {})[record.name] = record.to_json()
+        with _STATE_LOCK:
+            self._state.setdefault("processes", {})[record.name] = record.to_json()
         self._save_state()
 
     @contextlib.contextmanager
@@ -583,10 +586,8 @@ class Sandbox:
                 path.unlink(missing_ok=True)
 
     def down(self) -> list[str]:
-        """Stop every recorded process (by pid) and remove the sandbox's files but its logs.
-
-        Returns the names of the processes that were still running.
-        """
+        """Stop every recorded process (by pid), remove the sandbox's files but
+        its logs; the names of the processes that were still running."""
         with self._locked():
             self._state = self._load_state()
             was_running = sorted(self.running(), key=list(self.processes()).index)

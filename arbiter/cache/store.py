@@ -37,7 +37,7 @@ from arbiter.cache.records import (
 from arbiter.cache.workloads import OwnerIndex, WorkloadRecord, workload_from_api
 from arbiter.core.api import QUEUE_LABEL, ManagedNamespaces
 from arbiter.core.resources import Resources
-from arbiter.integrations import BY_KIND, Integration
+from arbiter.integrations import BY_KIND, Integration, held_kinds
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +267,7 @@ class ClusterStore:
     def synced(self) -> bool:
         """Every kind listed once (an integration's whose CRD is missing
         counts as listed: it has no objects)."""
-        held = {i.kind for i in self.integrations if not i.per_pod}
+        held = set(held_kinds(self.integrations))
         held |= {c for i in self.integrations for c in i.children if c in WORKLOAD_KINDS}
         return self.synced_kinds >= {*KINDS, *held}
 
@@ -490,7 +490,7 @@ class ClusterStore:
         the topmost workload of an integration switched on that holds it (it
         carries a queue). None when the chain reaches none: the object is
         its own (a plain pod, a Job, a per-pod Deployment's pod)."""
-        on = {i.kind for i in self.integrations if not i.per_pod}
+        on = held_kinds(self.integrations)
         for link_kind, key in reversed(self.owners.chain(namespace, kind, uid)):
             if link_kind in on:
                 record = self.workloads[link_kind].get(key)
@@ -504,8 +504,8 @@ class ClusterStore:
         different kinds deliver in any order). Its child waits rather than
         being queued as its own work; a forged reference only keeps a
         tenant's own object waiting."""
-        return bool(uid) and uid not in self.owners.links and any(
-            i.kind == kind and not i.per_pod for i in self.integrations)
+        return bool(uid) and kind in held_kinds(self.integrations) \
+            and uid not in self.owners.links
 
     def workload_unit(self, workload: WorkloadRecord, suffix: str = "") -> UnitRecord | None:
         """The unit standing for one of the workload's units: found by name,

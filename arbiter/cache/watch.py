@@ -36,7 +36,7 @@ from arbiter.cache.store import (
     store_key,
 )
 from arbiter.core.api import API_KINDS
-from arbiter.integrations import BY_KIND
+from arbiter.integrations import BY_KIND, held_kinds
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def workload_resources(store: ClusterStore) -> tuple[Resource, ...]:
     """The kinds of the integrations switched on (`store.integrations`), and
     the kinds on their children's controller chains (an LWS's StatefulSets:
     watched for the owner walk even when StatefulSets are not queued)."""
-    kinds = {i.kind for i in store.integrations if not i.per_pod}
+    kinds = set(held_kinds(store.integrations))
     kinds |= {child for i in store.integrations for child in i.children
               if child in WORKLOAD_KINDS}
     return tuple(Resource(cast(Kind, i.kind), i.collection_path())

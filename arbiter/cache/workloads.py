@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arbiter.cache.records import PodSet
-from arbiter.core.api import PLACED_ANNOTATION, QUEUE_LABEL, parse_time, unit_name
+from arbiter.core.api import QUEUE_LABEL, parse_time, unit_name
 from arbiter.core.quantities import QuantityError
 from arbiter.integrations import BY_KIND, Integration
 from arbiter.integrations.base import Outcome, dig
@@ -48,8 +48,6 @@ class WorkloadRecord:
     owner_kind: str = ""
     owner_uid: str = ""
     created: float = 0.0
-    # An earlier release wrote placement into its templates (annotation).
-    placed: bool = False
 
     @property
     def key(self) -> str:
@@ -74,7 +72,7 @@ def _map(value: Any) -> Mapping[str, Any]:
 
 def workload_from_api(integration: Integration, obj: Mapping[str, Any]) -> WorkloadRecord:
     meta = _map(obj.get("metadata"))
-    labels, annotations = _map(meta.get("labels")), _map(meta.get("annotations"))
+    labels = _map(meta.get("labels"))
     try:
         specs = integration.units(obj)
     except QuantityError as error:
@@ -106,7 +104,6 @@ def workload_from_api(integration: Integration, obj: Mapping[str, Any]) -> Workl
         owner_kind=owner_kind,
         owner_uid=owner_uid,
         created=parse_time(meta.get("creationTimestamp")),
-        placed=PLACED_ANNOTATION in annotations,
     )
 
 

@@ -3,6 +3,7 @@ on by `--integrations`. Job and plain pods are always on."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from arbiter.integrations.base import Integration
@@ -34,6 +35,13 @@ def parse_names(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(words))
 
 
+@functools.cache
+def held_kinds(integrations: tuple[Integration, ...]) -> frozenset[str]:
+    """The kinds of `integrations` that hold their work (all but per-pod
+    ones): computed once per set switched on, read per pod by the owner walk."""
+    return frozenset(i.kind for i in integrations if not i.per_pod)
+
+
 def enabled(names: Iterable[str]) -> tuple[Integration, ...]:
     """The optional integrations named (in the order of OPTIONAL)."""
     wanted = set(names)
@@ -41,4 +49,4 @@ def enabled(names: Iterable[str]) -> tuple[Integration, ...]:
 
 
 __all__ = ["BUILTIN", "BY_KIND", "BY_NAME", "DEFAULT_NAMES", "OPTIONAL", "Integration",
-           "enabled", "parse_names"]
+           "enabled", "held_kinds", "parse_names"]

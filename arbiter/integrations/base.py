@@ -128,10 +128,6 @@ class Integration:
     # Kinds this one's controller creates (informational and for the
     # webhook rules: their objects pass when their chain reaches a held root).
     children: tuple[str, ...] = ()
-    # Reclaim evicts pods and requeues (a serving workload never fails).
-    serving: bool = False
-    # A third-party CRD (its watch may find no such resource: reported once).
-    crd: bool = True
     # Its pods are queued one by one as plain pods; the workload holds nothing.
     per_pod: bool = False
     # What a spec must be for `units` to read it (the webhook's denial).

@@ -21,8 +21,6 @@ class Deployment(Integration):
     prefix = "deploy"
     hold = "gate"
     children = ("ReplicaSet", "Pod")
-    serving = True
-    crd = False
     # Its pods are units of their own: the Deployment holds nothing.
     per_pod = True
 

@@ -28,7 +28,6 @@ class Job(Integration):
     kind = "Job"
     prefix = "job"
     children = ("Pod",)
-    crd = False
 
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
         count = pods_at_once(obj, ("spec",))
@@ -59,7 +58,6 @@ class Pod(Integration):
     kind = "Pod"
     prefix = "pod"
     hold = "gate"
-    crd = False
     per_pod = True
 
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:

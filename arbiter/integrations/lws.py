@@ -41,7 +41,6 @@ class LeaderWorkerSet(Integration):
     children = ("StatefulSet", "Pod")
     readable = (f"spec.replicas at most {MAX_GROUPS} groups, spec.leaderWorkerTemplate.size "
                 "at least 1, and a worker (and leader) pod template")
-    serving = True
 
     def templates(self, obj: Obj) -> tuple[Path, ...]:
         has_leader = isinstance(dig(obj, LEADER), Mapping)

@@ -30,8 +30,6 @@ class StatefulSet(Integration):
     prefix = "sts"
     hold = "gate"
     children = ("Pod",)
-    serving = True
-    crd = False
 
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
         replicas = count_at(obj, ("spec", "replicas"))

@@ -17,6 +17,7 @@ from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, PriorityClassRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.cache.workloads import WorkloadRecord
+from arbiter.integrations import held_kinds
 from arbiter.integrations.lws import GROUP_INDEX_LABEL
 from arbiter.loop.units import Consumer, DesiredUnit, Owner, priority_of_class
 
@@ -25,7 +26,7 @@ FINISHED_POD_PHASES = ("Succeeded", "Failed")
 
 def record_of(store: ClusterStore, key: ConsumerKey) -> WorkloadRecord | None:
     """The workload behind `key`, when its integration is switched on."""
-    if key.kind not in {i.kind for i in store.integrations}:
+    if key.kind not in held_kinds(store.integrations):
         return None
     return store.workloads.get(key.kind, {}).get(f"{key.namespace}/{key.name}")
 

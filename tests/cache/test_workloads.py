@@ -128,7 +128,7 @@ def test_a_jobset_becomes_a_slim_record_through_the_store() -> None:
     store.apply("JobSet", "ADDED", obj)
     record = store.workloads["JobSet"][f"{NS}/train"]
     assert (record.kind, record.uid, record.namespace, record.name) == ("JobSet", "js", NS, "train")
-    assert record.queue == "q" and record.suspended and record.placed and record.created > 0
+    assert record.queue == "q" and record.suspended and record.created > 0
     assert record.units is not None and len(record.units) == 1
     assert record.units[0].pod_sets == (PodSet("driver", 1, CPU1), PodSet("workers", 3, CPU1))
     # The first template's priority class stands for the workload.
@@ -146,7 +146,6 @@ def test_record_fields_read_defensively() -> None:
     record = workload_from_api(JobSet(), obj)
     assert record.queue is None and record.units is None and record.outcome == "Complete"
     assert (record.owner_kind, record.owner_uid) == ("TrainJob", "tj2")
-    assert record.placed is False
 
 
 def test_a_bad_quantity_is_a_workload_error_and_the_store_keeps_what_it_had() -> None:

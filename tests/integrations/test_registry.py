@@ -60,4 +60,5 @@ def test_registry_is_one_integration_per_name_and_kind() -> None:
     # Unit name prefixes never collide (a unit's name says whose it is).
     assert len({i.prefix for i in everything}) == len(everything)
     assert {i.name for i in BUILTIN} == {"job", "pod"}
-    assert {i.kind for i in OPTIONAL if i.crd} == {"JobSet", "LeaderWorkerSet"}
+    assert {i.kind for i in OPTIONAL if i.group not in ("", "apps", "batch")} == \
+        {"JobSet", "LeaderWorkerSet"}

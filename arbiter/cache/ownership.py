@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.cache.workloads import WorkloadRecord
-from arbiter.core.api import group_unit_name, job_unit_name, pod_unit_name, unit_name
+from arbiter.core.api import group_unit_name, job_unit_name, pod_unit_name, workload_unit_name
 from arbiter.integrations import BY_KIND
 from arbiter.integrations.lws import GROUP_INDEX_LABEL
 
@@ -67,8 +67,7 @@ class ConsumerKey:
         if self.kind == "PodGroup":
             return group_unit_name(self.name)
         if self.kind in WORKLOAD_CONSUMERS:
-            prefix = BY_KIND[self.kind].prefix
-            return unit_name(prefix, f"{self.name}-{self.part}" if self.part else self.name)
+            return workload_unit_name(BY_KIND[self.kind].prefix, self.name, self.part)
         return pod_unit_name(self.name)
 
     @property

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arbiter.cache.records import PodSet
-from arbiter.core.api import QUEUE_LABEL, parse_time, unit_name
+from arbiter.core.api import QUEUE_LABEL, parse_time, workload_unit_name
 from arbiter.core.quantities import QuantityError
 from arbiter.integrations import BY_KIND, Integration
 from arbiter.integrations.base import Outcome, dig
@@ -59,8 +59,7 @@ class WorkloadRecord:
 
     def unit_name(self, suffix: str = "") -> str:
         """The QueueUnit of one of its units: `<prefix>-<name>[-<suffix>]`."""
-        return unit_name(self.integration.prefix,
-                         f"{self.name}-{suffix}" if suffix else self.name)
+        return workload_unit_name(self.integration.prefix, self.name, suffix)
 
     def unit_key(self, suffix: str = "") -> str:
         return f"{self.namespace}/{self.unit_name(suffix)}"

@@ -131,6 +131,11 @@ def unit_name(prefix: str, name: str) -> str:
     return f"{full[: MAX_NAME - 11].rstrip('-.')}-{digest}"
 
 
+def workload_unit_name(prefix: str, name: str, part: str = "") -> str:
+    """An integration's unit: `<prefix>-<name>`, `-<part>` for one of several."""
+    return unit_name(prefix, f"{name}-{part}" if part else name)
+
+
 def job_unit_name(job: str) -> str:
     return unit_name("job", job)
 

@@ -342,26 +342,34 @@ class _Connection(asyncio.Protocol):
 
 
 class GuardedSite(web.TCPSite):
-    """A TCP site whose connections a `ConnectionGuard` accepts."""
+    """A TCP site whose connections a `ConnectionGuard` accepts.
 
-    __slots__ = ("_limits", "_listener", "_tls", "guard")
+    `start` is BaseSite's (it registers the site with its runner) followed by
+    TCPSite's listen with the guard as the protocol factory; the one field of
+    aiohttp's it sets is `_server`, which BaseSite.stop closes (the contract
+    aiohttp's own sites follow)."""
+
+    __slots__ = ("_bind", "_limits", "_listener", "_runner_server", "_tls", "guard")
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *,
                  tls: ssl.SSLContext | None, limits: ListenerLimits, name: str,
                  backlog: int = 1024) -> None:
         super().__init__(runner, host, port, backlog=backlog)
+        self._bind = (host, port, backlog)
+        self._runner_server = runner
         self._tls = tls
         self._limits = limits
         self._listener = name
         self.guard: ConnectionGuard | None = None
 
     async def start(self) -> None:
-        self._runner._reg_site(self)
-        server = self._runner.server
+        await web.BaseSite.start(self)
+        server = self._runner_server.server
         assert isinstance(server, web.Server)
         self.guard = ConnectionGuard(server, self._tls, self._limits, self._listener)
+        host, port, backlog = self._bind
         self._server = await asyncio.get_running_loop().create_server(
-            self.guard, self._host, self._port, backlog=self._backlog, reuse_address=True)
+            self.guard, host, port, backlog=backlog, reuse_address=True)
 
     async def stop(self) -> None:
         await super().stop()

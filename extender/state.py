@@ -26,6 +26,7 @@ sees a consistent state and its decision and its `assume` are atomic.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -70,11 +71,22 @@ class _Held:
     """What one bound, non-terminal pod contributes to the sums."""
 
     node: str
+    namespace: str
     queue: str | None
     gang: str | None
     requests: Resources
     # The keys of the units that could hold the pod (`ExtenderState._unit_pods`).
     unit_keys: frozenset[str]
+
+
+def _index_one(table: dict[str, set[str]], key: str, uid: str, sign: int) -> None:
+    uids = table.setdefault(key, set())
+    if sign > 0:
+        uids.add(uid)
+    else:
+        uids.discard(uid)
+        if not uids:
+            del table[key]
 
 
 def _add_one(table: dict[str, dict[str, int]], outer: str, inner: str, delta: int) -> None:
@@ -116,6 +128,16 @@ class ExtenderState:
         # unit key -> uids of held pods a unit of that name could hold: a
         # unit's arrival or change re-charges exactly those pods.
         self._unit_pods: dict[str, set[str]] = {}
+        # namespace -> uids of its held pods: a pod no unit holds is charged
+        # to its namespace's queue, so a Namespace change (its queue label,
+        # managed or not) or a Queue's namespaces changing re-charge them.
+        # Marked stale per burst of changes and re-charged once, soon after
+        # (`_recharge_stale`), not once per event of a list.
+        self._namespace_pods: dict[str, set[str]] = {}
+        self._stale_namespaces: set[str] = set()
+        self._all_stale = False
+        self._recharge_scheduled = False
+        self._access_seen = store.access_generation
         # resource -> node -> amount: prioritize reads one resource for many
         # nodes, so it gets a plain dict per resource (C-speed lookups).
         self._used_by_resource: dict[str, dict[str, int]] = {}
@@ -145,6 +167,7 @@ class ExtenderState:
     def rebuild(self) -> None:
         self._held.clear()
         self._unit_pods.clear()
+        self._namespace_pods.clear()
         self._used_by_resource.clear()
         self._queue_used.clear()
         self._gang_nodes.clear()
@@ -171,6 +194,11 @@ class ExtenderState:
             self._update_node(key)
         elif kind == "Queue":
             self._retain_selectors()
+            if self.store.access_generation != self._access_seen:
+                self._access_seen = self.store.access_generation
+                self._mark_stale(None)
+        elif kind == "Namespace":
+            self._mark_stale(key)
         elif kind == "QueueUnit":
             for uid in tuple(self._unit_pods.get(key, ())):
                 self._update_pod(uid)
@@ -189,6 +217,40 @@ class ExtenderState:
             if uid in self.store.pods:
                 self._update_pod(uid)
 
+    def _mark_stale(self, namespace: str | None) -> None:
+        """The charges of `namespace`'s held pods (None: every namespace's)
+        may have moved; re-charge them once the current burst of watch
+        events has been applied (at the latest before the next read)."""
+        if namespace is None:
+            self._all_stale = True
+        elif namespace in self._namespace_pods:
+            self._stale_namespaces.add(namespace)
+        else:
+            return
+        if self._recharge_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # applied outside a loop (tools, tests): now
+            self._recharge_stale()
+            return
+        self._recharge_scheduled = True
+        loop.call_soon(self._recharge_stale)
+
+    def _recharge_stale(self) -> None:
+        """O(held pods of the stale namespaces); all of them after a Queue's
+        namespaces changed (an admin's edit, not a request)."""
+        self._recharge_scheduled = False
+        if self._all_stale:
+            uids: list[str] = list(self._held)
+        else:
+            uids = [uid for namespace in self._stale_namespaces
+                    for uid in self._namespace_pods.get(namespace, ())]
+        self._all_stale = False
+        self._stale_namespaces.clear()
+        for uid in uids:
+            self._update_pod(uid)
+
     def _retain_selectors(self) -> None:
         # O(queues) per Queue event, never per request.
         self.node_sets.retain(queue.node_selector for queue in self.store.queues.values())
@@ -200,18 +262,14 @@ class ExtenderState:
         # A held workload's pods are one gang per unit (an LWS group's).
         root_key = workload[0].unit_key(workload[1]) if workload is not None else None
         keys = {pod_consumer(pod).unit_key, gate_consumer(pod).unit_key}
-        return _Held(pod.node_name, self.charged_queue(pod), root_key or gang_key(pod),
+        return _Held(pod.node_name, pod.namespace, self.charged_queue(pod),
+                     root_key or gang_key(pod),
                      pod.requests, frozenset(keys if root_key is None else keys | {root_key}))
 
     def _index(self, uid: str, held: _Held, sign: int) -> None:
         for key in held.unit_keys:
-            uids = self._unit_pods.setdefault(key, set())
-            if sign > 0:
-                uids.add(uid)
-            else:
-                uids.discard(uid)
-                if not uids:
-                    del self._unit_pods[key]
+            _index_one(self._unit_pods, key, uid, sign)
+        _index_one(self._namespace_pods, held.namespace, uid, sign)
 
     def _update_pod(self, uid: str) -> None:
         pod = self.store.pods.get(uid)
@@ -280,6 +338,8 @@ class ExtenderState:
 
     def queue_in_use(self, queue: str, *, excluding: str | None = None) -> Resources:
         """Bound pods of `queue` plus its assumed ones (not counting pod `excluding`)."""
+        if self._all_stale or self._stale_namespaces:
+            self._recharge_stale()
         bound = Resources(self._queue_used.get(queue, _EMPTY_AMOUNTS))
         return bound + self.assumed.usage(queue, excluding=excluding)
 

@@ -3,6 +3,7 @@ unit that holds it, matched by uid, never to the queue its label names."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 from extender.filter import filter_nodes
@@ -74,3 +75,47 @@ def test_a_unit_arriving_after_its_pod_bound_recharges_it() -> None:
     world.store.apply("QueueUnit", "DELETED", b.unit("team-a", "pod-late", "a"))
     assert world.state.queue_in_use("a").get_amount("cpu") == 0
     assert world.state.queue_in_use("listing").get_amount("cpu") == 1000
+
+
+def test_a_namespace_or_queue_change_recharges_its_unqueued_pods() -> None:
+    """A pod no unit holds is charged to its namespace's queue: when that
+    queue changes (the namespace's label, a Queue listing it) or the
+    namespace stops being managed, the charge follows."""
+    world = _world()
+    world.add("Namespace", {"metadata": {"name": "team-a",
+                                         "labels": {"arbiter.dev/queue": "a"}}})
+    world.pod("stray", queue_name="a", cpu="1", node_name="node-0", phase="Running")
+    assert world.state.queue_in_use("a").get_amount("cpu") == 1000
+    world.add("Namespace", {"metadata": {"name": "team-a",
+                                         "labels": {"arbiter.dev/queue": "b"}}})
+    assert world.state.queue_in_use("a").get_amount("cpu") == 0
+    assert world.state.queue_in_use("b").get_amount("cpu") == 1000
+    listing = b.queue("listing")
+    listing["spec"]["namespaces"] = ["team-a"]
+    world.add("Queue", listing)
+    assert world.state.queue_in_use("b").get_amount("cpu") == 0
+    assert world.state.queue_in_use("listing").get_amount("cpu") == 1000
+    world.add("Namespace", {"metadata": {"name": "team-a", "labels": {
+        "arbiter.dev/queue": "b", "arbiter.dev/managed": "false"}}})
+    assert world.state.queue_in_use("listing").get_amount("cpu") == 0
+    assert world.state.queue_in_use("b").get_amount("cpu") == 0
+
+
+async def test_on_the_event_loop_a_burst_of_namespace_events_recharges_once() -> None:
+    world = _world()
+    world.pod("stray", queue_name="a", cpu="1", node_name="node-0", phase="Running")
+    recharged: list[int] = []
+    original = world.state._update_pod
+
+    def counting(uid: str) -> None:
+        recharged.append(1)
+        original(uid)
+
+    world.state._update_pod = counting  # type: ignore[method-assign]
+    for queue in ("a", "b", "a", "b"):
+        world.add("Namespace", {"metadata": {"name": "team-a",
+                                             "labels": {"arbiter.dev/queue": queue}}})
+    assert recharged == []  # scheduled, not done per event
+    await asyncio.sleep(0)
+    assert len(recharged) == 1
+    assert world.state.queue_in_use("b").get_amount("cpu") == 1000

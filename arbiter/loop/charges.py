@@ -147,10 +147,6 @@ class Charges:
         for key in keys:
             self._dirty_pods.update(self._by_consumer.get(key, ()))
 
-    def recharge(self) -> None:
-        """Queues changed (a namespace's queue may have): every charge again."""
-        self._dirty_pods.update(self.charged)
-
     def everything(self, store: ClusterStore) -> None:
         self._dirty_pods.update(store.pods)
         self._dirty_pods.update(self._holder)

@@ -138,8 +138,10 @@ class StoreFollower:
             self.charges.everything(store)
             self.queues_dirty = self.capacity_dirty = True
         if self.queues_dirty:
+            # Charges follow a namespace's queue, which only a Queue's
+            # creation, deletion or namespaces change (the access generation:
+            # a look at everything, above); a status write changes none.
             mirror.set_queues(store.queues)
-            self.charges.recharge()  # a namespace's queue may have changed
             self.queues_dirty = False
         if self.capacity_dirty:
             mirror.set_capacity(store.capacity(self.overcommit))

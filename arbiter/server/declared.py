@@ -138,18 +138,27 @@ async def wait_for_crds(api: Any, store: ClusterStore,
                               integration.kind, error)
                     store.declared_off[integration.kind] = f"refused: {error}"
                     continue
-                log.info("declared integration %s: CRD installed and checked; switched on",
-                         integration.kind)
-                store.declared_off.pop(integration.kind, None)
-                store.integrations = (*store.integrations, integration)
                 resource = Resource(cast(Kind, integration.kind), integration.collection_path())
                 watches.append(asyncio.create_task(run_watchers(api, store, (resource,)),
                                                    name=f"watch-{integration.kind}"))
+                watches.append(asyncio.create_task(_switch_on(store, integration),
+                                                   name=f"switch-on-{integration.kind}"))
         if watches:
             await asyncio.gather(*watches)
     finally:
         for task in watches:
             task.cancel()
+
+
+async def _switch_on(store: ClusterStore, integration: DeclaredIntegration) -> None:
+    """Switch the kind on once its watch has listed it: before, the cache
+    would count as not synced (the extender and readiness would wait)."""
+    while integration.kind not in store.synced_kinds:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
+    store.declared_off.pop(integration.kind, None)
+    store.integrations = (*store.integrations, integration)
+    log.info("declared integration %s: CRD installed and checked; switched on",
+             integration.kind)
 
 
 async def run_waiting(api: Any, store: ClusterStore) -> None:

@@ -82,6 +82,9 @@ async def test_a_crd_that_appears_later_switches_its_kind_on_or_keeps_it_off(
 
     async def watch(api: Any, store: Any, resources: Any) -> None:
         watched.extend(r.kind for r in resources)
+        await asyncio.sleep(0.05)
+        assert good not in store.integrations  # not before its first list
+        store.synced_kinds.update(r.kind for r in resources)
 
     monkeypatch.setattr(declared, "read_crd", crds)
     monkeypatch.setattr(declared, "run_watchers", watch)

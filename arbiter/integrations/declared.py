@@ -16,6 +16,9 @@ sets are each a count and a pod template at declared paths (DESIGN §14).
       readyPath: status.readyReplicas    # optional: else running once a pod is bound
       prefix: widget                     # optional: unit names widget-<name>
 
+A pod set's count and template may run over one list (`spec.groups[*].replicas`
+and `spec.groups[*].template`): a pod set per element, `<name>-<index>`.
+
 Parsing is strict: an unknown key, a missing or malformed field, a kind or
 resource declared twice or already an integration's is refused with the
 field named (`integrations[1].podSets[0].countPath: ...`); the schema check
@@ -54,6 +57,8 @@ _FIELDS = {"group", "version", "kind", "resource", "suspendPath", "podSets", "pr
 _REQUIRED = ("group", "version", "kind", "resource", "suspendPath", "podSets")
 _POD_SET_FIELDS = {"name", "countPath", "templatePath"}
 _SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+# The step `[*]` stands for in a parsed path: every element of the list there.
+EVERY = "*"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+")
 _KIND = re.compile(r"[A-Z][A-Za-z0-9]*")
@@ -102,23 +107,32 @@ class Declaration:
 
 
 def path_text(path: Path) -> str:
-    return ".".join(map(str, path))
+    return ".".join(map(str, path)).replace(f".{EVERY}", "[*]")
 
 
-def parse_path(text: Any, field: str) -> Path:
+def parse_path(text: Any, field: str, *, lists: bool = False) -> Path:
     """`spec.driver.replicas` -> ("spec", "driver", "replicas"): dot-separated
-    field names (no list indexes, no wildcards), under spec or status."""
+    field names under spec (or status); with `lists`, one field may end in
+    `[*]` (every element of that list: `spec.groups[*].replicas` ->
+    ("spec", "groups", EVERY, "replicas"))."""
     if not isinstance(text, str) or not text:
         raise DeclarationError(field, "must be a dotted path such as spec.workers.replicas")
-    steps = text.split(".")
-    for step in steps:
-        if not _SEGMENT.fullmatch(step):
+    steps: list[str] = []
+    for step in text.split("."):
+        name = step.removesuffix("[*]")
+        if not _SEGMENT.fullmatch(name) or (name != step and (not lists or EVERY in steps)):
             raise DeclarationError(field, f"{text!r}: {step!r} is not a field name (letters, "
-                                   "digits, _ and -; list indexes and wildcards are not "
-                                   "supported)")
-    if steps[0] not in ("spec", "status") or len(steps) < 2:
+                                   "digits, _ and -" + ("; one list as name[*]" if lists else "")
+                                   + "; no list indexes)")
+        steps.extend((name, EVERY) if name != step else (name,))
+    if steps[0] not in ("spec", "status") or len(steps) < 2 or steps[-1] == EVERY:
         raise DeclarationError(field, f"{text!r} must name a field under spec (or status)")
     return tuple(steps)
+
+
+def list_part(path: Path) -> Path:
+    """The path of the list a `[*]` path runs over (() when it has none)."""
+    return path[: path.index(EVERY)] if EVERY in path else ()
 
 
 def _text(entry: Mapping[str, Any], key: str, field: str, pattern: re.Pattern[str],
@@ -159,8 +173,12 @@ def _pod_sets(entry: Mapping[str, Any], field: str) -> tuple[DeclaredPodSet, ...
         name = _text(item, "name", where, _DNS_LABEL, "a DNS label (lower case)")
         if any(p.name == name for p in found):
             raise DeclarationError(f"{where}.name", f"{name!r} names another pod set too")
-        count = parse_path(item["countPath"], f"{where}.countPath")
-        template = parse_path(item["templatePath"], f"{where}.templatePath")
+        count = parse_path(item["countPath"], f"{where}.countPath", lists=True)
+        template = parse_path(item["templatePath"], f"{where}.templatePath", lists=True)
+        if list_part(count) != list_part(template):
+            raise DeclarationError(f"{where}.templatePath", "a pod set per list element needs "
+                                   "its count and its template in the same list "
+                                   f"({path_text(list_part(count) or ('spec',))}[*]...)")
         for other in found:
             if template == other.template:
                 raise DeclarationError(f"{where}.templatePath",
@@ -248,25 +266,49 @@ class DeclaredIntegration(Integration):
         self.suspend_path = decl.suspend
         self.readable = " and ".join(
             f"{path_text(p.count)} a whole number and {path_text(p.template)} a pod template"
-            for p in decl.pod_sets)
+            for p in decl.pod_sets) + f" (at most {MAX_POD_SETS} pod sets, named apart)"
         self.ready_from_pods = decl.ready is None
 
+    def _expanded(self, obj: Obj) -> list[tuple[str, Path, Path]] | None:
+        """(name, count path, template path) of every pod set of `obj`: a
+        `[*]` pod set gives one per element of its list, `<name>-<index>`
+        (none while the list is absent); None when such a list is not one."""
+        found: list[tuple[str, Path, Path]] = []
+        for declared in self.decl.pod_sets:
+            over = list_part(declared.count)
+            if not over:
+                found.append((declared.name, declared.count, declared.template))
+                continue
+            items = dig(obj, over)
+            if items is not None and not isinstance(items, list):
+                return None
+            for index in range(len(items or ())):
+                def at(path: Path, index: int = index) -> Path:
+                    return tuple(index if step == EVERY else step for step in path)
+                found.append((f"{declared.name}-{index}", at(declared.count),
+                              at(declared.template)))
+        return found
+
     def templates(self, obj: Obj) -> tuple[Path, ...]:
-        return tuple(p.template for p in self.decl.pod_sets)
+        return tuple(template for _, _, template in self._expanded(obj) or ())
 
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
+        expanded = self._expanded(obj)
+        if expanded is None or len(expanded) > MAX_POD_SETS \
+                or len({name for name, _, _ in expanded}) < len(expanded):
+            return None
         pod_sets = []
-        for declared in self.decl.pod_sets:
+        for name, count_path, template in expanded:
             # No default for a missing count: the CRD's schema defaults it, or
             # the object is refused (its pods could not be counted).
-            count = dig(obj, declared.count)
+            count = dig(obj, count_path)
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 return None
-            requests = template_requests(obj, declared.template)
+            requests = template_requests(obj, template)
             if requests is None:
                 return None
             if count:
-                pod_sets.append(PodSetSpec(declared.name, count, requests, declared.template))
+                pod_sets.append(PodSetSpec(name, count, requests, template))
         return (UnitSpec("", tuple(pod_sets)),) if pod_sets else ()
 
     def outcome(self, obj: Obj) -> Outcome | None:

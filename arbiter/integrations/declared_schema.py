@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from arbiter.integrations.base import Path, dig
-from arbiter.integrations.declared import Declaration, DeclarationError, path_text
+from arbiter.integrations.declared import EVERY, Declaration, DeclarationError, path_text
 
 Schema = Mapping[str, Any]
 _OPEN = "x-kubernetes-preserve-unknown-fields"
@@ -41,6 +41,14 @@ def resolve(schema: Schema, path: Path) -> Schema | Open | str:
     object; a reason (str) when the schema has no such field."""
     node = schema
     for depth, step in enumerate(path):
+        if step == EVERY:
+            items = node.get("items")
+            if node.get("type") == "array" and isinstance(items, Mapping):
+                node = items
+                continue
+            if node.get(_OPEN) is True:
+                return Open(path_text(path[:depth]))
+            return f"{path_text(path[:depth])} is {_type(node)}, not a list"
         properties = node.get("properties")
         extra = node.get("additionalProperties")
         if isinstance(properties, Mapping) and isinstance(properties.get(step), Mapping):

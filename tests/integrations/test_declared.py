@@ -68,8 +68,21 @@ def test_a_good_declaration_is_read_whole() -> None:
      "integrations[0].podSets: must list 1 to 8"),
     (file_of(declaration(podSets=[{"name": "a", "countPath": "spec.groups[*].n",
                                    "templatePath": "spec.t"}])),
-     "integrations[0].podSets[0].countPath: 'spec.groups[*].n': 'groups[*]' is not a field "
-     "name (letters, digits, _ and -; list indexes and wildcards are not supported)"),
+     "integrations[0].podSets[0].templatePath: a pod set per list element needs its count "
+     "and its template in the same list (spec.groups[*]...)"),
+    (file_of(declaration(podSets=[{"name": "a", "countPath": "spec.a[*].b[*].n",
+                                   "templatePath": "spec.a[*].t"}])),
+     "integrations[0].podSets[0].countPath: 'spec.a[*].b[*].n': 'b[*]' is not a field name "
+     "(letters, digits, _ and -; one list as name[*]; no list indexes)"),
+    (file_of(declaration(podSets=[{"name": "a", "countPath": "spec.a[0].n",
+                                   "templatePath": "spec.a[0].t"}])),
+     "integrations[0].podSets[0].countPath: 'spec.a[0].n': 'a[0]' is not a field name"),
+    (file_of(declaration(suspendPath="spec.s[*].suspend")),
+     "integrations[0].suspendPath: 'spec.s[*].suspend': 's[*]' is not a field name (letters, "
+     "digits, _ and -; no list indexes)"),
+    (file_of(declaration(podSets=[{"name": "a", "countPath": "spec.groups[*]",
+                                   "templatePath": "spec.groups[*]"}])),
+     "integrations[0].podSets[0].countPath: 'spec.groups[*]' must name a field under spec"),
     (file_of(declaration(podSets=[{"name": "a", "templatePath": "spec.t"}])),
      "integrations[0].podSets[0].countPath: is required"),
     (file_of(declaration(podSets=[{"name": "a", "countPath": "spec.n",
@@ -218,7 +231,8 @@ def test_a_spec_it_cannot_count_is_unreadable(changes: tuple[Any, ...]) -> None:
     assert integration.units(with_changes(widget("w"), *changes)) is None
     assert integration.readable == (
         "spec.driver.replicas a whole number and spec.driver.template a pod template and "
-        "spec.workers.count a whole number and spec.workers.template a pod template")
+        "spec.workers.count a whole number and spec.workers.template a pod template "
+        "(at most 8 pod sets, named apart)")
 
 
 def test_suspended_outcome_and_ready_come_from_the_declared_fields() -> None:
@@ -251,3 +265,49 @@ def test_build_makes_one_integration_per_declaration() -> None:
                   BY_KIND.values())
     assert [i.kind for i in build(decls)] == ["Widget", "Gadget"]
     assert [i.prefix for i in build(decls)] == ["widget", "gadget"]
+
+
+# -- a pod set per list element (`[*]`) ------------------------------------------------------
+
+GROUPS = {"name": "group", "countPath": "spec.groups[*].replicas",
+          "templatePath": "spec.groups[*].template"}
+
+
+def test_a_list_pod_set_gives_one_pod_set_per_element() -> None:
+    integration = widget_integration(podSets=[
+        {"name": "driver", "countPath": "spec.driver.replicas",
+         "templatePath": "spec.driver.template"}, GROUPS])
+    obj = widget("w")
+    template = obj["spec"]["driver"]["template"]
+    obj["spec"]["groups"] = [{"replicas": 2, "template": template},
+                             {"replicas": 3, "template": template}]
+    (unit,) = integration.units(obj) or ()
+    assert [(p.name, p.count, p.template) for p in unit.pod_sets] == [
+        ("driver", 1, ("spec", "driver", "template")),
+        ("group-0", 2, ("spec", "groups", 0, "template")),
+        ("group-1", 3, ("spec", "groups", 1, "template"))]
+    assert integration.templates(obj)[1:] == (("spec", "groups", 0, "template"),
+                                              ("spec", "groups", 1, "template"))
+    assert "spec.groups[*].replicas a whole number" in integration.readable
+    del obj["spec"]["groups"]  # no list: no pod set from it
+    assert [p.name for p in (integration.units(obj) or ())[0].pod_sets] == ["driver"]
+    obj["spec"]["groups"] = {"replicas": 1}
+    assert integration.units(obj) is None  # not a list
+    obj["spec"]["groups"] = [{"replicas": 1, "template": template}] * 8
+    assert integration.units(obj) is None  # 9 pod sets in all: more than 8
+
+
+def test_a_list_pod_set_is_checked_through_the_lists_items() -> None:
+    group = {"type": "object", "properties": {"replicas": {"type": "integer"},
+                                              "template": crd()["spec"]["versions"][0]["schema"][
+                                                  "openAPIV3Schema"]["properties"]["spec"][
+                                                  "properties"]["driver"]["properties"][
+                                                  "template"]}}
+    listed = crd(groups={"type": "array", "items": group})
+    assert _check({"podSets": [GROUPS]}, listed) == []
+    assert _schema_refusal({"podSets": [GROUPS]}, crd(groups=group)) == (
+        "integrations[0].podSets[0].countPath: spec.groups[*].replicas does not resolve: "
+        "spec.groups is object, not a list")
+    assert _check({"podSets": [GROUPS]}, crd(groups={
+        "type": "array", "x-kubernetes-preserve-unknown-fields": True}))[0].startswith(
+        "integrations[0].podSets[0].countPath: spec.groups[*].replicas is inside spec.groups")

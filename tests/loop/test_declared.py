@@ -15,7 +15,7 @@ import pytest
 from arbiter.cache.store import ClusterStore
 from arbiter.integrations import enabled
 from arbiter.testing import memory
-from tests.integrations.declared_samples import WIDGETS, registered, widget
+from tests.integrations.declared_samples import WIDGETS, registered, widget, widget_integration
 from tests.loop.harness import Cluster
 
 NS = "team-a"
@@ -120,3 +120,30 @@ async def test_it_runs_once_a_pod_is_bound_and_finishes_from_its_condition(
     c.api.set_status(f"{WIDGETS}/w", {"conditions": [{"type": "Complete", "status": "True"}]})
     await c.settle()
     assert c.phase(NS, "widget-w") == "Succeed"
+
+
+async def test_a_list_pod_set_is_placed_into_every_elements_template(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kind = widget_integration(podSets=[
+        {"name": "driver", "countPath": "spec.driver.replicas",
+         "templatePath": "spec.driver.template"},
+        {"name": "group", "countPath": "spec.groups[*].replicas",
+         "templatePath": "spec.groups[*].template"}])
+    with registered(kind):
+        monkeypatch.setitem(memory._KINDS, "widgets", "Widget")
+        c = Cluster(store=ClusterStore(integrations=(kind,)))
+        await c.queue("q", namespaces=[NS])
+        await _pool(c, 4)
+        obj = widget("w", NS, suspend=True, queue="q")
+        template = obj["spec"]["driver"]["template"]
+        obj["spec"]["groups"] = [{"replicas": 1, "template": template},
+                                 {"replicas": 2, "template": template}]
+        await c.api.create(WIDGETS, obj)
+        await c.settle()
+        unit = c.unit_obj(NS, "widget-w")
+        assert [(s["name"], s["count"]) for s in unit["spec"]["podSets"]] == \
+            [("driver", 1), ("group-0", 1), ("group-1", 2)]
+        assert c.phase(NS, "widget-w") == "Dequeued"
+        spec = _spec(c, "w")
+        assert [group["template"]["spec"].get("nodeSelector") for group in spec["groups"]] == \
+            [{"pool": "gpu"}, {"pool": "gpu"}]

@@ -19,7 +19,7 @@ from typing import Any
 from arbiter.base.kubeapi import ApiError, request_json
 from arbiter.core.api import MANAGED_LABEL, ManagedNamespaces
 from arbiter.integrations import OPTIONAL
-from webhook.endpoints import ENDPOINTS, Endpoint, Hook
+from webhook.endpoints import Endpoint, Hook, served
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def desired_configurations(
         webhooks = [_webhook(endpoint, hook,
                              _client_config(endpoint.path, url, service, ca_bundle), selector,
                              own_usernames)
-                    for endpoint in ENDPOINTS if endpoint.mutating == mutating
+                    for endpoint in served() if endpoint.mutating == mutating
                     for hook in endpoint.hooks]
         return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
                 "metadata": {"name": name, "labels": labels}, "webhooks": webhooks}

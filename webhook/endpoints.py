@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from arbiter.core.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
-from arbiter.integrations import OPTIONAL
+from arbiter.integrations import OPTIONAL, Integration
 from webhook import jobflows, jobs, pods, queues, queueunits, workloads
 from webhook.limits import limited
 from webhook.review import AdmissionEnv, AdmissionRequest, Decision
@@ -83,12 +83,27 @@ class Endpoint:
 
 def _endpoint(mode: str, plural: str, group: str, kind: str, decide: Decide, *,
               version: str, operations: tuple[str, ...], namespaced: bool = True,
-              condition: tuple[str, str] | None = None, also: tuple[Hook, ...] = ()) -> Endpoint:
-    """An endpoint with its hook `<plural>.<mode>.arbiter.dev`, plus `also`."""
+              condition: tuple[str, str] | None = None, also: tuple[Hook, ...] = (),
+              resource: str = "") -> Endpoint:
+    """An endpoint with its hook `<plural>.<mode>.arbiter.dev`, plus `also`;
+    its rules match `resource` (default `plural`)."""
     hooks = (Hook(f"{plural}.{mode}.arbiter.dev", operations, condition), *also)
     return Endpoint(name=f"{mode}-{plural}", path=f"{PREFIX}/{mode}/{plural}", group=group,
-                    kind=kind, mutating=mode == "mutate", decide=decide, resource=plural,
-                    version=version, namespaced=namespaced, hooks=hooks)
+                    kind=kind, mutating=mode == "mutate", decide=decide,
+                    resource=resource or plural, version=version, namespaced=namespaced,
+                    hooks=hooks)
+
+
+def workload_endpoints(i: Integration, plural: str = "") -> tuple[Endpoint, Endpoint]:
+    """An integration's mutating and validating endpoints (`plural` names
+    them: a declared kind's is `<resource>.<group>`, which no built-in takes)."""
+    return (
+        _endpoint("mutate", plural or i.resource, i.group, i.kind, workloads.mutate,
+                  version=i.version, operations=(CREATE,), resource=i.resource),
+        _endpoint("validate", plural or i.resource, i.group, i.kind,
+                  limited(workloads.validate, i.kind), version=i.version,
+                  operations=(CREATE, UPDATE), resource=i.resource,
+                  condition=("managed-by-arbiter", MANAGED_JOB_CONDITION)))
 
 
 CREATE, UPDATE, DELETE = "CREATE", "UPDATE", "DELETE"
@@ -121,11 +136,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               version="v1alpha1", operations=(CREATE, UPDATE)),
     # One pair per optional integration, whether it is switched on or not
     # (`--integrations` is the server's; a kind switched off passes untouched).
-    *(endpoint for i in OPTIONAL for endpoint in (
-        _endpoint("mutate", i.resource, i.group, i.kind, workloads.mutate,
-                  version=i.version, operations=(CREATE,)),
-        _endpoint("validate", i.resource, i.group, i.kind, limited(workloads.validate, i.kind),
-                  version=i.version, operations=(CREATE, UPDATE),
-                  condition=("managed-by-arbiter", MANAGED_JOB_CONDITION)))),
+    *(endpoint for i in OPTIONAL for endpoint in workload_endpoints(i)),
 )
+# The declared kinds' endpoints (arbiter.integrations.declared), added at
+# startup by `webhook.declared.register`.
+DECLARED: list[Endpoint] = []
 BY_PATH: dict[str, Endpoint] = {endpoint.path: endpoint for endpoint in ENDPOINTS}
+
+
+def served() -> tuple[Endpoint, ...]:
+    """Every endpoint the server serves: the table, then the declared kinds'."""
+    return (*ENDPOINTS, *DECLARED)

@@ -15,8 +15,8 @@ from aiohttp import web
 
 from arbiter.base import metrics
 from arbiter.base.httpserve import CachedCounter, one_line, read_limited
-from webhook.endpoints import ENDPOINTS, Endpoint
 from webhook.endpoints import PREFIX as PREFIX  # where the app mounts webhook_app
+from webhook.endpoints import Endpoint, served
 from webhook.review import AdmissionEnv, MalformedReview, parse_review, render
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def make_handler(endpoint: Endpoint, env: AdmissionEnv, max_body: int) -> Handle
 def webhook_app(*, env: AdmissionEnv, max_body: int) -> web.Application:
     """The sub-application mounted at `PREFIX`: one POST route per endpoint."""
     app = web.Application(client_max_size=max_body)
-    for endpoint in ENDPOINTS:
+    for endpoint in served():
         app.router.add_post(endpoint.route, make_handler(endpoint, env, max_body))
     return app
 

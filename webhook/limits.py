@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from arbiter.integrations import OPTIONAL, Integration
+from arbiter.integrations import BY_KIND, OPTIONAL, Integration
 from arbiter.integrations.base import dig
 from webhook import pods
 from webhook.held import held_root
@@ -108,7 +108,8 @@ _WHERE.update({i.kind: ("its pod templates' specs", _template_names(i)) for i in
 
 def limited(decide: Decide, kind: str) -> Decide:
     """`decide`, after the per-namespace limits for `kind`."""
-    field, names_of = _WHERE[kind]
+    field, names_of = _WHERE.get(kind) or ("its pod templates' specs",
+                                           _template_names(BY_KIND[kind]))  # a declared kind
 
     def checked(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         if (request.operation not in ("CREATE", "UPDATE") or request.sub_resource

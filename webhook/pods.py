@@ -25,7 +25,9 @@ changed labels, resizes: see `webhook.endpoints`).
 Pods of a held workload (a StatefulSet's, an LWS's: their controller
 chain reaches it by uid) are gated like any pod and let go by the loop
 while the workload's unit is admitted; a pod of a JobSet's child Job
-passes ungated only while the JobSet's unit is admitted (`managed_job_pod`).
+passes ungated only while the JobSet's unit is admitted (`managed_job_pod`);
+so does a pod a suspend-held workload's controller makes itself (a declared
+kind's), up to the count admitted (`workload_pod`).
 A held pod may not be moved under a held workload by rewriting its
 ownerReferences.
 """
@@ -42,6 +44,7 @@ from webhook.held import (
     admitted_job_unit,
     claims_problem,
     controller_ref,
+    held_root,
     joins_held_root,
     joins_message,
     unit_admitted,
@@ -132,6 +135,50 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
     )
 
 
+def workload_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
+                 labels: dict[str, str] | None) -> bool | Decision:
+    """Whether the pod is made directly by a suspend-held workload arbiter
+    admitted (a declared kind's controller makes pods from its templates,
+    only while it is unsuspended): not gated then, like an admitted Job's.
+
+    True only when its controller ownerReference is that workload by uid in
+    the cache, with its queue label, unsuspended and its unit admitted, and
+    the pod is within the count admitted; a denial (the controller retries)
+    while it is held (a late or forged pod) or past its count (a tenant's
+    passenger). False for any other pod: gated as usual."""
+    if not (labels and labels.get(QUEUE_LABEL)):
+        return False
+    ref = controller_ref(meta, "request.object.metadata")
+    if ref is None or ref.get("kind") == "Job":
+        return False
+    root = held_root(env, namespace, meta)
+    if root is None or root.uid != text_field(ref, "uid") \
+            or root.integration.hold != "suspend" or root.queue != labels.get(QUEUE_LABEL):
+        return False
+    waiting = not_ready(env, ("QueueUnit",))
+    if waiting is not None:
+        return waiting
+    subject = f'pod of {root.kind} "{root.key}"'
+    unit = env.store.workload_unit(root)
+    if root.suspended or unit is None or not unit_admitted(env, root):
+        return deny(f'{subject}: queue "{root.queue}" has not admitted it yet; its controller '
+                    f"creates its pods once kube-arbiter starts the {root.kind}")
+    admitted = sum(ps.count for ps in unit.admitted_pod_sets or unit.pod_sets)
+    active = sum(not p.terminating and p.phase not in ("Succeeded", "Failed")
+                 for p in env.store.workload_pods(root))
+    if active < admitted:
+        return True
+    return deny(f"{subject}: metadata.ownerReferences names it as controller, but it already "
+                f'has {active} active pods, as many as queue "{root.queue}" admitted')
+
+
+def started_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
+                labels: dict[str, str] | None) -> bool | Decision:
+    """A pod of a Job arbiter admitted, or of an admitted suspend-held workload."""
+    found = managed_job_pod(env, namespace, meta, labels)
+    return found if found is not False else workload_pod(env, namespace, meta, labels)
+
+
 def _gates(spec: Obj | None, where: str) -> list[Any] | None:
     if spec is None:
         return None
@@ -158,7 +205,7 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     queue = env.store.resolve_queue(namespace, labels)
     if queue is None:
         return ALLOW  # the validating webhook denies it with the reason
-    job_pod = managed_job_pod(env, namespace, meta, labels)
+    job_pod = started_pod(env, namespace, meta, labels)
     if isinstance(job_pod, Decision):
         return job_pod
     ops: list[PatchOp] = []
@@ -209,7 +256,7 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     problem = claims_problem(spec, "spec")
     if problem is not None:
         return deny(f"{_pod_name(request, namespace, meta)}: {problem}")
-    job_pod = managed_job_pod(env, namespace, meta, labels)
+    job_pod = started_pod(env, namespace, meta, labels)
     if isinstance(job_pod, Decision):
         return job_pod
     if job_pod:

@@ -34,6 +34,7 @@ from arbiter.core.api import QUEUE_LABEL
 from arbiter.core.quantities import QuantityError
 from arbiter.integrations import BY_KIND, Integration
 from arbiter.integrations.base import Path, dig
+from arbiter.integrations.declared import DeclaredIntegration
 from webhook.held import (
     claims_problem,
     held_root,
@@ -158,12 +159,27 @@ def _claims(integration: Integration, obj: Obj) -> str | None:
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     integration = _enabled(request, env)
     if integration is None:
-        return ALLOW
+        return _declared_off(request, env)
     if request.operation == "CREATE":
         return _validate_create(request, env, integration)
     if request.operation == "UPDATE":
         return _validate_update(request, env, integration)
     return ALLOW
+
+
+def _declared_off(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
+    """A declared kind not switched on (its CRD not checked yet, or refused)
+    is not created in a managed namespace: it would run unqueued."""
+    integration = BY_KIND.get(request.kind)
+    if not isinstance(integration, DeclaredIntegration) or request.operation != "CREATE":
+        return ALLOW
+    target = namespaced_object(request, integration.kind)
+    if not env.store.is_managed_namespace(target.namespace):
+        return ALLOW
+    why = env.store.declared_off.get(integration.kind, "its CRD is not checked yet")
+    return deny(f"{_subject(request, integration, target)}: kube-arbiter's declaration of "
+                f"{integration.kind} is not switched on ({why}); retry later or ask the "
+                "cluster admin")
 
 
 def _validate_create(request: AdmissionRequest, env: AdmissionEnv,

@@ -38,10 +38,11 @@ from arbiter.integrations.lws import GROUP_INDEX_LABEL
 ConsumerKind = str
 
 
-# Kinds whose units the integrations make from a workload's spec.
-WORKLOAD_CONSUMERS: frozenset[str] = frozenset(
+# Kinds whose units the integrations make from a workload's spec (declared
+# kinds join at startup: arbiter.cache.declared).
+WORKLOAD_CONSUMERS: set[str] = {
     kind for kind, integration in BY_KIND.items()
-    if not integration.per_pod and kind not in ("Job", "Pod"))
+    if not integration.per_pod and kind not in ("Job", "Pod")}
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,8 @@ Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "Priorit
                "JobFlow", "JobTemplate", "Pool", "AdmissionCheck", "RuntimeClass",
                "JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment"]
 # The kinds optional integrations hold (arbiter.integrations), as WorkloadRecords.
-WORKLOAD_KINDS: tuple[Kind, ...] = ("JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment")
+# A list: declared kinds join it at startup (arbiter.cache.declared).
+WORKLOAD_KINDS: list[Kind] = ["JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment"]
 # The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
 # JobFlow controller and webhook) are not among them. Pool is: admitting
 # before the Pools are known would place work into the wrong pool; so is
@@ -53,8 +54,8 @@ WORKLOAD_KINDS: tuple[Kind, ...] = ("JobSet", "StatefulSet", "LeaderWorkerSet", 
 KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit",
                            "PriorityClass", "Pool", "AdmissionCheck", "RuntimeClass")
 # Kinds filed under namespace/name; Pods are filed by uid, the rest by name.
-NAMESPACED_KINDS: frozenset[Kind] = frozenset({"Job", "QueueUnit", "JobFlow", "JobTemplate",
-                                               *WORKLOAD_KINDS})
+NAMESPACED_KINDS: set[Kind] = {"Job", "QueueUnit", "JobFlow", "JobTemplate",
+                               *WORKLOAD_KINDS}
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -77,6 +78,8 @@ _CONVERTERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
     "RuntimeClass": convert.runtime_class_from_api,
     **{kind: partial(workload_from_api, BY_KIND[kind]) for kind in WORKLOAD_KINDS},
 }
+# Declared kinds add theirs at startup (arbiter.cache.declared).
+CONVERTERS = _CONVERTERS
 
 DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
     "kube-system", "kube-public", "kube-node-lease", "arbiter-system",
@@ -148,6 +151,8 @@ class ClusterStore:
         default_factory=lambda: {kind: {} for kind in WORKLOAD_KINDS})
     # The optional integrations switched on (`--integrations`).
     integrations: tuple[Integration, ...] = ()
+    # Declared kinds not switched on (their CRD missing or refused) -> why.
+    declared_off: dict[str, str] = field(default_factory=dict)
     # Controller links by uid, for the owner walk (Jobs, workloads, pods).
     owners: OwnerIndex = field(default_factory=OwnerIndex.empty)
     listeners: list[Listener] = field(default_factory=list)

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("approve", "arbiter.cli.approve"),
     ("reject", "arbiter.cli.approve"),
     ("demo", "arbiter.cli.demo"),
+    ("integrations", "arbiter.cli.integrations"),
 )
 
 

@@ -25,7 +25,9 @@ from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
 from arbiter.core.api import MANAGED_NAMESPACE_MODES
 from arbiter.integrations import DEFAULT_NAMES as INTEGRATION_NAMES
 from arbiter.integrations import parse_names as parse_integrations
+from arbiter.integrations.declared import Declaration, DeclarationError
 from arbiter.server.config import ServeConfig
+from arbiter.server.declared import load as load_declared
 
 _RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "message", "asctime", "taskName"}
@@ -169,6 +171,10 @@ def add_parser(subparsers: Any) -> None:
         help="workload integrations to switch on: comma-separated "
              f"{','.join(INTEGRATION_NAMES)}, or all, or none (Job and plain pods are "
              "always on); one whose CRD is not installed is reported once and waited for")
+    add("--integration-file", default=_env("integration_file", ""), metavar="PATH",
+        help="YAML or JSON file declaring custom resources to queue by their suspend "
+             "field (docs/integrations.md, Declared integrations); refused with the "
+             "field named: checked against each CRD at start (or when it appears)")
     number("--overcommit", float, defaults.overcommit, above=True,
         help="factor applied to cluster capacity")
     add("--no-leader-elect", action="store_true", default=_env_flag("no_leader_elect"),
@@ -259,9 +265,16 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         integrations = parse_integrations(args.integrations)
     except ValueError as error:
         raise SystemExit(f"--integrations (ARBITER_INTEGRATIONS): {error}") from None
+    declared: tuple[Declaration, ...] = ()
+    if args.integration_file:
+        try:
+            declared = load_declared(Path(args.integration_file))
+        except DeclarationError as error:
+            raise SystemExit(f"--integration-file {args.integration_file}: {error}") from None
     # Field by field, so mypy checks each name and type.
     return ServeConfig(
         integrations=integrations,
+        declared=declared,
         host=args.host,
         port=args.port,
         cert_dir=args.cert_dir,

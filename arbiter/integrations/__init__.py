@@ -48,5 +48,17 @@ def enabled(names: Iterable[str]) -> tuple[Integration, ...]:
     return tuple(i for i in OPTIONAL if i.name in wanted)
 
 
+def declare(integrations: Iterable[Integration], *, on: bool = True) -> None:
+    """Declared kinds (arbiter.integrations.declared) join the registry by
+    kind, once at startup before anything reads it; `on=False` takes them
+    off again (tests)."""
+    for integration in integrations:
+        if on:
+            BY_KIND[integration.kind] = BY_NAME[integration.name] = integration
+        else:
+            BY_KIND.pop(integration.kind, None)
+            BY_NAME.pop(integration.name, None)
+
+
 __all__ = ["BUILTIN", "BY_KIND", "BY_NAME", "DEFAULT_NAMES", "OPTIONAL", "Integration",
-           "enabled", "held_kinds", "parse_names"]
+           "declare", "enabled", "held_kinds", "parse_names"]

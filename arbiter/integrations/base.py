@@ -130,6 +130,9 @@ class Integration:
     children: tuple[str, ...] = ()
     # Its pods are queued one by one as plain pods; the workload holds nothing.
     per_pod: bool = False
+    # Running once one of its pods is bound (its status counts no ready
+    # replicas: a declared kind without readyPath).
+    ready_from_pods: bool = False
     # What a spec must be for `units` to read it (the webhook's denial).
     readable: str = "spec.replicas a whole number and spec.template a pod template"
 

@@ -63,6 +63,7 @@ from arbiter.loop.units import (
     gate_workload,
     held,
     spec_drift,
+    suspend_workload,
 )
 from arbiter.loop.workloads import to_let_go
 from arbiter.loop.writer import UnitWriter
@@ -330,14 +331,19 @@ class AdmissionController:
                 drift = spec_drift(unit, wanted) if wanted is not None else None
                 if drift is not None:
                     self.writer.update_spec(unit, drift)
-            elif gate_workload(unit) and unit.admitted:
-                # A serving workload resized while admitted (DESIGN §14):
-                # requeued at its new size (scaled to 0: nothing left to admit).
+            elif unit.admitted and (gate_workload(unit) or suspend_workload(unit)):
+                # A workload resized while admitted (DESIGN §14): requeued at
+                # its new size (scaled to 0: nothing left to admit); a
+                # suspend-held one (a declared kind's counts) is suspended again.
                 wanted = self.follow.desired(consumer)
-                if wanted is None or wanted.pod_sets != unit.pod_sets:
-                    self.writer.step(unit, Step(
-                        "rehold", "Enqueued", "replicas changed while admitted; its pods are "
-                        "made again and wait for the new size to be admitted"))
+                # (A suspend-held one without a unit wanted has finished.)
+                gone = wanted is None and gate_workload(unit)
+                if gone or (wanted is not None and wanted.pod_sets != unit.pod_sets):
+                    self.writer.step(unit, Step("rehold", "Enqueued", (
+                        "replicas changed while admitted; its pods are made again and wait "
+                        "for the new size to be admitted") if gate_workload(unit) else (
+                        "pod counts changed while admitted; suspended again and queued at "
+                        "its new size")))
             return
         desired = self.follow.desired(consumer)
         if desired is None:

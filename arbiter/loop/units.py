@@ -441,6 +441,13 @@ def gate_workload(unit: UnitRecord) -> bool:
         and BY_KIND[ref.kind].hold == "gate"
 
 
+def suspend_workload(unit: UnitRecord) -> bool:
+    """A unit of a workload held by its suspend field (JobSet, a declared kind)."""
+    ref = unit.consumer
+    return ref is not None and ref.kind in WORKLOAD_CONSUMERS \
+        and BY_KIND[ref.kind].hold == "suspend"
+
+
 def held(unit: UnitRecord, consumer: Consumer) -> Consumer:
     """`consumer`, with a pod unit's released but unbound pods counted as
     held outside `Dequeued`. Their gates were lifted by an earlier admission

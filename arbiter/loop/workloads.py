@@ -86,12 +86,14 @@ def state(record: WorkloadRecord | None, uid: str, pods: Sequence[PodRecord]) ->
         return Consumer.SUCCEEDED
     if record.outcome == "Failed":
         return Consumer.FAILED
+    live = [p for p in pods if not p.terminating and p.phase not in FINISHED_POD_PHASES]
+    bound = any(p.node_name or p.phase == "Running" for p in live)
     if record.integration.hold == "suspend":
         if record.suspended:
             return Consumer.HELD
-        return Consumer.RUNNING if record.ready > 0 else Consumer.RELEASED
-    live = [p for p in pods if not p.terminating and p.phase not in FINISHED_POD_PHASES]
-    if any(p.node_name or p.phase == "Running" for p in live):
+        started = record.ready > 0 or (record.integration.ready_from_pods and bound)
+        return Consumer.RUNNING if started else Consumer.RELEASED
+    if bound:
         return Consumer.RUNNING
     if any(not p.gated for p in live):
         return Consumer.RELEASED

@@ -41,12 +41,14 @@ from arbiter.base.httpserve import HANDLER_ARGS, GuardedSite, ListenerLimits
 from arbiter.base.kubeapi import KubeApi
 from arbiter.cache.store import ClusterStore
 from arbiter.integrations import enabled as enabled_integrations
+from arbiter.integrations.declared import DeclarationError
+from arbiter.integrations.declared import build as build_declared
 from arbiter.jobflow.controller import run_leader as run_jobflow_controller
 from arbiter.loop import namespaces as managed_namespaces
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.leader import LeaseTiming
 from arbiter.loop.runtime import Election, Leadership, LeaderTask, run_admission
-from arbiter.server import debug
+from arbiter.server import debug, declared
 from arbiter.server.config import ServeConfig
 from arbiter.server.context import (
     CONTEXT,
@@ -205,6 +207,8 @@ def background_tasks(ctx: ServerContext, leadership: Leadership) -> dict[str, Ta
         "certificates": partial(maintain_certificates, ctx),
         "webhook-configurations": partial(install_webhook_configurations, ctx),
         "heap-freeze": partial(freeze_after_first_sync, ctx),
+        # Declared kinds whose CRD was missing at startup: checked when it appears.
+        "declared-crds": partial(declared.run_waiting, ctx.api, ctx.store),
         # Leader election, and while leading the admission loop and leader_tasks.
         "admission": partial(
             run_admission, api=ctx.api, lease_api=ctx.lease_api, store=ctx.store,
@@ -260,6 +264,8 @@ def extender_state(store: ClusterStore, config: ServeConfig) -> ExtenderState:
 async def serve(config: ServeConfig, *, api: Any | None = None,
                 install_signals: bool = True) -> None:
     """Run the server until SIGTERM/SIGINT (or ctx.stopping), then stop gracefully."""
+    declared_kinds = build_declared(config.declared)
+    declared.register(declared_kinds)  # before the store: its tables list them
     store = ClusterStore(excluded_namespaces=frozenset(excluded_namespaces(config)),
                          managed_mode=config.managed_namespaces,
                          integrations=enabled_integrations(config.integrations))
@@ -267,6 +273,15 @@ async def serve(config: ServeConfig, *, api: Any | None = None,
     lease_api = None
     if api is None:
         api = await api_client(config)
+    try:
+        missing = await declared.check_installed(api, declared_kinds, store)
+    except DeclarationError as error:
+        if owns_api:
+            await api.close()
+        raise SystemExit(f"--integration-file: {error}") from None
+    store.integrations = (*store.integrations,
+                          *(i for i in declared_kinds if i not in missing))
+    if api is not None and owns_api:
         # The Lease is renewed through a client of its own: on the shared one
         # a burst of status writes and watches can fill the connection pool
         # for longer than the renew deadline, and the leader lets go.

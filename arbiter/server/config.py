@@ -8,6 +8,7 @@ from pathlib import Path
 from arbiter.cache.store import DEFAULT_EXCLUDED_NAMESPACES
 from arbiter.core.api import ManagedNamespaces
 from arbiter.integrations import DEFAULT_NAMES as DEFAULT_INTEGRATIONS
+from arbiter.integrations.declared import Declaration
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ class ServeConfig:
     managed_namespaces: ManagedNamespaces = "all"
     # Workload integrations switched on (arbiter.integrations; DESIGN §14).
     integrations: tuple[str, ...] = DEFAULT_INTEGRATIONS
+    # Kinds declared in --integration-file (arbiter.integrations.declared).
+    declared: tuple[Declaration, ...] = ()
     overcommit: float = 1.0
     leader_elect: bool = True
     lease_name: str = "kube-arbiter"

@@ -352,8 +352,14 @@ def debug_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
             return _json({"error": f"no queue {request.match_info['name']!r}"}, 404)
         return _json(document)
 
+    async def integrations(_: web.Request) -> web.Response:
+        # The kinds switched on, and the declared ones that are not (why).
+        return _json({"on": [i.kind for i in store.integrations],
+                      "declaredOff": dict(store.declared_off)})
+
     app = web.Application(middlewares=[access_guard(access, check_token)])
     app.router.add_get("/queues", queues)
+    app.router.add_get("/integrations", integrations)
     app.router.add_get("/queues/{name}/pending", pending)
 
     async def close(_: web.Application) -> None:

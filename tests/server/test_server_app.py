@@ -54,7 +54,7 @@ def test_everything_that_runs_is_named() -> None:
     ctx = ServerContext(config=ServeConfig(), store=ClusterStore())
     tasks = app.background_tasks(ctx, Leadership())
     assert list(tasks) == ["cluster-watch", "certificates", "webhook-configurations",
-                           "heap-freeze", "admission"]
+                           "heap-freeze", "declared-crds", "admission"]
     assert list(app.leader_tasks(ctx)) == ["jobflow-controller", "managed-namespace-labels"]
 
 

@@ -34,7 +34,12 @@ from arbiter.cache.records import (
     RuntimeClassRecord,
     UnitRecord,
 )
-from arbiter.cache.workloads import OwnerIndex, WorkloadRecord, workload_from_api
+from arbiter.cache.workloads import (
+    OwnerIndex,
+    WorkloadRecord,
+    with_child_units,
+    workload_from_api,
+)
 from arbiter.core.api import QUEUE_LABEL, ManagedNamespaces
 from arbiter.core.resources import Resources
 from arbiter.integrations import BY_KIND, Integration, held_kinds
@@ -43,9 +48,10 @@ log = logging.getLogger(__name__)
 
 Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
                "JobFlow", "JobTemplate", "Pool", "AdmissionCheck", "RuntimeClass",
-               "JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment"]
+               "JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment", "TrainJob"]
 # The kinds optional integrations hold (arbiter.integrations), as WorkloadRecords.
-WORKLOAD_KINDS: tuple[Kind, ...] = ("JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment")
+WORKLOAD_KINDS: tuple[Kind, ...] = ("JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment",
+                                     "TrainJob")
 # The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
 # JobFlow controller and webhook) are not among them. Pool is: admitting
 # before the Pools are known would place work into the wrong pool; so is
@@ -467,7 +473,24 @@ class ClusterStore:
             if record is not None:
                 self.owners.put(record.uid, kind, key, record.namespace,
                                 record.owner_kind, record.owner_uid)
+                source = BY_KIND[kind].units_from
+                if source:
+                    record = with_child_units(record, self.workloads[source].get(key), old)
         self._put(table, key, record)
+        if kind in WORKLOAD_KINDS:
+            self._to_parents(kind, key, record)
+
+    def _to_parents(self, kind: Kind, key: str, child: WorkloadRecord | None) -> None:
+        """A child that spells out its parent's units (`units_from`: a
+        TrainJob's JobSet, named as it) changed: the parent's units follow."""
+        for parent_kind in WORKLOAD_KINDS:
+            parents = self.workloads[parent_kind]
+            parent = parents.get(key) if BY_KIND[parent_kind].units_from == kind else None
+            if parent is not None and child is not None:
+                updated = with_child_units(parent, child, parent)
+                if updated != parent:
+                    parents[key] = updated
+                    self._notify(parent_kind, key)
 
     def _index_unit(self, key: str, old: UnitRecord | None, new: UnitRecord | None) -> None:
         if (old is None) != (new is None):

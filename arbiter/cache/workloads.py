@@ -9,7 +9,7 @@ uid) so that a child's chain can be followed by uid, step by step."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from arbiter.cache.records import PodSet
@@ -104,6 +104,22 @@ def workload_from_api(integration: Integration, obj: Mapping[str, Any]) -> Workl
         owner_uid=owner_uid,
         created=parse_time(meta.get("creationTimestamp")),
     )
+
+
+def with_child_units(parent: WorkloadRecord, child: WorkloadRecord | None,
+                     old: WorkloadRecord | None = None) -> WorkloadRecord:
+    """`parent` (a kind whose units its child spells out: `Integration.units_from`)
+    with the units and priority class of `child`: the one its controller
+    makes, same namespace and name, controlled by `parent` by uid (a child
+    another object controls, or a forged one, counts for nothing). With no
+    such child, the units last read (`old`, the same uid): a JobSet deleted
+    and made again must not drop an admitted unit in between; none before."""
+    if child is not None and child.owner_kind == parent.kind and child.owner_uid == parent.uid \
+            and child.namespace == parent.namespace:
+        return replace(parent, units=child.units, priority_class=child.priority_class)
+    if old is not None and old.uid == parent.uid:
+        return replace(parent, units=old.units, priority_class=old.priority_class)
+    return replace(parent, units=None)
 
 
 # Controller chains are short (LWS: pod -> StatefulSet -> pod -> StatefulSet

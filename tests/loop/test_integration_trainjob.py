@@ -12,6 +12,7 @@ from arbiter.cache.store import ClusterStore
 from arbiter.core.api import QUEUE_LABEL
 from arbiter.integrations import DEFAULT_NAMES, enabled
 from arbiter.integrations.trainjob import MANAGER
+from arbiter.loop.placement import PodDirectives
 from tests.loop.harness import Cluster
 
 NS = "team-a"
@@ -124,10 +125,20 @@ async def test_held_again_it_is_suspended_and_its_entry_waits_for_the_next_relea
     await c.settle()
     placed = ours(c)
     assert placed is not None and spec(c)["suspend"] is False
-    await c.controller.actions.hold(c.store.units[f"{NS}/trainjob-tune"])
+    unit = c.store.units[f"{NS}/trainjob-tune"]
+    await c.controller.actions.hold(unit)
     assert spec(c)["suspend"] is True
     # Trainer refuses runtimePatches changes while the JobSet's Jobs are active.
     assert spec(c)["runtimePatches"] == [USER_PATCH, placed]
+    # The next release, into another pool, replaces it in the unsuspending write.
+    await c.controller.actions.release_workload(
+        unit, (), PodDirectives(node_selector=(("pool", "cpu"),)))
+    assert spec(c)["suspend"] is False
+    assert spec(c)["runtimePatches"][0] == USER_PATCH
+    entry = ours(c)
+    assert entry is not None and len(spec(c)["runtimePatches"]) == 2
+    (job,) = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert job["template"]["spec"]["template"]["spec"] == {"nodeSelector": {"pool": "cpu"}}
 
 
 async def test_finished_from_its_condition_and_its_room_goes_to_the_next() -> None:

@@ -110,13 +110,6 @@ def _counted(node: NodeRecord | None) -> bool:
     return node is not None and node.ready and node.schedulable
 
 
-def _unmanaged_load(pod: PodRecord | None) -> str | None:
-    """The node whose capacity `pod` takes as unmanaged work, if any."""
-    if pod is None or pod.queue is not None or pod.phase not in ACTIVE_POD_PHASES:
-        return None
-    return pod.node_name or None
-
-
 def add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
     """total += sign * amounts, in place, dropping names that reach zero."""
     for name, value in amounts.items():
@@ -172,6 +165,10 @@ class ClusterStore:
     _counted_allocatable: dict[str, int] = field(default_factory=dict, init=False)
     _unmanaged_by_node: dict[str, dict[str, int]] = field(default_factory=dict, init=False)
     _counted_unmanaged: dict[str, int] = field(default_factory=dict, init=False)
+    # uid -> node of each pod counted as unmanaged load. Whether a
+    # queue-labelled pod is unmanaged depends on its namespace, which can
+    # change after: what is taken off is what was counted, not a new verdict.
+    _unmanaged_pods: dict[str, str] = field(default_factory=dict, init=False)
     # namespace -> how many QueueUnits it holds (the webhook's per-namespace limit).
     units_per_namespace: dict[str, int] = field(default_factory=dict, init=False)
     # consumer uid -> key of the unit standing for it: a consumer's unit is
@@ -284,8 +281,9 @@ class ClusterStore:
 
     def upsert_queue(self, record: QueueRecord) -> None:
         old = self.queues.get(record.name)
-        if old is None or (old.namespaces, old.namespace_selector) != (
-                record.namespaces, record.namespace_selector):
+        access_changed = old is None or (old.namespaces, old.namespace_selector) != (
+            record.namespaces, record.namespace_selector)
+        if access_changed:
             self._admitting.clear()
             self._access = None
             self.access_generation += 1
@@ -295,6 +293,8 @@ class ClusterStore:
             self.queue_by_namespace.setdefault(namespace, record.name)
         if record.parent:
             self.queue_children.setdefault(record.parent, set()).add(record.name)
+        if access_changed and self.managed_mode == "listed":
+            self._recount_labelled_pods(None)
         self._notify("Queue", record.name)
 
     def delete_queue(self, name: str) -> None:
@@ -303,6 +303,8 @@ class ClusterStore:
         self.access_generation += 1
         self._drop_queue_index(name)
         self.queues.pop(name, None)
+        if self.managed_mode == "listed":
+            self._recount_labelled_pods(None)
         self._notify("Queue", name)
 
     def _drop_queue_index(self, name: str) -> None:
@@ -353,9 +355,27 @@ class ClusterStore:
             add_into(self._counted_allocatable, node.allocatable, sign)
             add_into(self._counted_unmanaged, self._unmanaged_by_node.get(node.name, {}), sign)
 
+    def _unmanaged_node(self, pod: PodRecord) -> str | None:
+        """The node whose capacity `pod` takes as unmanaged work, if any: an
+        active pod with no queue label, or one in a namespace arbiter does
+        not manage (its label charges it nowhere: the loop charges managed
+        namespaces only, so it must come off the capacity instead)."""
+        if not pod.node_name or pod.phase not in ACTIVE_POD_PHASES:
+            return None
+        if pod.queue is not None and self.is_managed_namespace(pod.namespace):
+            return None
+        return pod.node_name
+
     def _count_pod(self, pod: PodRecord | None, sign: int) -> None:
-        node_name = _unmanaged_load(pod)
-        if node_name is None or pod is None:
+        if pod is None:
+            return
+        if sign < 0:
+            node_name = self._unmanaged_pods.pop(pod.uid, None)
+        else:
+            node_name = self._unmanaged_node(pod)
+            if node_name is not None:
+                self._unmanaged_pods[pod.uid] = node_name
+        if node_name is None:
             return
         on_node = self._unmanaged_by_node.setdefault(node_name, {})
         add_into(on_node, pod.requests, sign)
@@ -465,7 +485,12 @@ class ClusterStore:
         if kind == "QueueUnit":
             self._index_unit(key, table.get(key), record)
         elif kind == "Namespace":
+            was_managed = self.is_managed_namespace(key)
             self._admitting.pop(key, None)
+            self._put(table, key, record)
+            if self.is_managed_namespace(key) != was_managed:
+                self._recount_labelled_pods(key)
+            return
         elif kind == "Job" or kind in WORKLOAD_KINDS:
             old = table.get(key)
             if old is not None:
@@ -491,6 +516,16 @@ class ClusterStore:
                 if updated != parent:
                     parents[key] = updated
                     self._notify(parent_kind, key)
+
+    def _recount_labelled_pods(self, namespace: str | None) -> None:
+        """A namespace's managed verdict changed (`namespace`; None: any may
+        have, the Queues' namespace rules changed in `listed` mode): its
+        queue-labelled pods move between charged and unmanaged load.
+        O(pods), on an admin's change, not per request."""
+        for pod in self.pods.values():
+            if pod.queue is not None and (namespace is None or pod.namespace == namespace):
+                self._count_pod(pod, -1)
+                self._count_pod(pod, +1)
 
     def _index_unit(self, key: str, old: UnitRecord | None, new: UnitRecord | None) -> None:
         if (old is None) != (new is None):

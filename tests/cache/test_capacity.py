@@ -1,7 +1,8 @@
 """Cluster capacity, kept incrementally (issue 13, items 10 and 14).
 
 Capacity is the allocatable of Ready, schedulable nodes minus the requests
-of unmanaged Pending/Running pods placed on those same nodes. The property
+of unmanaged Pending/Running pods placed on those same nodes (no queue
+label, or in a namespace arbiter does not manage). The property
 test drives random node and pod events through the store (as the watchers
 do) and compares it after every event with a from-scratch recomputation.
 """
@@ -30,13 +31,13 @@ def node(name: str, cpu: str = "4", *, ready: bool = True, cordoned: bool = Fals
 
 
 def pod(uid: str, node_name: str | None, cpu: str = "1", *, queue: str | None = None,
-        phase: str = "Running") -> dict[str, Any]:
+        phase: str = "Running", namespace: str = "ns") -> dict[str, Any]:
     labels = {"arbiter.dev/queue": queue} if queue else {}
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {
         "requests": {"cpu": cpu, "memory": "1Gi"}}}]}
     if node_name:
         spec["nodeName"] = node_name
-    return {"metadata": {"name": uid, "namespace": "ns", "uid": uid, "labels": labels},
+    return {"metadata": {"name": uid, "namespace": namespace, "uid": uid, "labels": labels},
             "spec": spec, "status": {"phase": phase}}
 
 
@@ -68,7 +69,8 @@ def reference_capacity(store: ClusterStore, overcommit: float = 1.0) -> Resource
     for name in counted:
         total = total + store.nodes[name].allocatable
     for record in store.pods.values():
-        if (record.queue is None and record.node_name in counted
+        unmanaged = record.queue is None or not store.is_managed_namespace(record.namespace)
+        if (unmanaged and record.node_name in counted
                 and record.phase in ("Pending", "Running")):
             total = total - record.requests
     if overcommit != 1.0:
@@ -76,16 +78,37 @@ def reference_capacity(store: ClusterStore, overcommit: float = 1.0) -> Resource
     return total.clamp_min(0)
 
 
+def namespace(name: str, managed: bool | None) -> dict[str, Any]:
+    labels = {} if managed is None else {"arbiter.dev/managed": str(managed).lower()}
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def queue(name: str, namespaces: list[str]) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"namespaces": namespaces}}
+
+
 def test_incremental_capacity_equals_a_recomputation_after_random_events() -> None:
+    """Nodes, pods, and the namespaces' managed verdict (labels; in `listed`
+    mode also the Queues naming them) change in any order."""
     rng = random.Random(1413)
     node_names = [f"n{i}" for i in range(5)]
     uids = [f"p{i}" for i in range(30)]
+    namespaces = ["ns", "other", "kube-system"]
     phases = ["Pending", "Running", "Succeeded", "Failed"]
-    for _ in range(40):
-        store = ClusterStore()
+    for round_ in range(60):
+        store = ClusterStore(managed_mode="listed" if round_ % 2 else "all")
         for _ in range(150):
             roll = rng.random()
-            if roll < 0.3:
+            if roll < 0.1:
+                store.apply("Namespace", "MODIFIED", namespace(
+                    rng.choice(namespaces), rng.choice([None, True, False])))
+            elif roll < 0.15:
+                if rng.random() < 0.3:
+                    store.apply("Queue", "DELETED", {"metadata": {"name": "q"}})
+                else:
+                    store.apply("Queue", "MODIFIED", queue(
+                        "q", rng.sample(namespaces, rng.randint(0, 2))))
+            elif roll < 0.4:
                 name = rng.choice(node_names)
                 if rng.random() < 0.2:
                     store.apply("Node", "DELETED", {"metadata": {"name": name}})
@@ -102,7 +125,7 @@ def test_incremental_capacity_equals_a_recomputation_after_random_events() -> No
                     store.apply("Pod", "MODIFIED", pod(
                         uid, rng.choice([None, *node_names, "elsewhere"]),
                         f"{rng.randint(0, 3000)}m", queue=rng.choice([None, None, "q"]),
-                        phase=rng.choice(phases)))
+                        phase=rng.choice(phases), namespace=rng.choice(namespaces)))
             assert store.capacity() == reference_capacity(store)
             assert store.capacity(1.5) == reference_capacity(store, 1.5)
         if rng.random() < 0.5:
@@ -127,3 +150,20 @@ def test_capacity_is_read_without_walking_the_pods() -> None:
     per_call = (time.perf_counter() - started) / 100
     assert capacity.get_amount("cpu") == 100 * 64_000 - 50_000 * 100
     assert per_call < 0.001, per_call
+
+
+def test_a_queue_labelled_pod_in_an_unmanaged_namespace_takes_capacity() -> None:
+    """Its label charges it to no queue (the loop charges managed namespaces
+    only): it must come off the capacity, and go back to being charged when
+    the namespace is managed again."""
+    store = ClusterStore()
+    store.apply("Node", "ADDED", node("n1", "8"))
+    store.apply("Pod", "ADDED", pod("p", "n1", "3", queue="q", namespace="team"))
+    store.apply("Pod", "ADDED", pod("s", "n1", "1", queue="q", namespace="kube-system"))
+    assert store.capacity().get_amount("cpu") == 7000  # kube-system is excluded
+    store.apply("Namespace", "MODIFIED", namespace("team", False))
+    assert store.capacity().get_amount("cpu") == 4000
+    store.apply("Namespace", "MODIFIED", namespace("team", None))
+    assert store.capacity().get_amount("cpu") == 7000
+    store.apply("Pod", "DELETED", {"metadata": {"uid": "s"}})
+    assert store.capacity().get_amount("cpu") == 8000

@@ -66,7 +66,7 @@ INTEGRATIONS = {
     "jobset": Integration(JOBSET, "config.jobset.x-k8s.io/v1alpha1", ("jobset",)),
     "lws": Integration(LWS, "config.lws.x-k8s.io/v1alpha1", ("lws",)),
     "ray": Integration(KUBERAY, "", ()),
-    "trainer": Integration(TRAINER, "config.trainer.kubeflow.org/v1alpha1", (),
+    "trainer": Integration(TRAINER, "config.trainer.kubeflow.org/v1alpha1", ("trainer",),
                            requires=("jobset",)),
 }
 # Kinds arbiter integrates whose controllers kube-controller-manager runs.

@@ -34,12 +34,7 @@ from arbiter.cache.records import (
     RuntimeClassRecord,
     UnitRecord,
 )
-from arbiter.cache.workloads import (
-    OwnerIndex,
-    WorkloadRecord,
-    with_child_units,
-    workload_from_api,
-)
+from arbiter.cache.workloads import OwnerIndex, WorkloadRecord, follow_child, workload_from_api
 from arbiter.core.api import QUEUE_LABEL, ManagedNamespaces
 from arbiter.core.resources import Resources
 from arbiter.integrations import BY_KIND, Integration, held_kinds
@@ -498,24 +493,9 @@ class ClusterStore:
             if record is not None:
                 self.owners.put(record.uid, kind, key, record.namespace,
                                 record.owner_kind, record.owner_uid)
-                source = BY_KIND[kind].units_from
-                if source:
-                    record = with_child_units(record, self.workloads[source].get(key), old)
+            if kind in WORKLOAD_KINDS:  # units a child spells out (a TrainJob's JobSet)
+                record = follow_child(self.workloads, kind, key, record, old, self._notify)
         self._put(table, key, record)
-        if kind in WORKLOAD_KINDS:
-            self._to_parents(kind, key, record)
-
-    def _to_parents(self, kind: Kind, key: str, child: WorkloadRecord | None) -> None:
-        """A child that spells out its parent's units (`units_from`: a
-        TrainJob's JobSet, named as it) changed: the parent's units follow."""
-        for parent_kind in WORKLOAD_KINDS:
-            parents = self.workloads[parent_kind]
-            parent = parents.get(key) if BY_KIND[parent_kind].units_from == kind else None
-            if parent is not None and child is not None:
-                updated = with_child_units(parent, child, parent)
-                if updated != parent:
-                    parents[key] = updated
-                    self._notify(parent_kind, key)
 
     def _recount_labelled_pods(self, namespace: str | None) -> None:
         """A namespace's managed verdict changed (`namespace`; None: any may

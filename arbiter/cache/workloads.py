@@ -8,7 +8,7 @@ uid) so that a child's chain can be followed by uid, step by step."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -120,6 +120,27 @@ def with_child_units(parent: WorkloadRecord, child: WorkloadRecord | None,
     if old is not None and old.uid == parent.uid:
         return replace(parent, units=old.units, priority_class=old.priority_class)
     return replace(parent, units=None)
+
+
+def follow_child(tables: Mapping[str, dict[str, WorkloadRecord]], kind: str, key: str,
+                 record: WorkloadRecord | None, old: WorkloadRecord | None,
+                 notify: Callable[[Any, str], None]) -> WorkloadRecord | None:
+    """Units read from a child (`Integration.units_from`), kept as records
+    arrive in any order: `record` (about to be filed under `key`, replacing
+    `old`) with its child's units when its kind reads them there; and when
+    it is such a child, its parent of the same key (in `tables`) updated in
+    place and `notify`-ed, so the loop looks at the parent again."""
+    source = BY_KIND[kind].units_from
+    if record is not None and source:
+        return with_child_units(record, tables[source].get(key), old)
+    for parent_kind, parents in tables.items():
+        parent = parents.get(key) if BY_KIND[parent_kind].units_from == kind else None
+        if parent is not None and record is not None:
+            updated = with_child_units(parent, record, parent)
+            if updated != parent:
+                parents[key] = updated
+                notify(parent_kind, key)
+    return record
 
 
 # Controller chains are short (LWS: pod -> StatefulSet -> pod -> StatefulSet

@@ -4,8 +4,9 @@ LeaderWorkerSet, Deployment; one generic decision, read from each kind's
 (`--integrations`: `ClusterStore.integrations`) passes untouched.
 
 A child (its controller chain reaches a held workload by uid: an LWS's
-StatefulSets; `webhook.held.held_root`) passes untouched: it has no unit of
-its own, its root's decides.
+StatefulSets, a TrainJob's JobSet; `webhook.held.held_root`) passes: it has
+no unit of its own, its root's decides; a child held by suspend is created
+suspended while its root is not admitted (as a JobSet's Jobs are).
 
 Mutating (CREATE, managed namespace): resolve the queue as for a Job, label
 the workload and every pod template (a JobSet's Job templates too, so its
@@ -129,9 +130,11 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if integration is None or request.operation != "CREATE":
         return ALLOW
     obj, meta, labels, namespace = namespaced_object(request, integration.kind)
-    if not env.store.is_managed_namespace(namespace) \
-            or held_root(env, namespace, meta) is not None:
+    if not env.store.is_managed_namespace(namespace):
         return ALLOW
+    root = held_root(env, namespace, meta)
+    if root is not None:
+        return allow(_child_suspend_ops(env, integration, obj, root))
     queue = env.store.resolve_queue(namespace, labels)
     if queue is None:
         return ALLOW  # the validating webhook denies it with the reason
@@ -144,6 +147,17 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if integration.hold == "suspend" and not _suspended(integration, obj, "request.object"):
         ops.extend(_suspend_ops(integration, obj))
     return allow(ops)
+
+
+def _child_suspend_ops(env: AdmissionEnv, integration: Integration, obj: Obj,
+                       root: WorkloadRecord) -> list[PatchOp]:
+    """A suspend-held child (a TrainJob's JobSet) is created suspended while
+    its root is not admitted, as a JobSet's Jobs are: it has no unit of its
+    own, and its controller unsuspends it once the root runs."""
+    if integration.hold != "suspend" or workload_admitted(env, root) \
+            or _suspended(integration, obj, "request.object"):
+        return []
+    return _suspend_ops(integration, obj)
 
 
 def _claims(integration: Integration, obj: Obj) -> str | None:
@@ -186,10 +200,16 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
                      integration: Integration) -> Decision:
     target = namespaced_object(request, integration.kind)
     obj, meta, labels, namespace = target
-    if not env.store.is_managed_namespace(namespace) \
-            or held_root(env, namespace, meta) is not None:
+    if not env.store.is_managed_namespace(namespace):
         return ALLOW
     subject = _subject(request, integration, target)
+    root = held_root(env, namespace, meta)
+    if root is not None:
+        if _child_suspend_ops(env, integration, obj, root):
+            return deny(f'{subject} belongs to {root.kind} "{root.key}", which is waiting for '
+                        f'queue "{root.queue}": it is created suspended until kube-arbiter '
+                        f"starts the {root.kind}")
+        return ALLOW
     problem = _claims(integration, obj) or _unreadable(integration, obj)
     if problem is not None:
         return deny(f"{subject}: {problem}")
@@ -209,8 +229,8 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
 def _unreadable(integration: Integration, obj: Obj) -> str | None:
     """Why the loop could not make its units from the spec (it would wait
     suspended or gated for ever, unexplained); None when it can."""
-    if integration.per_pod:
-        return None
+    if integration.per_pod or integration.units_from:
+        return None  # no units, or none its own spec can say (a TrainJob's are its JobSet's)
     try:
         if integration.units(obj) is not None:
             return None

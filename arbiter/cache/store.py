@@ -34,7 +34,7 @@ from arbiter.cache.records import (
     RuntimeClassRecord,
     UnitRecord,
 )
-from arbiter.cache.workloads import OwnerIndex, WorkloadRecord, workload_from_api
+from arbiter.cache.workloads import OwnerIndex, WorkloadRecord, follow_child, workload_from_api
 from arbiter.core.api import QUEUE_LABEL, ManagedNamespaces
 from arbiter.core.resources import Resources
 from arbiter.integrations import BY_KIND, Integration, held_kinds
@@ -43,10 +43,10 @@ log = logging.getLogger(__name__)
 
 Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
                "JobFlow", "JobTemplate", "Pool", "AdmissionCheck", "RuntimeClass",
-               "JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment"]
-# The kinds optional integrations hold (arbiter.integrations), as WorkloadRecords.
-# A list: declared kinds join it at startup (arbiter.cache.declared).
-WORKLOAD_KINDS: list[Kind] = ["JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment"]
+               "JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment", "TrainJob"]
+# Kinds integrations hold, as WorkloadRecords (declared ones join at startup).
+WORKLOAD_KINDS: list[Kind] = ["JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment",
+                              "TrainJob"]
 # The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
 # JobFlow controller and webhook) are not among them. Pool is: admitting
 # before the Pools are known would place work into the wrong pool; so is
@@ -497,6 +497,8 @@ class ClusterStore:
             if record is not None:
                 self.owners.put(record.uid, kind, key, record.namespace,
                                 record.owner_kind, record.owner_uid)
+            if kind in WORKLOAD_KINDS:  # units a child spells out (a TrainJob's JobSet)
+                record = follow_child(self.workloads, kind, key, record, old, self._notify)
         self._put(table, key, record)
 
     def _recount_labelled_pods(self, namespace: str | None) -> None:

@@ -8,8 +8,8 @@ uid) so that a child's chain can be followed by uid, step by step."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from arbiter.cache.records import PodSet
@@ -104,6 +104,43 @@ def workload_from_api(integration: Integration, obj: Mapping[str, Any]) -> Workl
         owner_uid=owner_uid,
         created=parse_time(meta.get("creationTimestamp")),
     )
+
+
+def with_child_units(parent: WorkloadRecord, child: WorkloadRecord | None,
+                     old: WorkloadRecord | None = None) -> WorkloadRecord:
+    """`parent` (a kind whose units its child spells out: `Integration.units_from`)
+    with the units and priority class of `child`: the one its controller
+    makes, same namespace and name, controlled by `parent` by uid (a child
+    another object controls, or a forged one, counts for nothing). With no
+    such child, the units last read (`old`, the same uid): a JobSet deleted
+    and made again must not drop an admitted unit in between; none before."""
+    if child is not None and child.owner_kind == parent.kind and child.owner_uid == parent.uid \
+            and child.namespace == parent.namespace:
+        return replace(parent, units=child.units, priority_class=child.priority_class)
+    if old is not None and old.uid == parent.uid:
+        return replace(parent, units=old.units, priority_class=old.priority_class)
+    return replace(parent, units=None)
+
+
+def follow_child(tables: Mapping[str, dict[str, WorkloadRecord]], kind: str, key: str,
+                 record: WorkloadRecord | None, old: WorkloadRecord | None,
+                 notify: Callable[[Any, str], None]) -> WorkloadRecord | None:
+    """Units read from a child (`Integration.units_from`), kept as records
+    arrive in any order: `record` (about to be filed under `key`, replacing
+    `old`) with its child's units when its kind reads them there; and when
+    it is such a child, its parent of the same key (in `tables`) updated in
+    place and `notify`-ed, so the loop looks at the parent again."""
+    source = BY_KIND[kind].units_from
+    if record is not None and source:
+        return with_child_units(record, tables[source].get(key), old)
+    for parent_kind, parents in tables.items():
+        parent = parents.get(key) if BY_KIND[parent_kind].units_from == kind else None
+        if parent is not None and record is not None:
+            updated = with_child_units(parent, record, parent)
+            if updated != parent:
+                parents[key] = updated
+                notify(parent_kind, key)
+    return record
 
 
 # Controller chains are short (LWS: pod -> StatefulSet -> pod -> StatefulSet

@@ -133,6 +133,10 @@ class Integration:
     # Running once one of its pods is bound (its status counts no ready
     # replicas: a declared kind without readyPath).
     ready_from_pods: bool = False
+    # The kind of the child its controller makes that spells out its pods
+    # (TrainJob: "JobSet"): its units are that child's (read by the child's
+    # integration), none until the child is seen; "" when its own spec does.
+    units_from: str = ""
     # What a spec must be for `units` to read it (the webhook's denial).
     readable: str = "spec.replicas a whole number and spec.template a pod template"
 
@@ -182,6 +186,14 @@ class Integration:
     def suspend_ops(self, value: bool) -> list[dict[str, Any]]:
         """JSON Patch setting the suspend field (a suspend-held kind only)."""
         return [{"op": "add", "path": pointer(self.suspend_path), "value": value}]
+
+    def placement_ops(self, obj: Obj, pod_sets: Sequence[str], node_selector: Mapping[str, str],
+                      tolerations: Sequence[Obj]) -> list[dict[str, Any]]:
+        """JSON Patch placing the named pod sets through a field of the kind's
+        own (TrainJob's runtimePatches) rather than its pod templates, sent
+        with the unsuspend; empty selector and tolerations take it off. Kinds
+        placed in their `templates` (the rest) need none."""
+        return []
 
 
 def condition_true(obj: Obj, kinds: Sequence[str]) -> str | None:

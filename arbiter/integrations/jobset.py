@@ -81,10 +81,15 @@ class JobSet(Integration):
         return "Complete" if found == "Completed" else "Failed" if found else None
 
     def ready(self, obj: Obj) -> int:
-        # Child Jobs, not pods: upstream's `ready` counts the Jobs whose ready
-        # and succeeded pods reach min(parallelism, completions), `succeeded`
-        # the Jobs done (`active` is not counted: it includes pending pods).
-        statuses = dig(obj, ("status", "replicatedJobsStatus"))
-        return sum(whole(dig(status, (key,)))
-                   for status in (statuses if isinstance(statuses, list) else ())
-                   for key in ("ready", "succeeded"))
+        return jobs_ready(obj, ("status", "replicatedJobsStatus"))
+
+
+def jobs_ready(obj: Obj, statuses_path: Path) -> int:
+    """Child Jobs, not pods, in a JobSet's per-replicatedJob statuses (or a
+    copy of them): upstream's `ready` counts the Jobs whose ready and
+    succeeded pods reach min(parallelism, completions), `succeeded` the Jobs
+    done (`active` is not counted: it includes pending pods)."""
+    statuses = dig(obj, statuses_path)
+    return sum(whole(dig(status, (key,)))
+               for status in (statuses if isinstance(statuses, list) else ())
+               for key in ("ready", "succeeded"))

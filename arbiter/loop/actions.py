@@ -482,8 +482,11 @@ class Actions:
         def ops(obj: Obj) -> list[dict[str, Any]] | None:
             if not integration.suspended(obj):
                 return None
+            own = integration.placement_ops(  # a kind placed through a field of its own
+                obj, [pod_set.name for pod_set in unit.pod_sets], dict(directives.node_selector),
+                [toleration.to_api() for toleration in directives.tolerations])
             return placed_ops(obj, [pointer(t) for t in integration.templates(obj)],
-                              directives, integration.suspend_ops(False))
+                              directives, [*own, *integration.suspend_ops(False)])
 
         await self._with_retries(f"unsuspend {what}", lambda: self._patch_read(
             integration.object_path(unit.namespace, consumer.name), consumer.uid, what, ops))

@@ -19,9 +19,11 @@ logging to `DIR/logs/<component>.log`:
 - the arbiter server from this checkout (`python -m arbiter serve`), with
   `--integrations` naming StatefulSet, Deployment and the integration
   controllers that run (started later on a running sandbox, they restart it),
-- when asked (`up(integrations=["jobset", "lws"])`; the CLI's `up` runs
-  all by default), the JobSet and LeaderWorkerSet controllers with their
-  CRDs and webhooks, built from their Go modules (`integrations`).
+- when asked (`up(integrations=["jobset", "lws", "ray", "trainer"])`; the
+  CLI's `up` runs all by default), the JobSet, LeaderWorkerSet, KubeRay and
+  Kubeflow Trainer controllers with their CRDs and webhooks (and Trainer's
+  `torch-distributed` runtime), built from their Go modules
+  (`integrations`; Trainer brings JobSet along).
 
 Then it installs `manifests/crds/*.yaml`, creates the fake nodes and waits
 until everything is healthy and every node is Ready. `DIR/state.json`

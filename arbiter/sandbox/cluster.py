@@ -356,7 +356,7 @@ class Sandbox:
         running = self.running()
         return [integrations.prepare(name, self.dir / "integrations" / name, self.pki,
                                      self.dir / "kubeconfigs" / f"{name}.conf")
-                for name in names if name not in running]
+                for name in integrations.with_requirements(names) if name not in running]
 
     def _spawn_integrations(self, launches: Sequence[integrations.Launch]) -> None:
         for launch in launches:
@@ -368,7 +368,10 @@ class Sandbox:
             self._wait(f"{launch.name} ready and serving its webhooks",
                        partial(integrations.serving, launch, self.pki.ca_cert),
                        deadline, watch=[launch.name])
-            self.apply_yaml("---\n".join(yaml.safe_dump(d) for d in launch.webhooks))
+            if launch.webhooks:
+                self.apply_yaml("---\n".join(yaml.safe_dump(d) for d in launch.webhooks))
+            for path in launch.resources:
+                self.apply_yaml(path.read_text(), server_side=True)
         if launches:
             self._say(f"started {', '.join(launch.name for launch in launches)}")
 

@@ -1,9 +1,10 @@
 """Controller managers built from their Go modules into the sandbox's
-version-keyed cache: Kueue's (for bench/compare_kueue.py), JobSet's and
-LeaderWorkerSet's (the integrations the sandbox runs, `integrations`).
+version-keyed cache: Kueue's (for bench/compare_kueue.py), and the
+integrations the sandbox runs (`integrations`): JobSet's, LeaderWorkerSet's,
+KubeRay's and Kubeflow Trainer's.
 
 Each is pinned by a wrapper module (go.mod + go.sum with `tool` directives:
-`sandbox/kueue/`, `sandbox/controllers/` for JobSet and LWS together) and
+`sandbox/kueue/`, `sandbox/controllers/` for the integrations together) and
 built once per machine:
 
     <cache root>/<name>-<version>_<hash>/
@@ -11,6 +12,9 @@ built once per machine:
         manifests/crds/*.yaml       its CRDs, copied from the module
         manifests/webhooks.yaml     its webhook configurations, with the
                                     module's kustomize patches applied
+                                    (absent when it serves none here)
+        manifests/extra/*.yaml      objects it needs, from the module
+                                    (Trainer's torch-distributed runtime)
         build.json                  version, size and build time
 
 The key hashes the wrapper module (go.mod, go.sum), the recipe and the Go
@@ -53,9 +57,10 @@ class GoController:
     module: str
     package: str  # the manager's main package
     crd_dir: str  # relative to the module root
-    webhooks: str  # controller-gen's webhook manifests, before kustomize
+    webhooks: str  # controller-gen's webhook manifests, before kustomize; "" for none
     # kustomize JSON patches of those manifests, by the kind they target.
     webhook_patches: tuple[tuple[str, str], ...] = ()
+    extras: tuple[str, ...] = ()  # further manifests to copy, relative to the module root
     cold_build: str = "minutes"  # what a cold build takes here, for the progress line
     recipe: int = 1  # bump when the build or the manifest edits change
 
@@ -68,8 +73,11 @@ class GoController:
 
     def cache_key(self, version: str, go_version: str) -> str:
         digest = hashlib.sha256(f"{self.recipe}\n{go_version}".encode())
-        for name in ("go.mod", "go.sum"):
-            digest.update((self.wrapper_dir / name).read_bytes())
+        # The module files and any Go source of the wrapper's own (KubeRay's main).
+        sources = sorted(self.wrapper_dir.rglob("*.go"))
+        for path in (self.wrapper_dir / "go.mod", self.wrapper_dir / "go.sum", *sources):
+            digest.update(str(path.relative_to(self.wrapper_dir)).encode() + b"\0")
+            digest.update(path.read_bytes())
         return f"{self.name}-{version}_{digest.hexdigest()[:12]}"
 
 
@@ -95,6 +103,23 @@ LWS = GoController(
         ("MutatingWebhookConfiguration", "config/webhook/mutating-patch.yaml"),
         ("ValidatingWebhookConfiguration", "config/webhook/validating-patch.yaml"),
     ), cold_build="under a minute once JobSet's is built")
+# KubeRay's reconcilers from the wrapper's own main (sandbox/controllers/cmd/
+# kuberay: KubeRay's main imports its webhook package, which does not compile
+# with the controller-runtime the others need). Its webhooks are off unless
+# ENABLE_WEBHOOKS is set, as in upstream's default install: none is served.
+KUBERAY = GoController(
+    name="kuberay", wrapper="controllers", module="github.com/ray-project/kuberay/ray-operator",
+    package="./cmd/kuberay", crd_dir="config/crd/bases",
+    webhooks="", cold_build="1-3 minutes once JobSet's is built")
+TRAINER = GoController(
+    name="trainer", wrapper="controllers", module="github.com/kubeflow/trainer/v2",
+    package="github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",
+    crd_dir="manifests/base/crds", webhooks="manifests/base/webhook/manifests.yaml",
+    webhook_patches=(
+        ("MutatingWebhookConfiguration", "manifests/base/webhook/patch_mutating.yaml"),
+        ("ValidatingWebhookConfiguration", "manifests/base/webhook/patch_validating.yaml"),
+    ), extras=("manifests/base/runtimes/torch_distributed.yaml",),
+    cold_build="1-3 minutes once JobSet's is built")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +142,10 @@ class ControllerBuild:
         return self.root / "manifests" / "webhooks.yaml"
 
     @property
+    def extra_files(self) -> list[Path]:
+        return sorted((self.root / "manifests" / "extra").glob("*.yaml"))
+
+    @property
     def version(self) -> str:
         info: dict[str, str] = json.loads((self.root / "build.json").read_text())
         return info["version"]
@@ -129,23 +158,42 @@ def patched_webhooks(documents: list[dict[str, Any]],
                      patches: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
     """`documents` with kustomize's JSON patches applied, as its overlay would.
 
-    Only what the modules' patches do is supported (`replace` of one
-    webhook, e.g. to add the pod webhooks' objectSelector, without which they
-    would see every pod of the cluster); anything else fails the build, so a
-    new upstream shape is noticed rather than half applied.
+    Only what the modules' patches do is supported: `replace` of a value
+    that is there (one webhook, e.g. to add the pod webhooks' objectSelector,
+    without which they would see every pod of the cluster; a name) and `add`
+    of an object's member (Trainer's objectSelectors). Anything else fails
+    the build, so a new upstream shape is noticed rather than half applied.
     """
     for kind, operations in patches:
         targets = [d for d in documents if d.get("kind") == kind]
         if len(targets) != 1:
             raise BuildError(f"webhook patch for {kind}: {len(targets)} documents of that kind")
-        hooks = targets[0]["webhooks"]
         for operation in operations:
-            prefix, _, index = str(operation.get("path", "")).rpartition("/")
-            if operation.get("op") != "replace" or prefix != "/webhooks" or not index.isdigit() \
-                    or int(index) >= len(hooks):
+            if not _patched(targets[0], operation):
                 raise BuildError(f"webhook patch for {kind}: unsupported operation {operation}")
-            hooks[int(index)] = operation["value"]
     return documents
+
+
+def _patched(document: dict[str, Any], operation: dict[str, Any]) -> bool:
+    """Apply one `add` (object member) or `replace` (existing value) JSON patch
+    operation to `document` in place; False (nothing changed) for any other."""
+    op, path = operation.get("op"), str(operation.get("path", ""))
+    *parents, last = path.split("/")[1:] if path.startswith("/") else [""]
+    target: Any = document
+    for step in parents:
+        if isinstance(target, dict) and step in target:
+            target = target[step]
+        elif isinstance(target, list) and step.isdigit() and int(step) < len(target):
+            target = target[int(step)]
+        else:
+            return False
+    if isinstance(target, dict) and last and (op == "add" or (op == "replace" and last in target)):
+        target[last] = operation["value"]
+        return True
+    if isinstance(target, list) and op == "replace" and last.isdigit() and int(last) < len(target):
+        target[int(last)] = operation["value"]
+        return True
+    return False
 
 
 def _copy_manifests(go: str, controller: GoController, target: Path) -> None:
@@ -153,14 +201,28 @@ def _copy_manifests(go: str, controller: GoController, target: Path) -> None:
     crds = target / "crds"
     crds.mkdir(parents=True)
     for path in sorted((module / controller.crd_dir).glob("*.yaml")):
-        shutil.copyfile(path, crds / path.name)
+        # The folder may hold its kustomization.yaml beside the CRDs.
+        if _kinds(path) == {"CustomResourceDefinition"}:
+            shutil.copyfile(path, crds / path.name)
     if not any(crds.iterdir()):
         raise BuildError(f"no CRDs in {module / controller.crd_dir}")
+    if controller.extras:
+        (target / "extra").mkdir()
+    for name in controller.extras:
+        shutil.copyfile(module / name, target / "extra" / Path(name).name)
+    if not controller.webhooks:
+        return
     documents = [d for d in yaml.safe_load_all((module / controller.webhooks).read_text()) if d]
     patches = [(kind, yaml.safe_load((module / path).read_text()))
                for kind, path in controller.webhook_patches]
     (target / "webhooks.yaml").write_text(
         yaml.safe_dump_all(patched_webhooks(documents, patches), sort_keys=False))
+
+
+def _kinds(path: Path) -> set[str]:
+    # A CRD file is large (a megabyte): its kinds are found without parsing it.
+    return {line.split(":", 1)[1].strip() for line in path.read_text().splitlines()
+            if line.startswith("kind:")}
 
 
 def ensure_controller_built(controller: GoController, *, force: bool = False) -> ControllerBuild:

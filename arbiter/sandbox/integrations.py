@@ -1,6 +1,8 @@
 """The workload controllers the sandbox can run beside its control plane,
 so that arbiter's integrations are tested against the real thing: JobSet
-(`sigs.k8s.io/jobset`) and LeaderWorkerSet (`sigs.k8s.io/lws`), each its
+(`sigs.k8s.io/jobset`), LeaderWorkerSet (`sigs.k8s.io/lws`), KubeRay
+(`ray`: RayCluster, RayJob) and Kubeflow Trainer v2 (`trainer`: TrainJob,
+which runs its trainers as JobSets, so it brings JobSet along), each its
 upstream manager built from the Go module proxy (`controllers`).
 
 What their kustomize overlays do in a cluster, done for a local process
@@ -11,10 +13,14 @@ What their kustomize overlays do in a cluster, done for a local process
    Configuration: health probes and webhook server on free loopback ports,
    metrics off, no leader election, and no internal cert rotation (it
    writes a Secret for an in-cluster Service): the webhook server gets a
-   certificate from the sandbox's CA instead;
+   certificate from the sandbox's CA instead (Trainer's has no cert
+   directory setting: it reads controller-runtime's default under TMPDIR,
+   so TMPDIR points there; KubeRay takes flags and serves no webhook);
 3. once its webhooks answer, their configurations from the module (pod
    webhooks limited by upstream's objectSelector patches), each
-   `clientConfig.service` replaced by our URL and the sandbox's CA.
+   `clientConfig.service` replaced by our URL and the sandbox's CA; then
+   the objects it needs from its module (Trainer's `torch-distributed`
+   ClusterTrainingRuntime, validated by its webhook).
 
 The webhooks stay on because the controllers need them: JobSet defaults
 there what its controller relies on (success and startup policy, Indexed
@@ -35,7 +41,14 @@ from typing import Any
 import yaml
 
 from arbiter.sandbox import pki
-from arbiter.sandbox.controllers import JOBSET, LWS, GoController, ensure_controller_built
+from arbiter.sandbox.controllers import (
+    JOBSET,
+    KUBERAY,
+    LWS,
+    TRAINER,
+    GoController,
+    ensure_controller_built,
+)
 from arbiter.sandbox.probe import http_get, verified_context
 from arbiter.sandbox.process import free_ports
 
@@ -43,12 +56,18 @@ from arbiter.sandbox.process import free_ports
 @dataclass(frozen=True, slots=True)
 class Integration:
     controller: GoController
-    config_api: str  # the apiVersion of the manager's Configuration
+    # The apiVersion of the manager's Configuration; "" for a manager set by flags.
+    config_api: str
+    kinds: tuple[str, ...]  # arbiter's --integrations names it serves
+    requires: tuple[str, ...] = ()  # integrations it needs running (started first)
 
 
 INTEGRATIONS = {
-    "jobset": Integration(JOBSET, "config.jobset.x-k8s.io/v1alpha1"),
-    "lws": Integration(LWS, "config.lws.x-k8s.io/v1alpha1"),
+    "jobset": Integration(JOBSET, "config.jobset.x-k8s.io/v1alpha1", ("jobset",)),
+    "lws": Integration(LWS, "config.lws.x-k8s.io/v1alpha1", ("lws",)),
+    "ray": Integration(KUBERAY, "", ()),
+    "trainer": Integration(TRAINER, "config.trainer.kubeflow.org/v1alpha1", ("trainer",),
+                           requires=("jobset",)),
 }
 # Kinds arbiter integrates whose controllers kube-controller-manager runs.
 BUILT_IN = ("statefulset", "deployment")
@@ -59,7 +78,17 @@ def arbiter_integrations(running: Iterable[str]) -> tuple[str, ...]:
     built-in kinds and those whose controller the sandbox started (a kind
     without its CRD would only be reported as missing)."""
     started = set(running)
-    return (*BUILT_IN, *(name for name in INTEGRATIONS if name in started))
+    return (*BUILT_IN, *(kind for name, integration in INTEGRATIONS.items() if name in started
+                         for kind in integration.kinds))
+
+
+def with_requirements(names: Iterable[str]) -> tuple[str, ...]:
+    """`names` with the integrations they need, each needed one before its user."""
+    ordered: dict[str, None] = {}
+    for name in names:
+        ordered.update(dict.fromkeys(INTEGRATIONS[name].requires))
+        ordered[name] = None
+    return tuple(ordered)
 
 
 def parse(text: str) -> tuple[str, ...]:
@@ -79,8 +108,9 @@ def parse(text: str) -> tuple[str, ...]:
 
 def configuration(integration: Integration, *, health_port: int, webhook_port: int,
                   cert_dir: Path) -> dict[str, Any]:
-    """The manager's Configuration (both share controller-runtime's shape)."""
-    return {
+    """The manager's Configuration (all share controller-runtime's shape but
+    Trainer's, which is strictly decoded: no certDir, its own cert switch)."""
+    document: dict[str, Any] = {
         "apiVersion": integration.config_api,
         "kind": "Configuration",
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
@@ -89,6 +119,16 @@ def configuration(integration: Integration, *, health_port: int, webhook_port: i
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
     }
+    if integration.controller is TRAINER:
+        del document["webhook"]["certDir"], document["internalCertManagement"]
+        document["certManagement"] = {"enable": False}
+    return document
+
+
+def flags(*, health_port: int) -> list[str]:
+    """KubeRay's flags: as the Configurations above, with no webhook server."""
+    return ["--metrics-addr=0", f"--health-probe-bind-address=127.0.0.1:{health_port}",
+            "--enable-leader-election=false", "--zap-log-level=info"]
 
 
 def webhook_configurations(name: str, documents: Iterable[dict[str, Any]], webhook_port: int,
@@ -118,6 +158,7 @@ class Launch:
     ports: dict[str, int]
     crd_files: list[Path]
     webhooks: list[dict[str, Any]]
+    resources: list[Path]  # applied once its webhooks are configured
 
     @property
     def health_url(self) -> str:
@@ -133,7 +174,18 @@ def prepare(name: str, directory: Path, keys: pki.Pki, kubeconfig: Path) -> Laun
     integration = INTEGRATIONS[name]
     build = ensure_controller_built(integration.controller)
     health_port, webhook_port = free_ports(2)
+    # Only what it needs: e.g. an ENABLE_WEBHOOKS=false around would turn LWS's off.
+    env = {"KUBECONFIG": str(kubeconfig), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if not integration.config_api:
+        return Launch(
+            name=name, args=[str(build.binary), *flags(health_port=health_port)], env=env,
+            ports={"health": health_port}, crd_files=build.crd_files, webhooks=[],
+            resources=build.extra_files)
     cert_dir = directory / "certs"
+    if integration.controller is TRAINER:
+        # Where controller-runtime's webhook server looks when not told.
+        env["TMPDIR"] = str(directory / "tmp")
+        cert_dir = directory / "tmp" / "k8s-webhook-server" / "serving-certs"
     ca_file = pki.issue_serving(keys, cert_dir, f"{name}-webhook")
     config_file = directory / "config.yaml"
     config_file.write_text(yaml.safe_dump(configuration(
@@ -142,11 +194,11 @@ def prepare(name: str, directory: Path, keys: pki.Pki, kubeconfig: Path) -> Laun
     return Launch(
         name=name,
         args=[str(build.binary), f"--config={config_file}", "--zap-log-level=info"],
-        # Only what it needs: e.g. an ENABLE_WEBHOOKS=false around would turn LWS's off.
-        env={"KUBECONFIG": str(kubeconfig), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        env=env,
         ports={"health": health_port, "webhook": webhook_port},
         crd_files=build.crd_files,
         webhooks=webhook_configurations(name, upstream, webhook_port, ca_file.read_bytes()),
+        resources=build.extra_files,
     )
 
 

@@ -46,6 +46,8 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     # masters, as upstream's ClusterRoles grant them nearly as much.
     "jobset": ("jobset-controller", ("system:masters",)),
     "lws": ("lws-controller", ("system:masters",)),
+    "ray": ("kuberay-operator", ("system:masters",)),
+    "trainer": ("kubeflow-trainer-controller-manager", ("system:masters",)),
 }
 
 

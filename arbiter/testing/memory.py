@@ -36,9 +36,10 @@ _KINDS: dict[str, Kind] = {
     "statefulsets": "StatefulSet",
     "leaderworkersets": "LeaderWorkerSet",
     "deployments": "Deployment",
+    "trainjobs": "TrainJob",
 }
 _STATUS_KINDS = {"queues", "queueunits", "jobs", "pods", "nodes", "pools", "admissionchecks",
-                 "jobsets", "statefulsets", "leaderworkersets", "deployments"}
+                 "jobsets", "statefulsets", "leaderworkersets", "deployments", "trainjobs"}
 
 # A hook may refuse a request: (method, path, body) -> an error to raise, or None.
 Hook = Callable[[str, str, Any], ApiError | None]

@@ -35,10 +35,11 @@ CLUSTER: set[Grant] = {
     # Workload integrations: the cache, suspend and placement, unit owners.
     *{(group, plural, verb, "") for group, plural in (
         ("jobset.x-k8s.io", "jobsets"), ("leaderworkerset.x-k8s.io", "leaderworkersets"),
-        ("apps", "statefulsets")) for verb in ("get", "list", "watch", "patch")},
+        ("apps", "statefulsets"), ("trainer.kubeflow.org", "trainjobs"))
+      for verb in ("get", "list", "watch", "patch")},
     *{(group, f"{plural}/finalizers", "update", "") for group, plural in (
         ("jobset.x-k8s.io", "jobsets"), ("leaderworkerset.x-k8s.io", "leaderworkersets"),
-        ("apps", "statefulsets"))},
+        ("apps", "statefulsets"), ("trainer.kubeflow.org", "trainjobs"))},
     ("apps", "deployments", "list", ""), ("apps", "deployments", "watch", ""),
     # --debug-api token: who holds the bearer token, and may they get Queues.
     ("authentication.k8s.io", "tokenreviews", "create", ""),

@@ -77,11 +77,12 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 
 @pytest.fixture(scope="session")
 def integrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    """A second sandbox, with the JobSet and LeaderWorkerSet controllers and
-    arbiter queueing them, for the test_integration_* files (shared when they
-    run in one session); torn down afterwards."""
+    """A second sandbox, with the JobSet, LeaderWorkerSet, KubeRay and
+    Kubeflow Trainer controllers and arbiter queueing them, for the
+    test_integration_* files (shared when they run in one session); torn
+    down afterwards."""
     yield from _started(Sandbox(tmp_path_factory.mktemp("integrated")), INTEGRATED_NODES,
-                        integrations=("jobset", "lws"))
+                        integrations=("jobset", "lws", "ray", "trainer"))
 
 
 def _started(instance: Sandbox, shape: NodeShape, **up: Any) -> Iterator[Sandbox]:

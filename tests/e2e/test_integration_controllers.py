@@ -1,12 +1,16 @@
 """The integration controllers the sandbox runs (`arbiter.sandbox.integrations`)
 work on their own, before arbiter integrates them: in a namespace arbiter
-does not manage, a JobSet runs its child Jobs to completion and a
-LeaderWorkerSet makes its leader and worker StatefulSets and pods, on the
-real JobSet and LWS managers with their webhooks, on kwok's nodes.
+does not manage, a JobSet runs its child Jobs to completion, a
+LeaderWorkerSet makes its leader and worker StatefulSets and pods, KubeRay
+makes a RayCluster's head and worker pods, and Kubeflow Trainer makes a
+TrainJob's JobSet from the `torch-distributed` runtime (its JobSet is the
+sandbox's: the JobSet controller runs it), on the real managers with their
+webhooks, on kwok's nodes.
 
-On the `integrated` sandbox (tests/e2e/conftest.py: both controllers), in a
-namespace removed afterwards; the objects leave out what the controllers'
-defaulting webhooks fill in, so a webhook that does not answer fails here.
+On the `integrated` sandbox (tests/e2e/conftest.py: all four controllers),
+in a namespace removed afterwards; the objects leave out what the
+controllers' defaulting webhooks fill in, so a webhook that does not answer
+fails here.
 """
 
 from __future__ import annotations
@@ -121,6 +125,52 @@ def test_leaderworkerset_makes_its_groups(cluster: Sandbox, unmanaged: str) -> N
     wait_for("the LWS reports 2 ready groups", lambda: (get(
         cluster, "leaderworkerset", name, "-n", unmanaged).get("status") or {}).get(
             "readyReplicas") == 2)
+
+
+def test_kuberay_makes_a_rayclusters_pods(cluster: Sandbox, unmanaged: str) -> None:
+    name = unique_name("ray")
+    ray = {"name": "ray", "image": "rayproject/ray:2.52.0",
+           "resources": {"requests": {"cpu": "100m"}}}
+    create(cluster, {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": unmanaged},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                     "containers": [ray]}}},
+                 "workerGroupSpecs": [{"groupName": "cpu", "replicas": 2, "minReplicas": 0,
+                                       "maxReplicas": 4, "rayStartParams": {},
+                                       "template": {"spec": {"containers": [ray]}}}]}})
+    raycluster = get(cluster, "raycluster", name, "-n", unmanaged)
+    selector = f"ray.io/cluster={name}"
+    wait_for("the head and 2 worker pods Running on kwok nodes", lambda: len(_running(
+        get(cluster, "pods", "-n", unmanaged, "-l", selector)["items"])) == 3)
+    pods = get(cluster, "pods", "-n", unmanaged, "-l", selector)["items"]
+    assert all(_owned_by(p, raycluster) for p in pods)
+    assert sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in pods) == [
+        "head", "worker", "worker"]
+    # KubeRay's injected init container, which arbiter counts in a worker's requests.
+    worker = next(p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "worker")
+    assert [c["name"] for c in worker["spec"]["initContainers"]] == ["wait-gcs-ready"]
+
+
+def test_trainer_makes_a_trainjobs_jobset(cluster: Sandbox, unmanaged: str) -> None:
+    # Trainer's runtime, from its module, validated by Trainer's webhook.
+    runtime = get(cluster, "clustertrainingruntime", "torch-distributed")
+    assert runtime["spec"]["mlPolicy"]["torch"] == {}
+    name = unique_name("tj")
+    create(cluster, {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": unmanaged},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"cpu": "100m"}}}}})
+    trainjob = get(cluster, "trainjob", name, "-n", unmanaged)
+    jobset = wait_for("Trainer's JobSet for the TrainJob", lambda: next(
+        (j for j in get(cluster, "jobsets", "-n", unmanaged)["items"]
+         if _owned_by(j, trainjob)), None))
+    (node,) = [r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "node"]
+    assert node["template"]["spec"]["parallelism"] == 2
+    selector = f"jobset.sigs.k8s.io/jobset-name={jobset['metadata']['name']}"
+    wait_for("its 2 trainer pods Running", lambda: len(_running(
+        get(cluster, "pods", "-n", unmanaged, "-l", selector)["items"])) == 2)
 
 
 def test_arbiter_queues_the_kinds_the_sandbox_runs(cluster: Sandbox) -> None:

@@ -16,7 +16,8 @@ from arbiter.integrations import (
 
 
 def test_all_names_every_optional_integration() -> None:
-    assert parse_names("all") == DEFAULT_NAMES == ("jobset", "statefulset", "deployment", "lws")
+    assert parse_names("all") == DEFAULT_NAMES == ("jobset", "statefulset", "deployment", "lws",
+                                                   "trainer")
     assert parse_names(" all ") == DEFAULT_NAMES
 
 
@@ -61,4 +62,4 @@ def test_registry_is_one_integration_per_name_and_kind() -> None:
     assert len({i.prefix for i in everything}) == len(everything)
     assert {i.name for i in BUILTIN} == {"job", "pod"}
     assert {i.kind for i in OPTIONAL if i.group not in ("", "apps", "batch")} == \
-        {"JobSet", "LeaderWorkerSet"}
+        {"JobSet", "LeaderWorkerSet", "TrainJob"}

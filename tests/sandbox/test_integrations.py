@@ -41,21 +41,38 @@ def test_parse_names() -> None:
     assert integrations.parse(" lws , jobset,lws") == ("lws", "jobset")
     assert integrations.parse("all") == tuple(integrations.INTEGRATIONS)
     assert integrations.parse("none") == integrations.parse("") == ()
-    with pytest.raises(ValueError, match=r"unknown integration.*ray"):
-        integrations.parse("jobset,ray")
+    with pytest.raises(ValueError, match=r"unknown integration.*volcano"):
+        integrations.parse("jobset,volcano")
+
+
+def test_trainer_brings_jobset_along() -> None:
+    # Trainer runs its trainers as JobSets: JobSet's controller starts first.
+    assert integrations.with_requirements(["trainer"]) == ("jobset", "trainer")
+    assert integrations.with_requirements(["ray", "jobset", "trainer"]) == (
+        "ray", "jobset", "trainer")
+    assert integrations.with_requirements([]) == ()
 
 
 def test_configuration_keeps_everything_on_loopback(tmp_path: Path) -> None:
-    for integration in integrations.INTEGRATIONS.values():
-        document = integrations.configuration(integration, health_port=1001, webhook_port=1002,
-                                              cert_dir=tmp_path)
+    for name in ("jobset", "lws", "trainer"):
+        document = integrations.configuration(integrations.INTEGRATIONS[name], health_port=1001,
+                                              webhook_port=1002, cert_dir=tmp_path)
         assert document["apiVersion"].startswith("config.")
         assert document["health"] == {"healthProbeBindAddress": "127.0.0.1:1001"}
-        assert document["webhook"] == {"host": "127.0.0.1", "port": 1002,
-                                       "certDir": str(tmp_path)}
         assert document["metrics"] == {"bindAddress": "0"}
         assert document["leaderElection"] == {"leaderElect": False}
-        assert document["internalCertManagement"] == {"enable": False}
+        if name == "trainer":
+            # Strictly decoded by Trainer: only its own fields.
+            assert document["webhook"] == {"host": "127.0.0.1", "port": 1002}
+            assert document["certManagement"] == {"enable": False}
+            assert "internalCertManagement" not in document
+        else:
+            assert document["webhook"] == {"host": "127.0.0.1", "port": 1002,
+                                           "certDir": str(tmp_path)}
+            assert document["internalCertManagement"] == {"enable": False}
+    assert integrations.flags(health_port=1001) == [
+        "--metrics-addr=0", "--health-probe-bind-address=127.0.0.1:1001",
+        "--enable-leader-election=false", "--zap-log-level=info"]
 
 
 def test_webhook_configurations_point_at_the_local_server() -> None:
@@ -77,10 +94,26 @@ def test_webhook_configurations_point_at_the_local_server() -> None:
     assert "service" in UPSTREAM[0]["webhooks"][0]["clientConfig"]
 
 
+def test_trainer_style_patches_rename_and_add_selectors() -> None:
+    documents = [dict(d, metadata=dict(d["metadata"]),
+                      webhooks=[dict(h) for h in d["webhooks"]]) for d in UPSTREAM]
+    (patched,) = controllers.patched_webhooks(documents, [("MutatingWebhookConfiguration", [
+        {"op": "replace", "path": "/metadata/name", "value": "defaulter.example.org"},
+        {"op": "replace", "path": "/webhooks/0/clientConfig/service/name", "value": "svc"},
+        {"op": "add", "path": "/webhooks/0/objectSelector", "value": SELECTOR}])])
+    assert patched["metadata"]["name"] == "defaulter.example.org"
+    assert patched["webhooks"][0]["objectSelector"] == SELECTOR
+    assert patched["webhooks"][0]["clientConfig"]["service"]["name"] == "svc"
+    assert "objectSelector" not in patched["webhooks"][1]
+
+
 @pytest.mark.parametrize("operation", [
     {"op": "add", "path": "/webhooks/1", "value": {}},
     {"op": "replace", "path": "/webhooks/5", "value": {}},
-    {"op": "replace", "path": "/metadata/name", "value": "x"},
+    {"op": "replace", "path": "/metadata/uid", "value": "x"},
+    {"op": "add", "path": "/spec/x", "value": "x"},
+    {"op": "remove", "path": "/metadata/name"},
+    {"op": "add", "path": "", "value": {}},
 ])
 def test_unsupported_webhook_patch_fails_the_build(operation: dict[str, Any]) -> None:
     documents = [dict(d, webhooks=list(d["webhooks"])) for d in UPSTREAM]
@@ -91,14 +124,23 @@ def test_unsupported_webhook_patch_fails_the_build(operation: dict[str, Any]) ->
 
 
 def test_wrapper_modules_pin_the_controllers() -> None:
-    # JobSet at the version Kubeflow Trainer v2.3.0's go.mod requires.
+    # JobSet at the version Kubeflow Trainer v2.3.0's go.mod requires (a
+    # higher requirement would have raised it: the graph is shared).
     assert controllers.JOBSET.pinned_version() == "v0.12.0"
     assert controllers.LWS.pinned_version() == "v0.9.0"
-    for controller in (controllers.JOBSET, controllers.LWS, controllers.KUEUE):
+    assert controllers.KUBERAY.pinned_version() == "v1.5.0"
+    assert controllers.TRAINER.pinned_version() == "v2.3.0"
+    shared = (controllers.JOBSET, controllers.LWS, controllers.KUBERAY, controllers.TRAINER)
+    for controller in (controllers.JOBSET, controllers.LWS, controllers.TRAINER,
+                       controllers.KUEUE):
         go_mod = (controller.wrapper_dir / "go.mod").read_text()
         # A `tool` line, or a line of a `tool (...)` block.
         assert re.search(rf"^(tool |\t){re.escape(controller.package)}$", go_mod, re.M)
-    assert controllers.JOBSET.wrapper_dir == controllers.LWS.wrapper_dir  # one dependency graph
+    # KubeRay's reconcilers run from the wrapper's own main package.
+    main = controllers.KUBERAY.wrapper_dir / controllers.KUBERAY.package / "main.go"
+    assert '"github.com/ray-project/kuberay/ray-operator/controllers/ray"' in main.read_text()
+    # One dependency graph: client-go and controller-runtime compile once.
+    assert {controller.wrapper_dir for controller in shared} == {controllers.JOBSET.wrapper_dir}
 
 
 def test_controller_cache_key_tracks_version_module_and_toolchain() -> None:
@@ -107,6 +149,17 @@ def test_controller_cache_key_tracks_version_module_and_toolchain() -> None:
     assert controllers.JOBSET.cache_key("v0.12.0", "go1.26") == key
     assert controllers.JOBSET.cache_key("v0.12.0", "go1.27") != key
     assert controllers.LWS.cache_key("v0.12.0", "go1.26") != key
+
+
+def test_controller_cache_key_tracks_the_wrappers_go_sources(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "controllers" / "cmd" / "x").mkdir(parents=True)
+    for name in ("go.mod", "go.sum"):
+        (tmp_path / "controllers" / name).write_text(name)
+    monkeypatch.setattr(controllers, "source_dir", lambda: tmp_path)
+    key = controllers.KUBERAY.cache_key("v1.5.0", "go1.26")
+    (tmp_path / "controllers" / "cmd" / "x" / "main.go").write_text("package main\n")
+    assert controllers.KUBERAY.cache_key("v1.5.0", "go1.26") != key
 
 
 def test_webhook_serving_certificate_from_the_sandbox_ca(tmp_path: Path) -> None:
@@ -179,6 +232,11 @@ def test_arbiter_is_told_the_integrations_the_sandbox_runs(tmp_path: Path) -> No
     assert parse_names(args[args.index("--integrations") + 1]) == (
         "statefulset", "deployment", "lws")
     assert integrations.arbiter_integrations(()) == ("statefulset", "deployment")
+    # Each controller's kinds, parsed by arbiter's own parser.
+    for name, integration in integrations.INTEGRATIONS.items():
+        kinds = integrations.arbiter_integrations({name})
+        assert kinds == ("statefulset", "deployment", *integration.kinds)
+        assert parse_names(",".join(kinds)) == kinds
     assert components.extra_arbiter_args(args) == ["--reclaim-grace", "5"]
 
 

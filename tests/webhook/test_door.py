@@ -180,7 +180,8 @@ def test_a_stale_unit_of_a_deleted_job_does_not_let_its_namesake_start() -> None
 
 
 def test_users_may_not_create_units_under_the_loops_names() -> None:
-    for name in ("job-train", "pod-web", "group-g", "jobset-train", "sts-db", "lws-serve-0"):
+    for name in ("job-train", "pod-web", "group-g", "jobset-train", "sts-db", "lws-serve-0",
+                 "trainjob-tune"):
         obj = unit_obj(name, "team-a", {"queue": "team-a", "podSets": [
             {"name": "main", "count": 1, "requests": {"cpu": "10m"}}]})
         decision = queueunits.validate(parse(review("QueueUnit", "CREATE", obj, user=TENANT)),
@@ -188,7 +189,7 @@ def test_users_may_not_create_units_under_the_loops_names() -> None:
         assert not decision.allowed, name
         assert decision.message.startswith(
             f'QueueUnit "team-a/{name}": metadata.name: names starting with "job-", "pod-", '
-            '"group-", "jobset-", "sts-", "lws-" are kube-arbiter\'s')
+            '"group-", "jobset-", "sts-", "lws-", "trainjob-" are kube-arbiter\'s')
     ok = unit_obj("reserve-1", "team-a", {"queue": "team-a", "podSets": [
         {"name": "main", "count": 1, "requests": {"cpu": "10m"}}]})
     assert queueunits.validate(parse(review("QueueUnit", "CREATE", ok, user=TENANT)),

@@ -200,7 +200,7 @@ def _pod_name(request: AdmissionRequest, namespace: str, meta: Obj | None) -> st
 
 def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     pod, meta, labels, namespace = namespaced_object(request, KIND)
-    waiting = not_ready_for(env, namespace)
+    waiting = None if request.is_node() else not_ready_for(env, namespace)
     if waiting is not None:
         return waiting
     if not env.store.is_managed_namespace(namespace) or request.is_node():

@@ -33,13 +33,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from arbiter.sandbox import NodeShape, Sandbox, process
-from arbiter.sandbox.chaos_proxy import ChaosProxy
+from arbiter.sandbox.chaos_proxy import ChaosProxy, https_ready
 from arbiter.sandbox.components import repo_root
-from arbiter.sandbox.probe import SandboxError
+from arbiter.sandbox.probe import SandboxError, verified_context
 from bench import chaos_world as world
 from bench.chaos_faults import REPLICAS, Injector, Replica, faster_kwok, proxied_kubeconfig, say
 from bench.chaos_figures import Figures, figures, table
@@ -228,12 +229,14 @@ async def run_async(sandbox: Sandbox, options: Options, injector_box: list[Injec
     balancer: ChaosProxy | None = None
     try:
         # The webhook configurations name the primary's port: a balancer there
-        # sends each connection to whichever replica accepts it.
+        # stands for arbiter's Service, its endpoints the replicas that
+        # answer /readyz (a restarted one only once its cache is loaded).
         ports = {name: process.free_port() for name in REPLICAS}
         webhook_port = sandbox.arbiter_port
         assert webhook_port is not None
+        ready = partial(https_ready, context=verified_context(sandbox.arbiter_cert_dir / "ca.crt"))
         balancer = ChaosProxy([("127.0.0.1", ports[name]) for name in REPLICAS],
-                              port=webhook_port)
+                              port=webhook_port, ready=ready)
         judge = Judge()
         injector = Injector(sandbox, proxied_kubeconfig(sandbox, proxy.port), proxy, judge.holder,
                             list(options.arbiter_args))

@@ -2,7 +2,10 @@
 
 Mutating (CREATE): resolve the queue, label the Job and its pod template
 (so the Job's pods arrive labelled and are not gated again) and set
-`spec.suspend: true`.
+`spec.suspend: true` (also when no queue resolves: the validating call may
+reach another replica, whose cache may know the Queue). Until the cache
+has listed Queues and Namespaces, both webhooks answer CREATE with a
+retryable denial (`queueing.not_ready_for`), never a guess.
 
 Validating: CREATE is denied like a pod without a usable queue, when
 its `arbiter.dev/min-parallelism` (partial admission, DESIGN §12) is not a
@@ -39,7 +42,7 @@ from webhook.held import (
     unit_admitted,
 )
 from webhook.patch import set_label
-from webhook.queueing import check_new_work, check_open, not_ready
+from webhook.queueing import check_new_work, check_open, not_ready, not_ready_for
 from webhook.review import (
     ALLOW,
     AdmissionEnv,
@@ -94,22 +97,26 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
         return ALLOW
     job, meta, labels, namespace = namespaced_object(request, KIND)
     spec = get_map(job, "spec", "request.object.spec")
+    waiting = not_ready_for(env, namespace)
+    if waiting is not None:
+        return waiting
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     root = held_root(env, namespace, meta)
     queue = root.queue if root is not None else env.store.resolve_queue(namespace, labels)
-    if queue is None:
-        return ALLOW  # the validating webhook denies it with the reason
     # A child of an admitted workload is created or resumed by its controller.
+    # Held even without a queue here: the validating call may reach another
+    # replica whose cache already has the Queue (it then admits a held Job).
     hold = root is None or not unit_admitted(env, root)
     ops: list[PatchOp] = []
-    set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
+    if queue is not None:
+        set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
     if spec is None:
         if hold:
             ops.append({"op": "add", "path": "/spec", "value": {"suspend": True}})
         return allow(ops)
     template = get_map(spec, "template", "request.object.spec.template")
-    if template is not None:
+    if template is not None and queue is not None:
         template_meta, template_labels = get_metadata(template, "request.object.spec.template")
         set_label(ops, ("spec", "template"), template_meta, template_labels, QUEUE_LABEL, queue)
     if not _suspended(spec, "request.object.spec") and hold:
@@ -128,6 +135,9 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
 def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     job, meta, labels, namespace = namespaced_object(request, KIND)
     spec = get_map(job, "spec", "request.object.spec")  # checked everywhere, as in mutate
+    waiting = not_ready_for(env, namespace)
+    if waiting is not None:
+        return waiting
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     root = held_root(env, namespace, meta)

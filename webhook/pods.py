@@ -1,7 +1,9 @@
 """Pods: label with the queue and hold with the admission scheduling gate.
 
 Mutating (CREATE): resolve the queue, set `arbiter.dev/queue`, add the
-`arbiter.dev/admission` gate. A pod whose controller is a batch/v1 Job and
+`arbiter.dev/admission` gate (gated also when no queue resolves, and a
+retryable denial before the cache has listed Queues and Namespaces: as
+for Jobs, `webhook.jobs`). A pod whose controller is a batch/v1 Job and
 that already carries the queue label is not gated: the Job webhook put the
 label into the Job's pod template, the Job is the unit of admission, and
 its pods exist only once arbiter has unsuspended it. Both facts are on the
@@ -50,7 +52,7 @@ from webhook.held import (
     unit_admitted,
 )
 from webhook.patch import set_label
-from webhook.queueing import check_new_work, not_ready
+from webhook.queueing import check_new_work, not_ready, not_ready_for
 
 # The same review helpers as jobs.py imports: each kind's module names what it uses.
 from webhook.review import (
@@ -198,18 +200,22 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if request.operation != "CREATE":
         return ALLOW
     pod, meta, labels, namespace = namespaced_object(request, KIND)
+    waiting = not_ready_for(env, namespace)
+    if waiting is not None:
+        return waiting
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     spec = get_map(pod, "spec", "request.object.spec")
     gates = _gates(spec, "request.object.spec")
-    queue = env.store.resolve_queue(namespace, labels)
-    if queue is None:
-        return ALLOW  # the validating webhook denies it with the reason
     job_pod = started_pod(env, namespace, meta, labels)
     if isinstance(job_pod, Decision):
         return job_pod
     ops: list[PatchOp] = []
-    set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
+    # Gated even without a queue here: the validating call may reach another
+    # replica whose cache already has the Queue (it then admits a held pod).
+    queue = env.store.resolve_queue(namespace, labels)
+    if queue is not None:
+        set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
     if job_pod or (spec is not None and spec.get("nodeName")):
         # A bound pod cannot be gated (the apiserver forbids it); validation
         # denies it unless a kubelet creates it (a static pod's mirror).
@@ -241,6 +247,9 @@ def _pod_name(request: AdmissionRequest, namespace: str, meta: Obj | None) -> st
 
 def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     pod, meta, labels, namespace = namespaced_object(request, KIND)
+    waiting = None if request.is_node() else not_ready_for(env, namespace)
+    if waiting is not None:
+        return waiting
     if not env.store.is_managed_namespace(namespace) or request.is_node():
         # Kubelets create only the mirrors of their static pods (the Node
         # authorizer sees to it); the mirror annotation alone is anyone's.

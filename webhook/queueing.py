@@ -30,6 +30,20 @@ def not_ready(env: AdmissionEnv, kinds: tuple[Kind, ...]) -> Decision | None:
     )
 
 
+def not_ready_for(env: AdmissionEnv, namespace: str) -> Decision | None:
+    """A retryable denial while the cache cannot yet tell whether work in
+    `namespace` is held, and by which queue (arbiter's own namespace and the
+    excluded ones never are). Asked before the namespace is judged, by the
+    mutating and the validating webhook alike: with two replicas the two
+    calls for one object may reach different ones, and a replica still
+    loading must not wave through unheld work that a loaded one then
+    finds unsuspended (or ungated) and denies for good."""
+    if env.store.synced_kinds.issuperset(QUEUE_KINDS) \
+            or namespace in env.store.excluded_namespaces:
+        return None  # (asked on every review: the common answer first, no list built)
+    return not_ready(env, QUEUE_KINDS)
+
+
 def _source(store: ClusterStore, namespace: str, labels: Mapping[str, str] | None,
             queue: str, what: str) -> str:
     if labels and labels.get(QUEUE_LABEL) == queue:

@@ -11,8 +11,10 @@ suspended while its root is not admitted (as a JobSet's Jobs are).
 Mutating (CREATE, managed namespace): resolve the queue as for a Job, label
 the workload and every pod template (a JobSet's Job templates too, so its
 Jobs and pods carry the queue), and set the suspend field true for a kind
-held by it (JobSet). A gate-held kind (StatefulSet, LWS) needs no more: its
-pods arrive gated like every pod in a managed namespace. A Deployment
+held by it (JobSet; also when no queue resolves, and a retryable denial
+before the cache has listed Queues and Namespaces, as for a Job). A
+gate-held kind (StatefulSet, LWS) needs no more: its pods arrive gated
+like every pod in a managed namespace. A Deployment
 (`per_pod`) holds nothing: its pods, labelled, are queued one by one.
 
 Validating: CREATE is denied without a usable queue (as a Job), with DRA
@@ -44,7 +46,7 @@ from webhook.held import (
     workload_admitted,
 )
 from webhook.patch import pointer, set_label
-from webhook.queueing import check_new_work, check_open, not_ready
+from webhook.queueing import check_new_work, check_open, not_ready, not_ready_for
 from webhook.review import (
     ALLOW,
     AdmissionEnv,
@@ -130,20 +132,22 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if integration is None or request.operation != "CREATE":
         return ALLOW
     obj, meta, labels, namespace = namespaced_object(request, integration.kind)
+    waiting = not_ready_for(env, namespace)
+    if waiting is not None:
+        return waiting
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     root = held_root(env, namespace, meta)
     if root is not None:
         return allow(_child_suspend_ops(env, integration, obj, root))
     queue = env.store.resolve_queue(namespace, labels)
-    if queue is None:
-        return ALLOW  # the validating webhook denies it with the reason
     ops: list[PatchOp] = []
-    set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
-    for path, template in _templates(integration, obj, integration.labelled(obj)):
-        template_meta, template_labels = get_metadata(template, _where(path))
-        set_label(ops, tuple(map(str, path)), template_meta, template_labels, QUEUE_LABEL,
-                  queue)
+    if queue is not None:  # held either way (`jobs.mutate` says why)
+        set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
+        for path, template in _templates(integration, obj, integration.labelled(obj)):
+            template_meta, template_labels = get_metadata(template, _where(path))
+            set_label(ops, tuple(map(str, path)), template_meta, template_labels,
+                      QUEUE_LABEL, queue)
     if integration.hold == "suspend" and not _suspended(integration, obj, "request.object"):
         ops.extend(_suspend_ops(integration, obj))
     return allow(ops)
@@ -200,6 +204,9 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
                      integration: Integration) -> Decision:
     target = namespaced_object(request, integration.kind)
     obj, meta, labels, namespace = target
+    waiting = not_ready_for(env, namespace)
+    if waiting is not None:
+        return waiting
     if not env.store.is_managed_namespace(namespace):
         return ALLOW
     subject = _subject(request, integration, target)

@@ -8,8 +8,9 @@ caller decides whether to skip the object.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+import sys
+from collections.abc import Hashable, Mapping
+from typing import Any, TypeVar, cast
 
 from arbiter.cache.records import (
     AdmissionCheckRecord,
@@ -53,6 +54,30 @@ from arbiter.core.selectors import SelectorError, parse_selector
 from arbiter.integrations.lws import GROUP_INDEX_LABEL as LWS_GROUP_INDEX_LABEL
 
 Obj = Mapping[str, Any]
+T = TypeVar("T", bound=Hashable)
+
+# Equal immutable values decoded again and again (the same requests and pod
+# sets on 100,000 pods, one namespace's name on each) kept once: every
+# watch event decodes fresh copies. Bounded: cleared when full (it only
+# shares, it never decides).
+_SHARED: dict[Any, Any] = {}
+_SHARED_LIMIT = 8192
+
+
+def shared(value: T) -> T:
+    """The copy of `value` seen before, if any (else `value`, now shared)."""
+    found = _SHARED.get(value)
+    if found is not None:
+        return cast(T, found)
+    if len(_SHARED) >= _SHARED_LIMIT:
+        _SHARED.clear()
+    _SHARED[value] = value
+    return value
+
+
+def _name(value: Any) -> str:
+    """A name many records repeat (namespace, queue, phase, kind, node)."""
+    return sys.intern(value) if type(value) is str else cast(str, value)
 
 
 class ConversionError(ValueError):
@@ -317,12 +342,12 @@ def pod_from_api(obj: Obj) -> PodRecord:
         group_size = None
     return PodRecord(
         uid=meta.get("uid", ""),
-        namespace=meta.get("namespace", ""),
+        namespace=_name(meta.get("namespace", "")),
         name=meta.get("name", ""),
-        requests=requests,
-        node_name=spec.get("nodeName") or None,
-        phase=status.get("phase", "Pending"),
-        queue=labels.get(QUEUE_LABEL) or None,
+        requests=shared(requests),
+        node_name=_name(spec.get("nodeName")) or None,
+        phase=_name(status.get("phase", "Pending")),
+        queue=_name(labels.get(QUEUE_LABEL)) or None,
         gated=any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or []),
         job_name=owner.name if owner is not None and owner.kind == "Job" else None,
         job_uid=owner.uid if owner is not None and owner.kind == "Job" else "",
@@ -430,17 +455,17 @@ def unit_from_api(obj: Obj) -> UnitRecord:
     consumer_raw = spec.get("consumerRef")
     consumer = None
     if consumer_raw:
-        consumer = OwnerRef(kind=consumer_raw.get("kind", ""), name=consumer_raw.get("name", ""),
-                            uid=consumer_raw.get("uid", ""))
-    phase = cast(UnitPhase, status.get("phase") or "Enqueued")
+        consumer = OwnerRef(kind=_name(consumer_raw.get("kind", "")),
+                            name=consumer_raw.get("name", ""), uid=consumer_raw.get("uid", ""))
+    phase = cast(UnitPhase, _name(status.get("phase") or "Enqueued"))
     return UnitRecord(
         uid=meta.get("uid", ""),
-        namespace=meta.get("namespace", ""),
+        namespace=_name(meta.get("namespace", "")),
         name=meta.get("name", ""),
-        queue=spec.get("queue", ""),
+        queue=_name(spec.get("queue", "")),
         priority=int(spec.get("priority", 0) or 0),
         priority_class=spec.get("priorityClassName") or None,
-        pod_sets=pod_sets_from_spec(spec),
+        pod_sets=shared(pod_sets_from_spec(spec)),
         consumer=consumer,
         phase=phase,
         attempts=int(status.get("attempts", 0) or 0),

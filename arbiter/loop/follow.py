@@ -188,7 +188,7 @@ class StoreFollower:
     def place(self, key: str, unit: UnitRecord, where: Disposition,
               pods: tuple[PodRecord, ...]) -> None:
         """Tell the engine that `unit` (whose consumer has `pods`) is `where`."""
-        self.mirror.set(key, where, engine_unit(unit, submitted(self.store, unit, pods)),
+        self.mirror.set(key, where, engine_unit(unit, submitted(self.store, unit, pods), key),
                         recorded_plan(unit))
 
     def desired(self, consumer: ConsumerKey) -> DesiredUnit | None:

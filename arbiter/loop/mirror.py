@@ -335,12 +335,13 @@ def submitted(store: ClusterStore, unit: UnitRecord, pods: tuple[PodRecord, ...]
     return unit.created
 
 
-def engine_unit(unit: UnitRecord, created: float | None = None) -> Unit:
+def engine_unit(unit: UnitRecord, created: float | None = None, key: str | None = None) -> Unit:
     """The unit as the engine takes it; one admitted with fewer pods than it
-    asks (partial admission) counts for the pods admitted."""
+    asks (partial admission) counts for the pods admitted. `key`: the
+    store's key for it (kept as is: `unit.key` builds a new string)."""
     pod_sets = unit.admitted_pod_sets
     return Unit(
-        key=unit.key,
+        key=unit.key if key is None else key,
         queue=unit.queue,
         demand=demand_of(pod_sets),
         priority=unit.priority,

@@ -3,27 +3,60 @@ a server, and the harness can cut every connection it carries and refuse
 new ones for a while (a network partition as the client sees it: reset
 connections, then connection refused).
 
-It also balances: with several upstreams, each new connection goes to the
-first one that accepts it (a Service with several endpoints, as far as a
-webhook caller can tell). Bytes pass through untouched, TLS included.
+It also balances, as a Service does for a webhook caller: with several
+upstreams, new connections take turns among those that pass a readiness
+probe (`ready`, run every `probe_period` seconds, like a kubelet's; the
+endpoints of a Service are its ready pods), and a connection an upstream
+refuses tries the next ready one. Without a probe every upstream counts
+as ready. A killed upstream drops out at its first failed probe; one
+restarted comes back only once it answers ready (its cache loaded), not
+as soon as its port accepts. Connections already open stay where they
+are (kube-proxy's conntrack keeps them too). Bytes pass through
+untouched, TLS included.
 
     proxy = ChaosProxy([("127.0.0.1", 6443)])
     port = await proxy.start()          # 127.0.0.1:port, a free port
     proxy.cut()                         # reset all, refuse new connections
     proxy.restore()
     await proxy.close()
+
+    balancer = ChaosProxy(replicas, ready=partial(https_ready, context=ca))
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+
+Upstream = tuple[str, int]
+ReadyProbe = Callable[[str, int], Awaitable[bool]]
+
+
+async def https_ready(host: str, port: int, *, context: ssl.SSLContext, path: str = "/readyz",
+                      seconds: float = 1.0) -> bool:
+    """A readiness probe: GET `path` over TLS answers 200 within `seconds`."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=context), seconds)
+    except (OSError, TimeoutError, ssl.SSLError):
+        return False
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+                     .encode())
+        line = await asyncio.wait_for(reader.readline(), seconds)
+        return line.split(b" ")[1:2] == [b"200"]
+    except (OSError, TimeoutError, ssl.SSLError):
+        return False
+    finally:
+        _abort(writer)
 
 
 class ChaosProxy:
-    def __init__(self, upstreams: Sequence[tuple[str, int]], *, host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+    def __init__(self, upstreams: Sequence[Upstream], *, host: str = "127.0.0.1",
+                 port: int = 0, ready: ReadyProbe | None = None,
+                 probe_period: float = 0.5) -> None:
         if not upstreams:
             raise ValueError("a proxy needs at least one upstream")
         self.upstreams = list(upstreams)
@@ -31,15 +64,34 @@ class ChaosProxy:
         self.refusing = False
         self.accepted = 0
         self.refused = 0
+        self._probe, self._period = ready, probe_period
+        # The endpoints: upstreams that passed their last probe (all, unprobed).
+        self.ready: list[Upstream] = [] if ready is not None else list(self.upstreams)
+        self._turn = 0
+        self._prober: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()  # the pumps
         self._serving: set[asyncio.Task[object]] = set()  # one per connection
 
     async def start(self) -> int:
+        if self._probe is not None:
+            await self._probe_all()
+            self._prober = asyncio.ensure_future(self._probing())
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
+
+    async def _probe_all(self) -> None:
+        assert self._probe is not None
+        results = await asyncio.gather(*(self._probe(*u) for u in self.upstreams))
+        self.ready = [u for u, ok in zip(self.upstreams, results, strict=True) if ok]
+
+    async def _probing(self) -> None:
+        while True:
+            await asyncio.sleep(self._period)
+            with contextlib.suppress(Exception):  # a probe's own failure is "not ready"
+                await self._probe_all()
 
     def cut(self) -> int:
         """Close every connection now and refuse new ones until `restore`;
@@ -54,6 +106,9 @@ class ChaosProxy:
         self.refusing = False
 
     async def close(self) -> None:
+        if self._prober is not None:
+            self._prober.cancel()
+            await asyncio.gather(self._prober, return_exceptions=True)
         if self._server is not None:
             self._server.close()
         self.cut()
@@ -98,7 +153,11 @@ class ChaosProxy:
                 _abort(end)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        for host, port in self.upstreams:
+        candidates = list(self.ready)
+        if candidates:  # each connection starts at the next endpoint in turn
+            self._turn = (self._turn + 1) % len(candidates)
+            candidates = candidates[self._turn:] + candidates[:self._turn]
+        for host, port in candidates:
             try:
                 return await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
             except (OSError, TimeoutError):

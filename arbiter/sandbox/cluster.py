@@ -71,6 +71,7 @@ class Sandbox:
         self.dir = Path(directory).resolve()
         self.quiet = quiet
         self._state: dict[str, Any] = self._load_state()
+        self._spawner = process.Spawner()
 
     # ---- paths -----------------------------------------------------------
 
@@ -178,6 +179,7 @@ class Sandbox:
         On failure every started process is stopped again before raising.
         """
         shape = nodes or NodeShape()
+        self._spawner.reopen()
         with self._locked():
             self._state = self._load_state()
             if self._state and self.processes():
@@ -263,14 +265,11 @@ class Sandbox:
     def _spawn(self, name: str, args: list[str], *, ports: dict[str, int],
                health_url: str | None, env: dict[str, str] | None = None,
                cwd: Path | None = None) -> ProcessRecord:
-        record = process.spawn(name, args, self.logs_dir / f"{name}.log", cwd=cwd or self.dir,
-                               env=env, ports=ports, health_url=health_url)
-        self._record(record)
-        return record
+        return self._spawner.start(self._record, name, args, self.logs_dir / f"{name}.log",
+                                   cwd=cwd or self.dir, env=env, ports=ports, health_url=health_url)
 
     def _spawn_https(self, name: str, args: list[str], port: int, health_path: str, *,
-                     env: dict[str, str] | None = None,
-                     cwd: Path | None = None) -> ProcessRecord:
+                     env: dict[str, str] | None = None, cwd: Path | None = None) -> ProcessRecord:
         """`_spawn` for a component serving HTTPS on 127.0.0.1:`port`, healthy at `health_path`."""
         return self._spawn(name, args, ports={"https": port},
                            health_url=f"https://127.0.0.1:{port}{health_path}", env=env, cwd=cwd)
@@ -591,6 +590,7 @@ class Sandbox:
     def down(self) -> list[str]:
         """Stop every recorded process (by pid), remove the sandbox's files but
         its logs; the names of the processes that were still running."""
+        self._spawner.close()  # a start under way in another thread is recorded first
         with self._locked():
             self._state = self._load_state()
             was_running = sorted(self.running(), key=list(self.processes()).index)

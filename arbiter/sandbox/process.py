@@ -13,7 +13,9 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,3 +220,41 @@ def exit_code(pid: int) -> int | None:
     """The exit status of a child this process started, once it has ended."""
     child = _CHILDREN.get(pid)
     return None if child is None else child.poll()
+
+
+class SpawnRefused(RuntimeError):
+    """A start asked for after the sandbox began tearing down."""
+
+
+class Spawner:
+    """Starts processes and records them, one at a time; once closed (a
+    tear-down under way) it starts none. A process whose recording fails
+    is stopped again, by pid, before the error goes on: nothing else knows
+    of it, so nothing else would ever stop it (a chaos run's restarts run
+    in threads and may still be starting one while the run tears down)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def start(self, record_it: Callable[[ProcessRecord], None], name: str, args: list[str],
+              log: Path, **options: Any) -> ProcessRecord:
+        with self._lock:
+            if self.closed:
+                raise SpawnRefused(f"not starting {name}: the sandbox is being torn down")
+            record = spawn(name, args, log, **options)
+            try:
+                record_it(record)
+            except BaseException:
+                stop(record, timeout=5.0)
+                raise
+            return record
+
+    def close(self) -> None:
+        """Start nothing more (waits for a start under way to be recorded)."""
+        with self._lock:
+            self.closed = True
+
+    def reopen(self) -> None:
+        with self._lock:
+            self.closed = False

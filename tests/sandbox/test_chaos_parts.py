@@ -209,3 +209,52 @@ async def test_the_proxy_cuts_refuses_restores_and_fails_over() -> None:
         await proxy.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_the_balancer_routes_only_to_upstreams_that_answer_ready() -> None:
+    """A Service's endpoints are its ready pods: a replica whose port
+    accepts but whose cache is still loading gets no webhook calls (one
+    did, and waved through a Job a loaded replica then denied)."""
+    def echo_as(name: bytes) -> Any:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(100)
+            writer.write(name)
+            await writer.drain()
+            writer.close()
+        return echo
+
+    servers = [await asyncio.start_server(echo_as(n), "127.0.0.1", 0) for n in (b"a", b"b")]
+    ports = [int(s.sockets[0].getsockname()[1]) for s in servers]
+    ready = {ports[0]: False, ports[1]: True}
+
+    async def probe(_host: str, port: int) -> bool:
+        return ready[port]
+
+    proxy = ChaosProxy([("127.0.0.1", p) for p in ports], ready=probe, probe_period=0.05)
+    await proxy.start()
+
+    async def answer() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(b"?")
+        await writer.drain()
+        data = await reader.read(100)
+        writer.close()
+        return data
+
+    try:
+        assert {await answer() for _ in range(6)} == {b"b"}  # a accepts, but is not ready
+        ready[ports[0]] = True
+        await asyncio.sleep(0.2)
+        assert {await answer() for _ in range(6)} == {b"a", b"b"}  # turns, once both are
+        ready[ports[0]] = ready[ports[1]] = False
+        await asyncio.sleep(0.2)
+        try:  # no endpoints: closed at once, unanswered (reset or plain EOF)
+            refused = await answer()
+        except ConnectionError:
+            refused = b""
+        assert refused == b"" and proxy.refused >= 1
+    finally:
+        await proxy.close()
+        for server in servers:
+            server.close()
+            await server.wait_closed()

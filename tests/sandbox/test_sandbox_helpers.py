@@ -155,3 +155,29 @@ def test_dead_child_is_not_running(tmp_path: Path) -> None:
     assert not process.is_running(record)
     assert process.exit_code(record.pid) == 0
     assert "starting: true" in (tmp_path / "quick.log").read_text()
+
+
+def test_a_process_whose_recording_fails_is_stopped_and_none_starts_once_closed(
+        tmp_path: Path) -> None:
+    """A chaos run restarts replicas from threads; one whose record could
+    not be written (state.json raced, the directory torn down) ran on
+    unknown to anyone, and so unstopped."""
+    started: list[process.ProcessRecord] = []
+
+    def fail(record: process.ProcessRecord) -> None:
+        started.append(record)
+        raise OSError("state.json: no such file or directory")
+
+    spawner = process.Spawner()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with pytest.raises(OSError):
+        spawner.start(fail, "sleeper", sleeper, tmp_path / "sleeper.log", cwd=tmp_path)
+    assert len(started) == 1 and not process.remains(started[0])
+    spawner.close()
+    with pytest.raises(process.SpawnRefused):
+        spawner.start(started.append, "late", sleeper, tmp_path / "late.log", cwd=tmp_path)
+    assert len(started) == 1  # nothing spawned
+    spawner.reopen()
+    record = spawner.start(started.append, "again", ["true"], tmp_path / "again.log",
+                           cwd=tmp_path)
+    assert started[-1] is record

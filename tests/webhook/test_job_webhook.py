@@ -63,11 +63,39 @@ def test_mutate_adds_template_metadata_when_absent_and_suspend_when_unset() -> N
     assert result["spec"]["suspend"] is True
 
 
-def test_mutate_leaves_unresolvable_and_unmanaged_jobs_alone() -> None:
-    for namespace in ("lonely", "kube-system"):
-        decision = jobs.mutate(parse(review("Job", "CREATE", job("x", namespace))),
-                               env_for(_store()))
-        assert decision.allowed and decision.patch == ()
+def test_mutate_leaves_unmanaged_jobs_alone_and_holds_unresolvable_ones() -> None:
+    decision = jobs.mutate(parse(review("Job", "CREATE", job("x", "kube-system"))),
+                           env_for(_store()))
+    assert decision.allowed and decision.patch == ()
+    # No queue here, but held: the validating call may reach another replica.
+    obj = job("x", "lonely")
+    result = patched(obj, jobs.mutate(parse(review("Job", "CREATE", obj)), env_for(_store())))
+    assert result["spec"]["suspend"] is True and QUEUE_LABEL not in result["metadata"].get(
+        "labels", {})
+
+
+def test_two_replicas_one_still_loading_never_pass_an_unsuspended_job() -> None:
+    """Mutated by a replica whose cache has not listed Queues yet (just
+    restarted), validated by one that has: the Job was let through
+    unsuspended and then denied for good ("spec.suspend false"), 1 in
+    10,000 in a chaos run. The loading replica now answers retry."""
+    loading, loaded = _store(), _store()
+    loading.synced_kinds.discard("Queue")
+    obj = job("train", "team-a")
+    mutated = jobs.mutate(parse(review("Job", "CREATE", obj)), env_for(loading))
+    assert not mutated.allowed and mutated.code == 503
+    assert "retry" in mutated.message
+    # A Queue the loaded replica knows and the other not yet (its watch lags).
+    lagging = make_store(namespaces=[namespace_obj("team-a")])
+    obj = job("train", "team-a")
+    result = patched(obj, jobs.mutate(parse(review("Job", "CREATE", obj)), env_for(lagging)))
+    result["metadata"].setdefault("uid", TRAIN_UID)
+    decision = jobs.validate(parse(review("Job", "CREATE", result)), env_for(loaded))
+    assert decision.allowed, decision.message
+    # The excluded namespaces are answered while loading.
+    system = jobs.mutate(parse(review("Job", "CREATE", job("x", "kube-system"))),
+                         env_for(loading))
+    assert system.allowed
 
 
 def test_validate_create_denials() -> None:

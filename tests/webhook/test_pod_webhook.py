@@ -256,3 +256,21 @@ def test_held_pod_may_not_change_queue_but_may_gain_node_selector() -> None:
     steered["spec"]["nodeSelector"] = {"zone": "a"}  # type: ignore[index]
     assert pods.validate(parse(review("Pod", "UPDATE", steered, old=old)),
                          env_for(_store())).allowed
+
+
+def test_two_replicas_one_still_loading_never_pass_an_ungated_pod() -> None:
+    """As for Jobs (test_job_webhook): mutated by a replica still loading,
+    validated by a loaded one, a pod was let through ungated and denied."""
+    loading = _store()
+    loading.synced_kinds.discard("Namespace")
+    refused = pods.mutate(parse(review("Pod", "CREATE", kubectl_run_pod("web", "team-a"))),
+                          env_for(loading))
+    assert not refused.allowed and refused.code == 503
+    # A replica whose Queue watch lags gates it all the same, unlabelled.
+    lagging = make_store(namespaces=[namespace_obj("team-a")])
+    pod = kubectl_run_pod("web", "team-a")
+    result = patched(pod, pods.mutate(parse(review("Pod", "CREATE", pod)), env_for(lagging)))
+    assert gates(result) == [ADMISSION_GATE]
+    assert QUEUE_LABEL not in result["metadata"]["labels"]
+    result["metadata"]["uid"] = "5e0d-web"
+    assert pods.validate(parse(review("Pod", "CREATE", result)), env_for(_store())).allowed

@@ -116,9 +116,16 @@ def test_a_kind_switched_off_passes_untouched() -> None:
     assert _mutate(statefulset("db"), store).patch != ()
 
 
-def test_unmanaged_namespaces_and_unresolvable_queues_are_left_to_validation() -> None:
+def test_unmanaged_namespaces_pass_and_unresolvable_queues_are_held_for_validation() -> None:
     assert _mutate(jobset("x", namespace="kube-system"), _store()).patch == ()
-    assert _mutate(jobset("x", namespace="lonely"), _store()).patch == ()
+    # Suspended, not labelled: the validating call may reach another
+    # replica whose cache knows a queue for it (jobs.mutate).
+    ops = _mutate(jobset("x", namespace="lonely"), _store()).patch
+    assert [op["path"] for op in ops] == ["/spec/suspend"]
+    loading = _store()
+    loading.synced_kinds.discard("Namespace")
+    refused = _mutate(jobset("x"), loading)
+    assert not refused.allowed and refused.code == 503
 
 
 # -- children: by uid, never by name ---------------------------------------------------

@@ -5,7 +5,9 @@ LeaderWorkerSet, Deployment; one generic decision, read from each kind's
 
 A child (its controller chain reaches a held workload by uid: an LWS's
 StatefulSets; `webhook.held.held_root`) passes untouched: it has no unit of
-its own, its root's decides.
+its own, its root's decides. So does an object its kind does not hold
+(`Integration.holds`: a RayJob on an existing RayCluster); a held one may
+not be changed into one.
 
 Mutating (CREATE, managed namespace): resolve the queue as for a Job, label
 the workload and every pod template (a JobSet's Job templates too, so its
@@ -128,7 +130,7 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if integration is None or request.operation != "CREATE":
         return ALLOW
     obj, meta, labels, namespace = namespaced_object(request, integration.kind)
-    if not env.store.is_managed_namespace(namespace) \
+    if not env.store.is_managed_namespace(namespace) or not integration.holds(obj) \
             or held_root(env, namespace, meta) is not None:
         return ALLOW
     queue = env.store.resolve_queue(namespace, labels)
@@ -170,7 +172,7 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
                      integration: Integration) -> Decision:
     target = namespaced_object(request, integration.kind)
     obj, meta, labels, namespace = target
-    if not env.store.is_managed_namespace(namespace) \
+    if not env.store.is_managed_namespace(namespace) or not integration.holds(obj) \
             or held_root(env, namespace, meta) is not None:
         return ALLOW
     subject = _subject(request, integration, target)
@@ -243,6 +245,10 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv,
         return deny(joins_message(subject, joined))
     if held_root(env, namespace, old_meta, "request.oldObject.metadata") is not None:
         return ALLOW  # a child: its root's controller writes it
+    if integration.holds(old) and not integration.holds(new):
+        # Its unit would vanish while its pods (admitted or not) stay.
+        return deny(f'{subject} belongs to queue "{old_queue}": it cannot be changed to '
+                    f"{integration.unheld}; delete and recreate it")
     record = _as_record(env, integration, old, old_meta, namespace)
     admitted = workload_admitted(env, record)
     new_queue = (new_labels or {}).get(QUEUE_LABEL)

@@ -43,9 +43,11 @@ log = logging.getLogger(__name__)
 
 Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
                "JobFlow", "JobTemplate", "Pool", "AdmissionCheck", "RuntimeClass",
-               "JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment"]
+               "JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment",
+               "RayCluster", "RayJob"]
 # The kinds optional integrations hold (arbiter.integrations), as WorkloadRecords.
-WORKLOAD_KINDS: tuple[Kind, ...] = ("JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment")
+WORKLOAD_KINDS: tuple[Kind, ...] = ("JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment",
+                                    "RayCluster", "RayJob")
 # The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
 # JobFlow controller and webhook) are not among them. Pool is: admitting
 # before the Pools are known would place work into the wrong pool; so is

@@ -60,11 +60,11 @@ from arbiter.loop.units import (
     consumer_key,
     decide,
     follows_consumer,
-    gate_workload,
     held,
+    lets_pods_go,
     spec_drift,
 )
-from arbiter.loop.workloads import to_let_go
+from arbiter.loop.workloads import record_of, to_let_go
 from arbiter.loop.writer import UnitWriter
 
 log = logging.getLogger(__name__)
@@ -330,11 +330,15 @@ class AdmissionController:
                 drift = spec_drift(unit, wanted) if wanted is not None else None
                 if drift is not None:
                     self.writer.update_spec(unit, drift)
-            elif gate_workload(unit) and unit.admitted:
+            elif lets_pods_go(unit) and unit.admitted:
                 # A serving workload resized while admitted (DESIGN §14):
                 # requeued at its new size (scaled to 0: nothing left to admit).
                 wanted = self.follow.desired(consumer)
-                if wanted is None or wanted.pod_sets != unit.pod_sets:
+                # A finished one (a RayJob) is not resized: its unit ends.
+                record = record_of(self.store, consumer)
+                finished = record is not None and record.outcome is not None
+                if (wanted is None and not finished) or (
+                        wanted is not None and wanted.pod_sets != unit.pod_sets):
                     self.writer.step(unit, Step(
                         "rehold", "Enqueued", "replicas changed while admitted; its pods are "
                         "made again and wait for the new size to be admitted"))
@@ -408,7 +412,7 @@ class AdmissionController:
         else:
             step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
                           backoff_until=writes.backoff_end(key))
-        if step.kind == "none" and unit.admitted and gate_workload(unit) \
+        if step.kind == "none" and unit.admitted and lets_pods_go(unit) \
                 and to_let_go(unit, pods):
             step = Step("release")  # a pod made after admission (OrderedReady: one by one)
         if step.kind == "none":

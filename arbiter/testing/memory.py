@@ -36,9 +36,12 @@ _KINDS: dict[str, Kind] = {
     "statefulsets": "StatefulSet",
     "leaderworkersets": "LeaderWorkerSet",
     "deployments": "Deployment",
+    "rayclusters": "RayCluster",
+    "rayjobs": "RayJob",
 }
 _STATUS_KINDS = {"queues", "queueunits", "jobs", "pods", "nodes", "pools", "admissionchecks",
-                 "jobsets", "statefulsets", "leaderworkersets", "deployments"}
+                 "jobsets", "statefulsets", "leaderworkersets", "deployments",
+                 "rayclusters", "rayjobs"}
 
 # A hook may refuse a request: (method, path, body) -> an error to raise, or None.
 Hook = Callable[[str, str, Any], ApiError | None]

@@ -126,8 +126,7 @@ def test_a_rayjob_is_one_unit_and_its_cluster_has_none(integrated: Sandbox) -> N
                              "shutdownAfterJobFinishes": True,
                              "rayClusterSpec": cluster_spec(2),
                              "submitterPodTemplate": submitter}})
-        created = get(sb, "rayjob", "rj", "-n", ns)
-        assert created["spec"]["suspend"] is True
+        created = get(sb, "rayjob", "rj", "-n", ns)  # admitted at once: it fits
         queued = wait_for("the RayJob's unit", lambda: unit(sb, ns, "rayjob-rj"))
         assert consumer_ref(queued) == consumer(created)
         assert pod_sets(queued) == {"head": 1, "cpu": 2, "submitter": 1}

@@ -6,7 +6,9 @@ LeaderWorkerSet, Deployment; one generic decision, read from each kind's
 A child (its controller chain reaches a held workload by uid: an LWS's
 StatefulSets, a TrainJob's JobSet; `webhook.held.held_root`) passes: it has
 no unit of its own, its root's decides; a child held by suspend is created
-suspended while its root is not admitted (as a JobSet's Jobs are).
+suspended while its root is not admitted (as a JobSet's Jobs are). So does
+an object its kind does not hold (`Integration.holds`: a RayJob on an
+existing RayCluster) pass untouched; a held one may not be changed into one.
 
 Mutating (CREATE, managed namespace): resolve the queue as for a Job, label
 the workload and every pod template (a JobSet's Job templates too, so its
@@ -135,7 +137,7 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     waiting = not_ready_for(env, namespace)
     if waiting is not None:
         return waiting
-    if not env.store.is_managed_namespace(namespace):
+    if not env.store.is_managed_namespace(namespace) or not integration.holds(obj):
         return ALLOW
     root = held_root(env, namespace, meta)
     if root is not None:
@@ -157,9 +159,11 @@ def _child_suspend_ops(env: AdmissionEnv, integration: Integration, obj: Obj,
                        root: WorkloadRecord) -> list[PatchOp]:
     """A suspend-held child (a TrainJob's JobSet) is created suspended while
     its root is not admitted, as a JobSet's Jobs are: it has no unit of its
-    own, and its controller unsuspends it once the root runs."""
-    if integration.hold != "suspend" or workload_admitted(env, root) \
-            or _suspended(integration, obj, "request.object"):
+    own, and its controller unsuspends it once the root runs. Only the child
+    that spells out its root's pods (`units_from`): a RayJob's RayCluster is
+    made once the RayJob runs and nothing would unsuspend it."""
+    if integration.hold != "suspend" or root.integration.units_from != integration.kind \
+            or workload_admitted(env, root) or _suspended(integration, obj, "request.object"):
         return []
     return _suspend_ops(integration, obj)
 
@@ -207,7 +211,7 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
     waiting = not_ready_for(env, namespace)
     if waiting is not None:
         return waiting
-    if not env.store.is_managed_namespace(namespace):
+    if not env.store.is_managed_namespace(namespace) or not integration.holds(obj):
         return ALLOW
     subject = _subject(request, integration, target)
     root = held_root(env, namespace, meta)
@@ -286,6 +290,10 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv,
         return deny(joins_message(subject, joined))
     if held_root(env, namespace, old_meta, "request.oldObject.metadata") is not None:
         return ALLOW  # a child: its root's controller writes it
+    if integration.holds(old) and not integration.holds(new):
+        # Its unit would vanish while its pods (admitted or not) stay.
+        return deny(f'{subject} belongs to queue "{old_queue}": it cannot be changed to '
+                    f"{integration.unheld}; delete and recreate it")
     record = _as_record(env, integration, old, old_meta, namespace)
     admitted = workload_admitted(env, record)
     new_queue = (new_labels or {}).get(QUEUE_LABEL)

@@ -41,12 +41,12 @@ from arbiter.integrations import BY_KIND, Integration, held_kinds
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass",
-               "JobFlow", "JobTemplate", "Pool", "AdmissionCheck", "RuntimeClass",
-               "JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment", "TrainJob"]
+Kind = Literal["Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit", "PriorityClass", "JobFlow",
+               "JobTemplate", "Pool", "AdmissionCheck", "RuntimeClass", "JobSet", "StatefulSet",
+               "LeaderWorkerSet", "Deployment", "TrainJob", "RayCluster", "RayJob"]
 # Kinds integrations hold, as WorkloadRecords (declared ones join at startup).
 WORKLOAD_KINDS: list[Kind] = ["JobSet", "StatefulSet", "LeaderWorkerSet", "Deployment",
-                              "TrainJob"]
+                              "TrainJob", "RayCluster", "RayJob"]
 # The kinds `synced` waits for; JobFlow and JobTemplate (read only by the
 # JobFlow controller and webhook) are not among them. Pool is: admitting
 # before the Pools are known would place work into the wrong pool; so is

@@ -87,7 +87,9 @@ def workload_from_api(integration: Integration, obj: Mapping[str, Any]) -> Workl
             break
     templates = integration.templates(obj)
     priority_class = dig(obj, (*templates[0], "spec", "priorityClassName")) if templates else None
-    queue = labels.get(QUEUE_LABEL)
+    # One the kind does not hold (a RayJob on an existing cluster) is no
+    # queue's, whatever its label says: no unit, and no held root for its children.
+    queue = labels.get(QUEUE_LABEL) if integration.holds(obj) else None
     return WorkloadRecord(
         kind=integration.kind,
         uid=str(meta.get("uid") or ""),
@@ -194,15 +196,23 @@ class OwnerIndex:
             kind, uid = link[3], link[4]
         return found
 
+    def _child_of(self, child: str, parent: str) -> bool:
+        link, above = self.links.get(child), self.links.get(parent)
+        return link is not None and above is not None and link[3] == above[0] \
+            and link[2] == above[2]
+
     def descendants(self, uid: str, limit: int = 100_000) -> list[str]:
         """uids below `uid` (children, their children, ...), at most `limit`,
-        each once (a cycle of forged refs neither repeats one nor returns `uid`)."""
+        each once (a cycle of forged refs neither repeats one nor returns `uid`).
+        A child counts only when its reference names its parent's kind and
+        namespace, as `chain` checks them (a pod naming a RayJob's uid as a
+        RayCluster's is not the RayJob's)."""
         out: list[str] = []
         seen = {uid}
         frontier = [uid]
         for _ in range(MAX_CHAIN):
             nxt = [c for parent in frontier for c in self.children.get(parent, ())
-                   if c not in seen]
+                   if c not in seen and self._child_of(c, parent)]
             seen.update(nxt)
             out.extend(nxt)
             if not nxt or len(out) >= limit:

@@ -11,12 +11,13 @@ from arbiter.integrations.deployment import Deployment
 from arbiter.integrations.job import Job, Pod
 from arbiter.integrations.jobset import JobSet
 from arbiter.integrations.lws import LeaderWorkerSet
+from arbiter.integrations.ray import RayCluster, RayJob
 from arbiter.integrations.statefulset import StatefulSet
 from arbiter.integrations.trainjob import TrainJob
 
 BUILTIN: tuple[Integration, ...] = (Job(), Pod())
 OPTIONAL: tuple[Integration, ...] = (JobSet(), StatefulSet(), Deployment(), LeaderWorkerSet(),
-                                     TrainJob())
+                                     TrainJob(), RayCluster(), RayJob())
 BY_NAME: dict[str, Integration] = {i.name: i for i in (*BUILTIN, *OPTIONAL)}
 BY_KIND: dict[str, Integration] = {i.kind: i for i in (*BUILTIN, *OPTIONAL)}
 DEFAULT_NAMES: tuple[str, ...] = tuple(i.name for i in OPTIONAL)

@@ -137,6 +137,12 @@ class Integration:
     # (TrainJob: "JobSet"): its units are that child's (read by the child's
     # integration), none until the child is seen; "" when its own spec does.
     units_from: str = ""
+    # A suspend-held kind whose controller makes pods itself (KubeRay), not
+    # through Jobs: they arrive gated like any pod in a managed namespace and
+    # the loop lets go as many as its admitted unit counts (as for `gate`).
+    gated_pods: bool = False
+    # What makes an object of the kind one arbiter does not hold (`holds`).
+    unheld: str = ""
     # What a spec must be for `units` to read it (the webhook's denial).
     readable: str = "spec.replicas a whole number and spec.template a pod template"
 
@@ -166,6 +172,12 @@ class Integration:
         """The units the object needs now; None while its spec is not
         complete (or not valid): no unit yet. Empty: none (scaled to 0)."""
         raise NotImplementedError
+
+    def holds(self, obj: Obj) -> bool:
+        """Whether arbiter holds this object at all. One it does not (a RayJob
+        on an existing RayCluster) passes as if its kind were not integrated:
+        no queue, no unit, and its children are their own work."""
+        return True
 
     def suspended(self, obj: Obj) -> bool:
         return self.hold == "suspend" and dig(obj, self.suspend_path) is True

@@ -464,20 +464,23 @@ class Actions:
                                directives: PodDirectives) -> None:
         """Unsuspend a suspend-held workload with its pool's directives in
         every pod template, or let go as many of a gate-held one's gated
-        pods as its admitted count leaves room for."""
+        pods as its admitted count leaves room for (both for a suspend-held
+        kind whose pods arrive gated: unsuspended first, its pods come later)."""
         consumer = unit.consumer
         assert consumer is not None
         integration = BY_KIND[consumer.kind]
         what = f"{consumer.kind} {unit.namespace}/{consumer.name}"
-        if integration.hold == "gate":
+        if integration.hold == "gate" or integration.gated_pods:
+            letting = to_let_go(unit, pods)
             results = await asyncio.gather(
-                *(self.ungate(p.namespace, p.name, p.uid, directives)
-                  for p in to_let_go(unit, pods)), return_exceptions=True)
+                *(self.ungate(p.namespace, p.name, p.uid, directives) for p in letting),
+                return_exceptions=True)
             failures = [r for r in results
                         if isinstance(r, BaseException) and not isinstance(r, ConsumerGone)]
             if failures:
                 raise failures[0]
-            return
+            if letting or integration.hold == "gate":
+                return  # pods come only once it is unsuspended
 
         def ops(obj: Obj) -> list[dict[str, Any]] | None:
             if not integration.suspended(obj):

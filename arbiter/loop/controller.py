@@ -62,10 +62,11 @@ from arbiter.loop.units import (
     follows_consumer,
     gate_workload,
     held,
+    lets_pods_go,
     spec_drift,
     suspend_workload,
 )
-from arbiter.loop.workloads import to_let_go
+from arbiter.loop.workloads import record_of, to_let_go
 from arbiter.loop.writer import UnitWriter
 
 log = logging.getLogger(__name__)
@@ -331,13 +332,17 @@ class AdmissionController:
                 drift = spec_drift(unit, wanted) if wanted is not None else None
                 if drift is not None:
                     self.writer.update_spec(unit, drift)
-            elif unit.admitted and (gate_workload(unit) or suspend_workload(unit)):
+            elif unit.admitted and (lets_pods_go(unit) or suspend_workload(unit)):
                 # A workload resized while admitted (DESIGN §14): requeued at
                 # its new size (scaled to 0: nothing left to admit); a
-                # suspend-held one (a declared kind's counts) is suspended again.
+                # suspend-held one (a declared kind's counts, a RayCluster's
+                # groups) is suspended again.
                 wanted = self.follow.desired(consumer)
-                # (A suspend-held one without a unit wanted has finished.)
-                gone = wanted is None and gate_workload(unit)
+                # A finished one (a RayJob, a declared kind) is not resized:
+                # its unit ends.
+                record = record_of(self.store, consumer)
+                finished = record is not None and record.outcome is not None
+                gone = wanted is None and not finished and lets_pods_go(unit)
                 if gone or (wanted is not None and wanted.pod_sets != unit.pod_sets):
                     self.writer.step(unit, Step("rehold", "Enqueued", (
                         "replicas changed while admitted; its pods are made again and wait "
@@ -414,7 +419,7 @@ class AdmissionController:
         else:
             step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
                           backoff_until=writes.backoff_end(key))
-        if step.kind == "none" and unit.admitted and gate_workload(unit) \
+        if step.kind == "none" and unit.admitted and lets_pods_go(unit) \
                 and to_let_go(unit, pods):
             step = Step("release")  # a pod made after admission (OrderedReady: one by one)
         if step.kind == "none":

@@ -448,6 +448,17 @@ def suspend_workload(unit: UnitRecord) -> bool:
         and BY_KIND[ref.kind].hold == "suspend"
 
 
+def lets_pods_go(unit: UnitRecord) -> bool:
+    """A unit whose workload's pods arrive gated and are let go while it is
+    admitted, each as it comes: a gate-held workload's, or a suspend-held one
+    whose controller makes the pods itself (`Integration.gated_pods`: KubeRay).
+    Resized while admitted, such a unit is requeued at its new size (its
+    extra pods would wait gated for ever otherwise)."""
+    ref = unit.consumer
+    return ref is not None and ref.kind in WORKLOAD_CONSUMERS \
+        and (BY_KIND[ref.kind].hold == "gate" or BY_KIND[ref.kind].gated_pods)
+
+
 def held(unit: UnitRecord, consumer: Consumer) -> Consumer:
     """`consumer`, with a pod unit's released but unbound pods counted as
     held outside `Dequeued`. Their gates were lifted by an earlier admission

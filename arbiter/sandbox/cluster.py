@@ -335,8 +335,7 @@ class Sandbox:
     # ---- integration controllers (`integrations`) -------------------------------
 
     def start_integrations(self, names: Sequence[str], timeout: float = 120.0) -> None:
-        """Start the integration controllers in `names` that do not run yet,
-        each with its CRDs and, once it serves them, its webhooks."""
+        """Start the controllers in `names` not running yet, with CRDs and webhooks."""
         launches = self._prepare_integrations(names)
         self._install_crds([path for launch in launches for path in launch.crd_files])
         self._spawn_integrations(launches)
@@ -367,10 +366,8 @@ class Sandbox:
             self._wait(f"{launch.name} ready and serving its webhooks",
                        partial(integrations.serving, launch, self.pki.ca_cert),
                        deadline, watch=[launch.name])
-            if launch.webhooks:
-                self.apply_yaml("---\n".join(yaml.safe_dump(d) for d in launch.webhooks))
-            for path in launch.resources:
-                self.apply_yaml(path.read_text(), server_side=True)
+            if text := launch.after_ready():  # none for KubeRay
+                self.apply_yaml(text)
         if launches:
             self._say(f"started {', '.join(launch.name for launch in launches)}")
 

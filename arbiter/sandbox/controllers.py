@@ -110,7 +110,7 @@ LWS = GoController(
 KUBERAY = GoController(
     name="kuberay", wrapper="controllers", module="github.com/ray-project/kuberay/ray-operator",
     package="./cmd/kuberay", crd_dir="config/crd/bases",
-    webhooks="", cold_build="1-3 minutes once JobSet's is built")
+    webhooks="", cold_build="2-4 minutes once JobSet's is built")
 TRAINER = GoController(
     name="trainer", wrapper="controllers", module="github.com/kubeflow/trainer/v2",
     package="github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",
@@ -119,7 +119,7 @@ TRAINER = GoController(
         ("MutatingWebhookConfiguration", "manifests/base/webhook/patch_mutating.yaml"),
         ("ValidatingWebhookConfiguration", "manifests/base/webhook/patch_validating.yaml"),
     ), extras=("manifests/base/runtimes/torch_distributed.yaml",),
-    cold_build="1-3 minutes once JobSet's is built")
+    cold_build="2-4 minutes once JobSet's is built")
 
 
 @dataclass(frozen=True, slots=True)

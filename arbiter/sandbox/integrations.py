@@ -65,7 +65,7 @@ class Integration:
 INTEGRATIONS = {
     "jobset": Integration(JOBSET, "config.jobset.x-k8s.io/v1alpha1", ("jobset",)),
     "lws": Integration(LWS, "config.lws.x-k8s.io/v1alpha1", ("lws",)),
-    "ray": Integration(KUBERAY, "", ()),
+    "ray": Integration(KUBERAY, "", ("raycluster", "rayjob")),
     "trainer": Integration(TRAINER, "config.trainer.kubeflow.org/v1alpha1", ("trainer",),
                            requires=("jobset",)),
 }
@@ -163,6 +163,12 @@ class Launch:
     @property
     def health_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['health']}/readyz"
+
+    def after_ready(self) -> str:
+        """What to apply once it serves: its webhook configurations, then the
+        objects it needs (Trainer's runtime, which its webhook validates)."""
+        return "---\n".join([*(yaml.safe_dump(d) for d in self.webhooks),
+                             *(path.read_text() for path in self.resources)])
 
     def webhook_urls(self) -> list[str]:
         return sorted({hook["clientConfig"]["url"] for document in self.webhooks

@@ -37,9 +37,12 @@ _KINDS: dict[str, Kind] = {
     "leaderworkersets": "LeaderWorkerSet",
     "deployments": "Deployment",
     "trainjobs": "TrainJob",
+    "rayclusters": "RayCluster",
+    "rayjobs": "RayJob",
 }
 _STATUS_KINDS = {"queues", "queueunits", "jobs", "pods", "nodes", "pools", "admissionchecks",
-                 "jobsets", "statefulsets", "leaderworkersets", "deployments", "trainjobs"}
+                 "jobsets", "statefulsets", "leaderworkersets", "deployments", "trainjobs",
+                 "rayclusters", "rayjobs"}
 
 # A hook may refuse a request: (method, path, body) -> an error to raise, or None.
 Hook = Callable[[str, str, Any], ApiError | None]

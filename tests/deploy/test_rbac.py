@@ -41,6 +41,9 @@ CLUSTER: set[Grant] = {
         ("jobset.x-k8s.io", "jobsets"), ("leaderworkerset.x-k8s.io", "leaderworkersets"),
         ("apps", "statefulsets"), ("trainer.kubeflow.org", "trainjobs"))},
     ("apps", "deployments", "list", ""), ("apps", "deployments", "watch", ""),
+    *{("ray.io", plural, verb, "") for plural in ("rayclusters", "rayjobs")
+      for verb in ("get", "list", "watch", "patch")},
+    *{("ray.io", f"{plural}/finalizers", "update", "") for plural in ("rayclusters", "rayjobs")},
     # --debug-api token: who holds the bearer token, and may they get Queues.
     ("authentication.k8s.io", "tokenreviews", "create", ""),
     ("authorization.k8s.io", "subjectaccessreviews", "create", ""),

@@ -176,8 +176,9 @@ def test_trainer_makes_a_trainjobs_jobset(cluster: Sandbox, unmanaged: str) -> N
 def test_arbiter_queues_the_kinds_the_sandbox_runs(cluster: Sandbox) -> None:
     record = cluster.processes()["arbiter"]
     flag = record.args[record.args.index("--integrations") + 1]
-    assert parse_names(flag) == ("statefulset", "deployment", "jobset", "lws")
+    assert parse_names(flag) == ("statefulset", "deployment", "jobset", "lws", "raycluster",
+                                 "rayjob", "trainer")
     # It watches them: each kind listed (a missing CRD would be reported instead).
     log = Path(record.log).read_text(errors="replace")
-    for kind in ("JobSet", "LeaderWorkerSet", "StatefulSet"):
+    for kind in ("JobSet", "LeaderWorkerSet", "StatefulSet", "RayCluster", "RayJob", "TrainJob"):
         assert f'"listed","kind":"{kind}"' in log, kind

@@ -17,7 +17,7 @@ from arbiter.integrations import (
 
 def test_all_names_every_optional_integration() -> None:
     assert parse_names("all") == DEFAULT_NAMES == ("jobset", "statefulset", "deployment", "lws",
-                                                   "trainer")
+                                                   "trainer", "raycluster", "rayjob")
     assert parse_names(" all ") == DEFAULT_NAMES
 
 
@@ -32,7 +32,7 @@ def test_a_list_keeps_its_order_without_repeats() -> None:
     assert parse_names(" jobset , lws, jobset,") == ("jobset", "lws")
 
 
-@pytest.mark.parametrize("text", ["ray", "jobset,raycluster", "JobSet", "job", "pod",
+@pytest.mark.parametrize("text", ["ray", "jobset,rayservice", "JobSet", "job", "pod",
                                   "all,jobset", "none,lws"])
 def test_an_unknown_or_builtin_name_is_refused_naming_it_and_the_known(text: str) -> None:
     with pytest.raises(ValueError) as caught:
@@ -62,4 +62,4 @@ def test_registry_is_one_integration_per_name_and_kind() -> None:
     assert len({i.prefix for i in everything}) == len(everything)
     assert {i.name for i in BUILTIN} == {"job", "pod"}
     assert {i.kind for i in OPTIONAL if i.group not in ("", "apps", "batch")} == \
-        {"JobSet", "LeaderWorkerSet", "TrainJob"}
+        {"JobSet", "LeaderWorkerSet", "TrainJob", "RayCluster", "RayJob"}

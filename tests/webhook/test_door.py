@@ -189,7 +189,8 @@ def test_users_may_not_create_units_under_the_loops_names() -> None:
         assert not decision.allowed, name
         assert decision.message.startswith(
             f'QueueUnit "team-a/{name}": metadata.name: names starting with "job-", "pod-", '
-            '"group-", "jobset-", "sts-", "lws-", "trainjob-" are kube-arbiter\'s')
+            '"group-", "jobset-", "sts-", "lws-", "trainjob-", "raycluster-", "rayjob-" '
+            'are kube-arbiter\'s')
     ok = unit_obj("reserve-1", "team-a", {"queue": "team-a", "podSets": [
         {"name": "main", "count": 1, "requests": {"cpu": "10m"}}]})
     assert queueunits.validate(parse(review("QueueUnit", "CREATE", ok, user=TENANT)),

@@ -54,8 +54,7 @@ WORKLOAD_KINDS: list[Kind] = ["JobSet", "StatefulSet", "LeaderWorkerSet", "Deplo
 KINDS: tuple[Kind, ...] = ("Queue", "Namespace", "Node", "Pod", "Job", "QueueUnit",
                            "PriorityClass", "Pool", "AdmissionCheck", "RuntimeClass")
 # Kinds filed under namespace/name; Pods are filed by uid, the rest by name.
-NAMESPACED_KINDS: set[Kind] = {"Job", "QueueUnit", "JobFlow", "JobTemplate",
-                               *WORKLOAD_KINDS}
+NAMESPACED_KINDS: set[Kind] = {"Job", "QueueUnit", "JobFlow", "JobTemplate", *WORKLOAD_KINDS}
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 

@@ -163,6 +163,8 @@ def workload_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
     subject = f'pod of {root.kind} "{root.key}"'
     unit = env.store.workload_unit(root)
     if root.suspended or unit is None or not unit_admitted(env, root):
+        if root.integration.gated_pods:
+            return False  # gated: the loop lets it go once this cache catches up
         return deny(f'{subject}: queue "{root.queue}" has not admitted it yet; its controller '
                     f"creates its pods once kube-arbiter starts the {root.kind}")
     admitted = sum(ps.count for ps in unit.admitted_pod_sets or unit.pod_sets)

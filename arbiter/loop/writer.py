@@ -26,6 +26,7 @@ from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
 from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision, remember
 from arbiter.loop.events import EventSink
+from arbiter.loop.fastpath import record_admitted
 from arbiter.loop.inflight import TERMINATING_HOLD, InFlightWrites
 from arbiter.loop.units import (
     POD_KINDS,
@@ -97,9 +98,11 @@ class UnitWriter:
         self.clock = clock
 
     # -- starting writes (from a cycle) -------------------------------------------------
-    def create(self, desired: DesiredUnit) -> None:
+    def create(self, desired: DesiredUnit,
+               admitted: tuple[dict[str, Any], str, float] | None = None) -> None:
         """Create the unit, unless a creation for its consumer is running or
-        waits for its retry."""
+        waits for its retry. `admitted`: (status, why, Job created) of a Job
+        let through at creation: the unit is created admitted (DESIGN §16)."""
         busy = f"create:{desired.consumer}"
         if self.writes.busy(busy) or self.writes.retry_at(busy) > self.clock():
             return
@@ -107,7 +110,7 @@ class UnitWriter:
             # Refused there already: one request per namespace, not one
             # (retried, backed off) per Job while it is being emptied.
             return
-        self.writes.spawn(functools.partial(self._create, busy, desired), key=busy)
+        self.writes.spawn(functools.partial(self._create, busy, desired, admitted), key=busy)
 
     def update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
         self.writes.spawn(functools.partial(self._update_spec, unit, spec), key=unit.key)
@@ -133,12 +136,16 @@ class UnitWriter:
         self.stats.writes_failed += 1
 
     # -- the writes (tasks) ------------------------------------------------------------
-    async def _create(self, busy: str, desired: DesiredUnit) -> None:
+    async def _create(self, busy: str, desired: DesiredUnit,
+                      admitted: tuple[dict[str, Any], str, float] | None) -> None:
         try:
-            written = await self.actions.create_unit(desired)
+            written = await self.actions.create_unit(
+                desired, admitted[0] if admitted is not None else None)
             if written is not None:
                 self.writes.assume(written.record)
                 self.stats.created += 1
+                if admitted is not None:
+                    self._admitted_at_creation(written.record, admitted[1], admitted[2])
             self.writes.succeeded(busy)
         except ApiError as error:
             if namespace_terminating(error):
@@ -151,6 +158,13 @@ class UnitWriter:
             self._failed(busy, error)
         finally:
             self.touch_consumer(desired.consumer)
+
+    def _admitted_at_creation(self, record: UnitRecord, why: str, created: float) -> None:
+        record_admitted(record, why, created)
+        if self.events is not None:
+            self.events.unit_event(record, "Normal", "Admitted",
+                                   f"admitted by queue {record.queue} at creation "
+                                   "(fast path: never suspended)", on_unit=False)
 
     async def _update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
         try:
@@ -196,7 +210,7 @@ class UnitWriter:
                                            written.record.message, on_unit=False)
                 return
             log_decision("admit", written.record, "next in fair-share order and fits",
-                         attempt=written.record.attempts)
+                         attempt=written.record.attempts, path="held")
             metrics.admitted_units_total.labels(unit.queue).inc()
             if unit.admissions == 0 and chosen.created:
                 metrics.admission_wait_seconds.labels(unit.queue).observe(
@@ -206,7 +220,8 @@ class UnitWriter:
                 # it has none: its status says it already, and every Event
                 # is an apiserver write competing with admissions.
                 self.events.unit_event(written.record, "Normal", "Admitted",
-                                       f"admitted by queue {unit.queue}", on_unit=False)
+                                       f"admitted by queue {unit.queue} (held until now)",
+                                       on_unit=False)
             await self._release(written.record)
         except ApiError as error:
             if not admitted:

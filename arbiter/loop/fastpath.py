@@ -1,0 +1,237 @@
+"""Admission at creation (DESIGN §16): the leader's webhook asks the engine
+whether a new Job would be admitted as the next decision, and if so
+reserves it and lets it through unsuspended and placed.
+
+The decision is the cycle's own: the engine is first brought up to date
+(a short cycle over what changed, as the loop would run a few milliseconds
+later), then the Job's unit is added pending and `admit_all` runs. Every
+unit it picks is admitted as a cycle would admit it (others' admissions
+are written by the loop as usual); the Job goes through unsuspended only
+when its unit is among them. Nothing else is ever passed over: what the
+engine picks is what the next cycle would have picked (the property test
+in tests/loop/test_fastpath_property.py).
+
+Not taken (the held path as before): a replica that does not lead, the
+loop warming up, a dry run, a Job with `generateName` (its unit's name is
+not known yet), created suspended, partially admissible, of a child of a
+held workload, whose queue has admission checks, whose name is taken; and
+while a Job this webhook held (or whose unit is being created) is not in
+the engine yet: it came first.
+
+A reservation stands in the engine as admitted until the Job's unit is
+created (admitted, in one write: `Actions.create_unit`); one whose Job
+never appears (another webhook denied it, the client went away) is let go
+after `ASSUME_TTL`. A Job let through by an earlier leader whose unit was
+not written is adopted from its token (arbiter.core.fastpath): admitted
+from the moment it is seen.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from arbiter.base import metrics
+from arbiter.cache import convert
+from arbiter.cache.fastpath import job_demand, job_token
+from arbiter.cache.ownership import ConsumerKey
+from arbiter.cache.records import JobRecord, UnitRecord
+from arbiter.cache.store import ClusterStore
+from arbiter.core.fastpath import FAST_PATH_ANNOTATION, FastPathToken, sign
+from arbiter.core.model import Placement, Unit
+from arbiter.loop.actions import admission_status
+from arbiter.loop.decisions import log_decision
+from arbiter.loop.inflight import ASSUME_TTL, InFlightWrites
+from arbiter.loop.mirror import EngineMirror, desired_engine_unit
+from arbiter.loop.placement import placed_ops, pool_directives
+from arbiter.loop.units import DesiredUnit, job_unit, manifest
+
+log = logging.getLogger(__name__)
+
+Op = dict[str, Any]
+# Seconds a Job this webhook held may take to reach the engine (its watch
+# event, its unit's creation) before it stops keeping its queue off the
+# fast path.
+HELD_UNSEEN_TTL = 10.0
+NAMELESS_TTL = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    unit_key: str
+    queue: str
+    plan: Placement | None
+    token: str  # the annotation's value
+    since: float
+
+
+class FastPath:
+    """The leader's reservations made at creation, and the Jobs its webhook
+    held that the engine has not seen yet."""
+
+    def __init__(self, *, store: ClusterStore, mirror: Callable[[], EngineMirror],
+                 writes: InFlightWrites, key: bytes | None, identity: str,
+                 clock: Callable[[], float]) -> None:
+        self.store = store
+        self.mirror = mirror
+        self.writes = writes
+        self.key = key
+        self.identity = identity
+        self.clock = clock
+        self.reservations: dict[ConsumerKey, Reservation] = {}
+        self._held: dict[ConsumerKey, tuple[str, float]] = {}  # -> (queue, until)
+        self._nameless = 0
+
+    # -- the webhook's question ---------------------------------------------------------
+    def held(self, namespace: str, name: str, queue: str) -> None:
+        """The webhook held a Job of `queue`: until its unit is in the
+        engine, no later Job of that queue skips ahead of it. A Job with no
+        name yet (generateName) cannot be followed: its queue waits a short
+        while instead."""
+        ttl = HELD_UNSEEN_TTL if name else NAMELESS_TTL
+        self._nameless += 0 if name else 1
+        consumer = ConsumerKey("Job", namespace, name or f"\0{self._nameless}")
+        self._held[consumer] = (queue, self.clock() + ttl)
+
+    def blocked(self, queue: str, known: Callable[[ConsumerKey], bool]) -> bool:
+        """Whether a Job held earlier in `queue` is not in the engine yet."""
+        now = self.clock()
+        for consumer, (held_queue, until) in list(self._held.items()):
+            if until < now or known(consumer):
+                del self._held[consumer]
+            elif held_queue == queue:
+                return True
+        return False
+
+    def creating_others(self) -> bool:
+        """A unit is being created for a consumer not reserved here (it is
+        not in the engine yet, and may be ahead)."""
+        reserved = {f"create:{consumer}" for consumer in self.reservations}
+        return any(key.startswith("create:") and key not in reserved
+                   for key in self.writes.busy_keys())
+
+    def candidate(self, namespace: str, name: str, queue_name: str,
+                  obj: dict[str, Any]) -> tuple[DesiredUnit, JobRecord] | None:
+        """The unit a Job being created would have (and the Job as the
+        cache will read it), when the fast path may take it at all."""
+        if self.key is None or not name:
+            return None
+        try:
+            job = convert.job_from_api(obj)
+        except convert.ConversionError:
+            return None
+        job = replace(job, namespace=namespace, name=name, uid="", queue=queue_name)
+        if job.suspended or job.owner_kind or f"{namespace}/{name}" in self.store.jobs:
+            return None
+        desired = job_unit(job, self.store.priority_classes, self.store.runtime_classes)
+        if desired is None or any(ps.min_count is not None for ps in desired.pod_sets):
+            return None
+        queue = self.store.queues.get(desired.queue)
+        if queue is None or queue.state != "Open" or queue.admission_checks \
+                or not self.store.queue_admits(desired.queue, namespace):
+            return None
+        return desired, job
+
+    def try_reserve(self, desired: DesiredUnit) -> tuple[list[Unit], Reservation | None]:
+        """Add the unit pending and let the engine decide as a cycle would:
+        the units it admitted besides this one (the caller writes them),
+        and the reservation when it admitted this one."""
+        mirror = self.mirror()
+        now = self.clock()
+        unit = desired_engine_unit(desired, now)
+        mirror.set(unit.key, "pending", unit)
+        chosen = mirror.admit_all()
+        others = [u for u in chosen if u.key != unit.key]
+        if len(others) == len(chosen):
+            mirror.set(unit.key, None, None)
+            return others, None
+        reservation = Reservation(unit.key, desired.queue, mirror.plan(unit.key), "", now)
+        self.reservations[desired.consumer] = reservation
+        self.writes.timer(now + ASSUME_TTL + 0.5, unit.key)  # to expire, if the Job never comes
+        return others, reservation
+
+    def patch(self, obj: dict[str, Any], desired: DesiredUnit, reservation: Reservation,
+              job: JobRecord) -> list[Op]:
+        """JSON Patch ops that let the Job through admitted: the token, and
+        the pool's directives in its pod template (as a release gives them)."""
+        pool = reservation.plan.pool if reservation.plan is not None else ""
+        token = FastPathToken(desired.name, desired.queue, pool, int(reservation.since * 1000))
+        assert self.key is not None
+        text = sign(self.key, desired.namespace, desired.consumer.name, token, job_demand(job))
+        self.reservations[desired.consumer] = replace(reservation, token=text)
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        ops: list[Op] = []
+        if annotations:
+            ops.append({"op": "add", "value": text,
+                        "path": "/metadata/annotations/" + FAST_PATH_ANNOTATION.replace("/", "~1")})
+        else:
+            ops.append({"op": "add", "path": "/metadata/annotations",
+                        "value": {FAST_PATH_ANNOTATION: text}})
+        seen = {**obj, "metadata": {**meta, "annotations": {**annotations,
+                                                            FAST_PATH_ANNOTATION: text}}}
+        directives = pool_directives(pool or None, desired.queue, self.store.pools,
+                                     self.store.queues)
+        # Without the guards a write to a stored object carries (uid, version).
+        return ops + [op for op in placed_ops(seen, ("/spec/template",), directives, [])
+                      if op["op"] != "test"]
+
+    # -- the loop's side ----------------------------------------------------------------
+    def created(self, job: JobRecord, desired: DesiredUnit) -> tuple[dict[str, Any], str] | None:
+        """For a Job with no unit: the status its unit is created with
+        (admitted) and why, when it was let through at creation: its
+        reservation here, or (an earlier leader's) its token. None: the
+        held path."""
+        if job.suspended:
+            return None
+        token = job_token(self.key, job)
+        if token is None or token.unit != desired.name or token.queue != desired.queue:
+            return None
+        reservation = self.reservations.get(desired.consumer)
+        text = dict(job.annotations).get(FAST_PATH_ANNOTATION)
+        now = self.clock()
+        if reservation is not None and reservation.token == text:
+            plan, why, since = reservation.plan, "admitted at creation (fast path)", \
+                reservation.since
+        else:
+            # Let through by an earlier leader: charged from now, in its pool.
+            plan = Placement(token.pool) if token.pool else None
+            why, since = "adopted: let through at creation by an earlier leader", now
+        record = convert.unit_from_api(manifest(desired))
+        return admission_status(record, None, since, self.identity, plan), why
+
+    def confirmed(self, consumer: ConsumerKey) -> None:
+        """The Job's unit exists now: the reservation is done."""
+        self.reservations.pop(consumer, None)
+
+    def reserved_key(self, key: str) -> bool:
+        return any(r.unit_key == key for r in self.reservations.values())
+
+    def expire(self, now: float, exists: Callable[[ConsumerKey, Reservation], bool],
+               written: Callable[[str], bool]) -> None:
+        """Let go of reservations whose Job never came (`exists`: the Job
+        is in the store with its token, its unit perhaps being created;
+        `written`: its unit exists, and the engine has it as that unit)."""
+        mirror = self.mirror()
+        for consumer, reservation in list(self.reservations.items()):
+            if now - reservation.since <= ASSUME_TTL or exists(consumer, reservation):
+                continue
+            del self.reservations[consumer]
+            if written(reservation.unit_key):
+                continue
+            mirror.set(reservation.unit_key, None, None)
+            log.info("reservation at creation of %s expired: its Job never came",
+                     reservation.unit_key, extra={"unit": reservation.unit_key,
+                                                  "queue": reservation.queue})
+
+
+def record_admitted(record: UnitRecord, why: str, created: float) -> None:
+    """Log and count an admission at creation (its unit just written)."""
+    log_decision("admit", record, why, attempt=record.attempts, path="creation")
+    metrics.admitted_units_total.labels(record.queue).inc()
+    if created:
+        metrics.admission_wait_seconds.labels(record.queue).observe(
+            max(0.0, time.time() - created))

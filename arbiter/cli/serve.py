@@ -260,6 +260,9 @@ def add_parser(subparsers: Any) -> None:
         help="admission at creation: the leader's webhook lets a Job through admitted "
              "(never suspended) when its queue would admit it next; =false holds every "
              "Job until the admission loop admits it")
+    # Tests only (hidden): the e2e kill between the webhook's answer and the unit's write.
+    add("--test-fast-path-unit-delay", type=Bounded(float, 0, False), default=0.0,
+        help=argparse.SUPPRESS)
     add("--log-level", default=_env("log_level", "info"),
         choices=["debug", "info", "warning", "error", "DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level")
@@ -311,6 +314,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         max_resource_names=args.max_resource_names,
         max_units_per_namespace=args.max_units_per_namespace,
         admit_on_create=args.admit_on_create,
+        fast_path_unit_delay=args.test_fast_path_unit_delay,
         extender_client_ca=Path(args.extender_client_ca) if args.extender_client_ca else None,
         extender_client_names=_csv(args.extender_client_names or ""),
         extender_locality_weight=args.extender_locality_weight,

@@ -110,6 +110,9 @@ class LoopSettings:
     # Admission at creation (DESIGN §16, arbiter.loop.fastpath): the leader's
     # webhook lets a Job through admitted when it would be the next admitted.
     admit_on_create: bool = True
+    # Tests only (the e2e kill between the webhook's answer and the unit's
+    # write): seconds the write of a unit admitted at creation waits.
+    fast_unit_delay: float = 0.0
 
 
 # What the loop has done so far (cycles, admissions, writes), for tests and logs.
@@ -165,7 +168,8 @@ class AdmissionController:
         self.writer = UnitWriter(
             self.actions, self.writes, self.stats, unit=self.unit, consumer=self.consumer,
             touch=self.touch, touch_consumer=self._touch_consumer,
-            backoff_delay=self._backoff_delay, events=events, clock=clock)
+            backoff_delay=self._backoff_delay, events=events, clock=clock,
+            admitted_delay=self.settings.fast_unit_delay)
         self._blocked_names: set[str] = set()
         self._wake = asyncio.Event()
         self._next_resync = 0.0

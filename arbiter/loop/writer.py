@@ -11,6 +11,7 @@ marks that version outdated: the loop decides again on the newer one.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable
@@ -85,6 +86,7 @@ class UnitWriter:
         backoff_delay: Callable[[int], float],
         events: EventSink | None,
         clock: Callable[[], float],
+        admitted_delay: float = 0.0,
     ) -> None:
         self.actions = actions
         self.writes = writes
@@ -96,6 +98,7 @@ class UnitWriter:
         self.backoff_delay = backoff_delay
         self.events = events
         self.clock = clock
+        self.admitted_delay = admitted_delay
 
     # -- starting writes (from a cycle) -------------------------------------------------
     def create(self, desired: DesiredUnit,
@@ -139,6 +142,8 @@ class UnitWriter:
     async def _create(self, busy: str, desired: DesiredUnit,
                       admitted: tuple[dict[str, Any], str, float] | None) -> None:
         try:
+            if admitted is not None and self.admitted_delay > 0:
+                await asyncio.sleep(self.admitted_delay)
             written = await self.actions.create_unit(
                 desired, admitted[0] if admitted is not None else None)
             if written is not None:

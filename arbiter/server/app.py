@@ -240,6 +240,7 @@ def loop_settings(config: ServeConfig) -> LoopSettings:
         reclaim_grace=config.reclaim_grace,
         reclaim_pdb_timeout=config.reclaim_pdb_timeout,
         admit_on_create=config.admit_on_create,
+        fast_unit_delay=config.fast_path_unit_delay,
     )
 
 

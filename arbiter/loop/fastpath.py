@@ -162,8 +162,9 @@ class FastPath:
         assert self.key is not None
         text = sign(self.key, desired.namespace, desired.consumer.name, token, job_demand(job))
         self.reservations[desired.consumer] = replace(reservation, token=text)
-        meta = obj.get("metadata") or {}
-        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        meta: dict[str, Any] = obj.get("metadata") or {}
+        found = meta.get("annotations")
+        annotations: dict[str, Any] = found if isinstance(found, dict) else {}
         ops: list[Op] = []
         if annotations:
             ops.append({"op": "add", "value": text,

@@ -285,9 +285,9 @@ async def serve(config: ServeConfig, *, api: Any | None = None,
     try:
         await learn_usernames(ctx)
         tls = await certs.prepare()
-        secret = certs.shared_secret() if config.admit_on_create else None
-        ctx.fast_path_key = derive_key(secret) if secret is not None else None
-        if config.admit_on_create and secret is None:
+        shared = certs.shared_secret() if config.admit_on_create else None
+        ctx.fast_path_key = derive_key(shared) if shared is not None else None
+        if config.admit_on_create and shared is None:
             log.warning("admission at creation is off: no certificate key to sign its "
                         "tokens with")
         if certs.external:

@@ -90,7 +90,7 @@ def admission_problem(
             f'queue "{queue.name}" has not admitted this pod: there is no QueueUnit {key} '
             f"({unlabelled}delete and recreate it to queue it)"
         )
-    elif not unit.admitted:
+    elif not unit.admitted and not state.released_job(pod, unit):
         problems.append(
             f'queue "{queue.name}" has not admitted this pod\'s unit {key} yet '
             f"(unit phase {unit.phase}; was the pod created while arbiter was down?)"

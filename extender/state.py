@@ -341,6 +341,18 @@ class ExtenderState:
             return None
         return job_token(self.fast_path_key, job)
 
+    def released_job(self, pod: PodRecord, unit: UnitRecord) -> bool:
+        """Whether the pod's Job, whose unit still reads Enqueued here, was
+        let go by arbiter: the loop sends a Job's unsuspend together with
+        its unit's status write (DESIGN §16), and only arbiter may unsuspend
+        a held Job (the webhook), so either write is the admission's record."""
+        if unit.phase != "Enqueued" or unit.consumer is None or unit.consumer.kind != "Job" \
+                or not pod.job_name or not self.store.queue_admits(unit.queue, unit.namespace):
+            return False
+        job = self.store.jobs.get(f"{pod.namespace}/{pod.job_name}")
+        return job is not None and job.uid == pod.job_uid == unit.consumer.uid \
+            and not job.suspended and job.outcome is None
+
     def charged_queue(self, pod: PodRecord) -> str | None:
         """The queue a bound pod counts against: its unit's, else (no unit
         stands for it: it was never queued) its namespace's queue."""

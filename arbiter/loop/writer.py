@@ -15,12 +15,13 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from arbiter.base import metrics
 from arbiter.base.kubeapi import ApiError
 from arbiter.cache.ownership import ConsumerKey
-from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
 from arbiter.core.api import UnitPhase
 from arbiter.core.model import Placement, Unit
 from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
@@ -70,6 +71,21 @@ def partial_replicas(unit: UnitRecord, chosen: Unit) -> dict[str, int] | None:
     if all(admitted.get(ps.name, ps.count) == ps.count for ps in unit.pod_sets):
         return None
     return {ps.name: admitted.get(ps.name, ps.count) for ps in unit.pod_sets}
+
+
+def releases_early(unit: UnitRecord, replicas: dict[str, int] | None,
+                   checks: tuple[str, ...]) -> bool:
+    """Whether the unit's Job is let go with its status write: a Job's first
+    admission, whole, with no admission checks (its status is then its
+    whole record: a re-admission reads the earlier ones first)."""
+    return unit.consumer is not None and unit.consumer.kind == "Job" and not replicas \
+        and not checks and unit.admissions == 0
+
+
+def with_plan(unit: UnitRecord, plan: Placement | None) -> UnitRecord:
+    """The unit as its admission status will say, for its release's directives."""
+    return replace(unit, admission=UnitAdmission.from_placement(plan)
+                   if plan is not None else None)
 
 
 class UnitWriter:
@@ -186,10 +202,17 @@ class UnitWriter:
     async def _admit(self, unit: UnitRecord, chosen: Unit, plan: Placement | None,
                      checks: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None:
         """Status first (the admission record), then release the consumer
-        (not yet when the unit waits on admission checks)."""
+        (not yet when the unit waits on admission checks). A Job admitted
+        whole for the first time is let go together with the status write,
+        not after it (DESIGN §16): the extender places its pods on either
+        record, and a crash between the two leaves a released Job the next
+        leader counts as admitted, or an admitted unit whose release it
+        finishes."""
         key = unit.key
         admitted = False
         replicas = partial_replicas(unit, chosen)
+        early = asyncio.ensure_future(self._release(with_plan(unit, plan))) \
+            if releases_early(unit, replicas, checks) else None
         try:
             async with self.writes.locked(key):
                 # A position write may have run meanwhile: start from its result.
@@ -227,11 +250,14 @@ class UnitWriter:
                 self.events.unit_event(written.record, "Normal", "Admitted",
                                        f"admitted by queue {unit.queue} (held until now)",
                                        on_unit=False)
-            await self._release(written.record)
+            if early is None:
+                await self._release(written.record)
         except ApiError as error:
             if not admitted:
                 self._failed(key, error)
         finally:
+            if early is not None:
+                await early  # its own errors are handled in _release
             self.writes.admission_ended(key)
             self.touch(key)
 

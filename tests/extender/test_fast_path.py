@@ -69,3 +69,18 @@ def test_a_tenants_token_or_a_suspended_job_places_nothing() -> None:
     keyless.queue("a")
     keyless.add("Job", job("fast", token=signed("fast")))
     assert verdict(keyless, "fast") == "rejected"
+
+
+def test_a_job_let_go_with_its_status_write_has_its_pods_placed() -> None:
+    """The loop sends a Job's unsuspend with its unit's status write: an
+    unsuspended Job whose unit still reads Enqueued here is admitted; a
+    suspended one is not."""
+    world = World()
+    world.nodes(2)
+    world.queue("a")
+    world.add("Job", job("released", token=None))
+    world.unit("team-a", "job-released", "a", phase="Enqueued")
+    world.add("Job", job("waiting", token=None, suspend=True))
+    world.unit("team-a", "job-waiting", "a", phase="Enqueued")
+    assert verdict(world, "released") == "passed"
+    assert verdict(world, "waiting") == "rejected"

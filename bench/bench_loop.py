@@ -296,13 +296,24 @@ def request_counts(directory: Path) -> tuple[float, float]:
 
 
 def restart_arbiter(directory: Path, args: list[str]) -> None:
-    """The sandbox's arbiter again with `args` (it leads alone: no election wait)."""
+    """The sandbox's arbiter again with `args`, once it leads (Jobs created
+    before that are all held, whatever the flag)."""
+    import ssl
+
     from arbiter.sandbox import Sandbox
+    from arbiter.sandbox.probe import http_get
 
     sandbox = Sandbox(directory, quiet=True)
     sandbox.stop_arbiter()
     sandbox.start_arbiter(args)
-    time.sleep(3.0)  # the new leader's engine warms before Jobs arrive
+    context = ssl.create_default_context(cafile=str(sandbox.arbiter_cert_dir / "ca.crt"))
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        _, body = http_get(sandbox.arbiter_metrics_url() + "/metrics", context)
+        if b"\narbiter_leader 1.0" in body:
+            break
+        time.sleep(0.5)
+    time.sleep(2.0)  # the new leader's engine warms before Jobs arrive
 
 
 async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,

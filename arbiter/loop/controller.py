@@ -38,7 +38,7 @@ from typing import Any
 from arbiter.base import metrics
 from arbiter.base.kubeapi import ClusterApi
 from arbiter.cache.ownership import ConsumerKey
-from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.cache.records import JobRecord, PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.fastpath import FAST_PATH_ANNOTATION
 from arbiter.core.model import Unit
@@ -190,6 +190,7 @@ class AdmissionController:
             # admissions' writes are not held behind it.
             self.reclaimer.next_look = clock() + self.reclaimer.settings.interval
         self.fast = FastPath(store=store, mirror=lambda: self.mirror, writes=self.writes,
+                             creating=self.writer.creating,
                              key=fast_path_key if self.settings.admit_on_create else None,
                              identity=identity, clock=clock)
         self.reclaim_access = LoopAccess(
@@ -329,19 +330,16 @@ class AdmissionController:
         JSON Patch ops that let it through admitted, or None (it is held,
         and no later Job of its queue passes it while the engine has not
         seen it)."""
-        ops = self._admit_on_create(namespace, name, queue, obj)
+        parsed = self.fast.parse(namespace, name, queue, obj)
+        ops = self._admit_on_create(obj, *parsed) if parsed is not None else None
         if ops is None:
-            self.fast.held(namespace, name, queue)
+            self.fast.held(namespace, name, queue, parsed[0] if parsed is not None else None)
         return ops
 
-    def _admit_on_create(self, namespace: str, name: str, queue: str,
-                         obj: dict[str, Any]) -> list[dict[str, Any]] | None:
-        if self.fast.key is None or self.warming:
+    def _admit_on_create(self, obj: dict[str, Any], desired: DesiredUnit,
+                         job: JobRecord) -> list[dict[str, Any]] | None:
+        if self.warming or not self.fast.eligible(desired, job):
             return None
-        found = self.fast.candidate(namespace, name, queue, obj)
-        if found is None:
-            return None
-        desired, job = found
         if self.unit(desired.key) is not None or self.mirror.state(desired.key) is not None \
                 or desired.consumer in self.fast.reservations:
             return None
@@ -349,7 +347,8 @@ class AdmissionController:
             self.cycle(self.settings.batch)  # what the loop would do next: first
             if self.queued():
                 return None
-        if self.fast.creating_others() or self.fast.blocked(desired.queue, self._in_engine):
+        if self.fast.creating_in(desired.queue) or self.fast.blocked(desired.queue,
+                                                                     self._in_engine):
             return None
         others, reservation = self.fast.try_reserve(desired)
         self._admit_chosen(others)

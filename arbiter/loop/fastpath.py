@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -53,9 +53,8 @@ log = logging.getLogger(__name__)
 
 Op = dict[str, Any]
 # Seconds a Job this webhook held may take to reach the engine (its watch
-# event, its unit's creation) before it stops keeping its queue off the
-# fast path.
-HELD_UNSEEN_TTL = 10.0
+# event, its unit's creation) before the fast path stops counting it.
+HELD_UNSEEN_TTL = ASSUME_TTL
 NAMELESS_TTL = 2.0
 
 
@@ -73,50 +72,55 @@ class FastPath:
     held that the engine has not seen yet."""
 
     def __init__(self, *, store: ClusterStore, mirror: Callable[[], EngineMirror],
-                 writes: InFlightWrites, key: bytes | None, identity: str,
-                 clock: Callable[[], float]) -> None:
+                 writes: InFlightWrites, creating: Mapping[str, str], key: bytes | None,
+                 identity: str, clock: Callable[[], float]) -> None:
         self.store = store
         self.mirror = mirror
         self.writes = writes
+        self.creating = creating  # the writer's, live
         self.key = key
         self.identity = identity
         self.clock = clock
         self.reservations: dict[ConsumerKey, Reservation] = {}
-        self._held: dict[ConsumerKey, tuple[str, float]] = {}  # -> (queue, until)
+        # Jobs held, not in the engine yet -> (queue, until, their unit if known)
+        self._held: dict[ConsumerKey, tuple[str, float, Unit | None]] = {}
         self._nameless = 0
 
     # -- the webhook's question ---------------------------------------------------------
-    def held(self, namespace: str, name: str, queue: str) -> None:
+    def held(self, namespace: str, name: str, queue: str, desired: DesiredUnit | None) -> None:
         """The webhook held a Job of `queue`: until its unit is in the
-        engine, no later Job of that queue skips ahead of it. A Job with no
-        name yet (generateName) cannot be followed: its queue waits a short
-        while instead."""
-        ttl = HELD_UNSEEN_TTL if name else NAMELESS_TTL
+        engine, the fast path decides as if it were (`desired`: its unit,
+        pending), so no later Job passes it. One whose unit is not known (no
+        name yet: generateName) keeps its queue off the fast path a while."""
+        now = self.clock()
         self._nameless += 0 if name else 1
         consumer = ConsumerKey("Job", namespace, name or f"\0{self._nameless}")
-        self._held[consumer] = (queue, self.clock() + ttl)
+        unit = desired_engine_unit(desired, now) if desired is not None and name else None
+        self._held[consumer] = (queue, now + (HELD_UNSEEN_TTL if unit else NAMELESS_TTL), unit)
 
     def blocked(self, queue: str, known: Callable[[ConsumerKey], bool]) -> bool:
-        """Whether a Job held earlier in `queue` is not in the engine yet."""
+        """Whether `queue` waits for a Job held earlier whose unit is not
+        known; forgets held Jobs now in the engine (or never seen)."""
         now = self.clock()
-        for consumer, (held_queue, until) in list(self._held.items()):
+        blocked = False
+        for consumer, (held_queue, until, unit) in list(self._held.items()):
             if until < now or known(consumer):
                 del self._held[consumer]
-            elif held_queue == queue:
-                return True
-        return False
+            elif held_queue == queue and unit is None:
+                blocked = True
+        return blocked
 
-    def creating_others(self) -> bool:
-        """A unit is being created for a consumer not reserved here (it is
-        not in the engine yet, and may be ahead)."""
-        reserved = {f"create:{consumer}" for consumer in self.reservations}
-        return any(key.startswith("create:") and key not in reserved
-                   for key in self.writes.busy_keys())
+    def creating_in(self, queue: str) -> bool:
+        """A unit of `queue` that will wait is being created for a consumer
+        the fast path does not count pending already (not one this webhook
+        held): it is not in the engine yet, and may be ahead."""
+        counted = {f"create:{consumer}" for consumer, held in self._held.items() if held[2]}
+        return any(q == queue and key not in counted for key, q in self.creating.items())
 
-    def candidate(self, namespace: str, name: str, queue_name: str,
-                  obj: dict[str, Any]) -> tuple[DesiredUnit, JobRecord] | None:
-        """The unit a Job being created would have (and the Job as the
-        cache will read it), when the fast path may take it at all."""
+    def parse(self, namespace: str, name: str, queue_name: str,
+              obj: dict[str, Any]) -> tuple[DesiredUnit, JobRecord] | None:
+        """The unit a Job being created would have, and the Job as the cache
+        will read it; None without a name or a unit."""
         if self.key is None or not name:
             return None
         try:
@@ -124,28 +128,38 @@ class FastPath:
         except convert.ConversionError:
             return None
         job = replace(job, namespace=namespace, name=name, uid="", queue=queue_name)
-        if job.suspended or job.owner_kind or f"{namespace}/{name}" in self.store.jobs:
-            return None
         desired = job_unit(job, self.store.priority_classes, self.store.runtime_classes)
-        if desired is None or any(ps.min_count is not None for ps in desired.pod_sets):
-            return None
+        return None if desired is None else (desired, job)
+
+    def eligible(self, desired: DesiredUnit, job: JobRecord) -> bool:
+        """Whether the fast path may take the Job at all."""
+        if job.suspended or job.owner_kind or desired.key in self.store.units \
+                or f"{desired.namespace}/{job.name}" in self.store.jobs \
+                or any(ps.min_count is not None for ps in desired.pod_sets):
+            return False
         queue = self.store.queues.get(desired.queue)
-        if queue is None or queue.state != "Open" or queue.admission_checks \
-                or not self.store.queue_admits(desired.queue, namespace):
-            return None
-        return desired, job
+        return queue is not None and queue.state == "Open" and not queue.admission_checks \
+            and self.store.queue_admits(desired.queue, desired.namespace)
 
     def try_reserve(self, desired: DesiredUnit) -> tuple[list[Unit], Reservation | None]:
-        """Add the unit pending and let the engine decide as a cycle would:
-        the units it admitted besides this one (the caller writes them),
-        and the reservation when it admitted this one."""
+        """Add the unit pending, with the Jobs held earlier whose units the
+        engine has not seen yet, and let the engine decide as a cycle
+        would: the units it admitted besides these (the caller writes
+        them), and the reservation when it admitted this one. The held
+        Jobs' units are taken out again: their own cycle admits them."""
         mirror = self.mirror()
         now = self.clock()
         unit = desired_engine_unit(desired, now)
-        mirror.set(unit.key, "pending", unit)
+        ahead = [u for _, _, u in self._held.values()
+                 if u is not None and mirror.state(u.key) is None and u.key != unit.key]
+        for pending in (*ahead, unit):
+            mirror.set(pending.key, "pending", pending)
         chosen = mirror.admit_all()
-        others = [u for u in chosen if u.key != unit.key]
-        if len(others) == len(chosen):
+        for pending in ahead:
+            mirror.set(pending.key, None, None)
+        simulated = {u.key for u in ahead}
+        others = [u for u in chosen if u.key != unit.key and u.key not in simulated]
+        if all(u.key != unit.key for u in chosen):
             mirror.set(unit.key, None, None)
             return others, None
         reservation = Reservation(unit.key, desired.queue, mirror.plan(unit.key), "", now)

@@ -115,6 +115,9 @@ class UnitWriter:
         self.events = events
         self.clock = clock
         self.admitted_delay = admitted_delay
+        # Creations running of units that will wait (busy key -> queue): not
+        # in the engine yet, and perhaps ahead of a Job being created.
+        self.creating: dict[str, str] = {}
 
     # -- starting writes (from a cycle) -------------------------------------------------
     def create(self, desired: DesiredUnit,
@@ -129,6 +132,8 @@ class UnitWriter:
             # Refused there already: one request per namespace, not one
             # (retried, backed off) per Job while it is being emptied.
             return
+        if admitted is None:
+            self.creating[busy] = desired.queue
         self.writes.spawn(functools.partial(self._create, busy, desired, admitted), key=busy)
 
     def update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
@@ -178,6 +183,7 @@ class UnitWriter:
             self.writes.retry_creation(busy, desired.consumer)
             self._failed(busy, error)
         finally:
+            self.creating.pop(busy, None)
             self.touch_consumer(desired.consumer)
 
     def _admitted_at_creation(self, record: UnitRecord, why: str, created: float) -> None:

@@ -201,3 +201,17 @@ async def test_dry_runs_generate_names_and_taken_names_are_held() -> None:
     partial = job_obj("ns", "part", "q", parallelism=2)
     partial["metadata"]["annotations"] = {"arbiter.dev/min-parallelism": "1"}
     assert c.controller.admit_on_create("ns", "part", "q", partial) is None
+
+
+async def test_a_job_held_before_and_not_seen_yet_comes_first() -> None:
+    """A Job the webhook held whose unit the engine has not seen yet counts
+    as pending ahead: the room it would take is not given to a later Job."""
+    for nodes, later_fast in ((1, False), (2, True)):
+        c = Cluster(fast_path_key=KEY)
+        await ready(c, nodes=nodes)
+        first = job_obj("ns", "first", "q")
+        first["spec"]["suspend"] = True  # its user suspended it: held, with a unit to come
+        assert c.controller.admit_on_create("ns", "first", "q", first) is None
+        later = c.controller.admit_on_create("ns", "later", "q", job_obj("ns", "later", "q"))
+        assert (later is not None) is later_fast
+        assert c.controller.mirror.state("ns/job-first") is None  # counted, not kept

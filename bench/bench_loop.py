@@ -295,6 +295,23 @@ def request_counts(directory: Path) -> tuple[float, float]:
     return own, served
 
 
+async def settled_counts(directory: Path, quiet: float = 8.0,
+                         limit: float = 240.0) -> tuple[float, float]:
+    """`request_counts` once arbiter's own count has grown by less than one
+    request a second (its Lease renewals) for `quiet` seconds, or after `limit`."""
+    deadline = time.monotonic() + limit
+    mark = await asyncio.to_thread(request_counts, directory)
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(2.0)
+        now = await asyncio.to_thread(request_counts, directory)
+        if now[0] - mark[0] > time.monotonic() - since:
+            mark, since = now, time.monotonic()  # still writing
+        elif time.monotonic() - since >= quiet:
+            return now
+    return await asyncio.to_thread(request_counts, directory)
+
+
 def restart_arbiter(directory: Path, args: list[str]) -> None:
     """The sandbox's arbiter again with `args`, once it leads (Jobs created
     before that are all held, whatever the flag)."""
@@ -391,8 +408,9 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
                   "unsuspended within 600 s; the figures below cover those")
         finally:
             await watches.close()
-        await asyncio.sleep(5.0)  # the units' own writes, after their Jobs ran
-        own_after, served_after = await asyncio.to_thread(request_counts, directory)
+        # Every Job's whole life is counted: its unit's writes go on after
+        # admission (Running, Succeed), and lag on a loaded apiserver.
+        own_after, served_after = await settled_counts(directory)
         sent, seen = stages.at["sent"], stages.at["released"]
         latencies = [seen[k] - sent[k] for k in seen]
         posts = [stages.at["created"][k] - sent[k] for k in stages.at["created"] if k in sent]

@@ -40,7 +40,7 @@ from arbiter.cache.fastpath import job_demand, job_token
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import JobRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
-from arbiter.core.fastpath import FAST_PATH_ANNOTATION, FastPathToken, sign
+from arbiter.core.fastpath import FAST_PATH_ANNOTATION, TOKEN_TTL, FastPathToken, sign
 from arbiter.core.model import Placement, Unit
 from arbiter.loop.actions import admission_status
 from arbiter.loop.decisions import log_decision
@@ -85,6 +85,7 @@ class FastPath:
         # Jobs held, not in the engine yet -> (queue, until, their unit if known)
         self._held: dict[ConsumerKey, tuple[str, float, Unit | None]] = {}
         self._nameless = 0
+        self._expired: dict[str, float] = {}  # tokens of reservations expired -> when
 
     # -- the webhook's question ---------------------------------------------------------
     def held(self, namespace: str, name: str, queue: str, desired: DesiredUnit | None) -> None:
@@ -211,6 +212,12 @@ class FastPath:
         if reservation is not None and reservation.token == text:
             plan, why, since = reservation.plan, "admitted at creation (fast path)", \
                 reservation.since
+        elif text in self._expired:
+            # Seen only after its reservation expired (a lagging watch): it
+            # runs, so it counts from now, in its pool.
+            plan = Placement(token.pool) if token.pool else None
+            why, since = "admitted at creation (fast path); seen after its reservation " \
+                "expired", now
         else:
             # Let through by an earlier leader: charged from now, in its pool.
             plan = Placement(token.pool) if token.pool else None
@@ -231,15 +238,19 @@ class FastPath:
         is in the store with its token, its unit perhaps being created;
         `written`: its unit exists, and the engine has it as that unit)."""
         mirror = self.mirror()
+        for token, when in list(self._expired.items()):
+            if now - when > TOKEN_TTL + ASSUME_TTL:
+                del self._expired[token]  # its Job can no longer be created
         for consumer, reservation in list(self.reservations.items()):
             if now - reservation.since <= ASSUME_TTL or exists(consumer, reservation):
                 continue
             del self.reservations[consumer]
+            self._expired[reservation.token] = now
             if written(reservation.unit_key):
                 continue
             mirror.set(reservation.unit_key, None, None)
-            log.info("reservation at creation of %s expired: its Job never came",
-                     reservation.unit_key, extra={"unit": reservation.unit_key,
+            log.info("reservation at creation of %s expired: its Job was not seen within "
+                     "%gs", reservation.unit_key, ASSUME_TTL, extra={"unit": reservation.unit_key,
                                                   "queue": reservation.queue})
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from arbiter.base.kubeapi import job_path, unit_path
-from arbiter.core.api import QUEUE_LABEL
+from arbiter.core.api import QUEUE_LABEL, format_rfc3339
 from arbiter.core.fastpath import FAST_PATH_ANNOTATION, derive_key
 from arbiter.loop.controller import AdmissionController, LoopSettings
 from arbiter.loop.decisions import RECENT
@@ -124,7 +124,8 @@ async def test_a_reservation_whose_job_never_comes_expires() -> None:
     c = Cluster(fast_path_key=KEY)
     await ready(c, nodes=1)
     obj = job_obj("ns", "ghost", "q")
-    assert c.controller.admit_on_create("ns", "ghost", "q", obj) is not None
+    ops = c.controller.admit_on_create("ns", "ghost", "q", obj)
+    assert ops is not None
     # The room is reserved: a Job created meanwhile through the held path waits.
     await c.job("ns", "other", "q")
     await c.settle()
@@ -134,6 +135,14 @@ async def test_a_reservation_whose_job_never_comes_expires() -> None:
     await c.settle()
     assert not c.controller.fast.reservations
     assert not c.suspended("ns", "other")
+    # The Job comes after all (a watch lagging that long): it runs, so it
+    # is counted admitted from now.
+    late = json_patch(obj, ops)
+    late["metadata"]["creationTimestamp"] = format_rfc3339(c.clock() - ASSUME_TTL - 1)
+    await c.api.create("/apis/batch/v1/namespaces/ns/jobs", late)
+    await c.settle()
+    assert c.store.units["ns/job-ghost"].phase == "Dequeued"
+    assert any(r.unit == "ns/job-ghost" and "expired" in r.reason for r in RECENT)
 
 
 async def test_the_reservation_and_a_normal_cycle_never_book_the_room_twice() -> None:

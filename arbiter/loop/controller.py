@@ -73,6 +73,11 @@ from arbiter.loop.writer import UnitWriter
 
 log = logging.getLogger(__name__)
 
+# Consumers and units a webhook request may bring the engine up to date
+# with before it asks the fast path (more: the held path; a request never
+# waits on the loop's backlog).
+FAST_CYCLE = 64
+
 
 @dataclass(frozen=True, slots=True)
 class LoopSettings:
@@ -343,8 +348,10 @@ class AdmissionController:
         if self.unit(desired.key) is not None or self.mirror.state(desired.key) is not None \
                 or desired.consumer in self.fast.reservations:
             return None
+        if self.follow.everything or self.queued() > FAST_CYCLE:
+            return None  # the loop is behind: its backlog is ahead, and no request waits on it
         if self.queued() or self.follow.pending():
-            self.cycle(self.settings.batch)  # what the loop would do next: first
+            self.cycle(FAST_CYCLE)  # what the loop would do next: first
             if self.queued():
                 return None
         if self.fast.creating_in(desired.queue) or self.fast.blocked(desired.queue,

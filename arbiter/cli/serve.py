@@ -260,9 +260,9 @@ def add_parser(subparsers: Any) -> None:
         help="admission at creation: the leader's webhook lets a Job through admitted "
              "(never suspended) when its queue would admit it next; =false holds every "
              "Job until the admission loop admits it")
-    # Tests only (hidden): the e2e kill between the webhook's answer and the unit's write.
-    add("--test-fast-path-unit-delay", type=Bounded(float, 0, False), default=0.0,
-        help=argparse.SUPPRESS)
+    number("--test-fast-path-unit-delay", float, defaults.fast_path_unit_delay,
+        help="tests only: seconds the loop waits before writing the unit of a Job admitted "
+             "at creation (the e2e kill between the webhook's answer and that write)")
     add("--log-level", default=_env("log_level", "info"),
         choices=["debug", "info", "warning", "error", "DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level")

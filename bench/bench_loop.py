@@ -29,6 +29,7 @@ per-Job times to join with another process's monotonic timestamps).
     .venv/bin/python bench/bench_loop.py [--units 100000] [--sandbox DIR --jobs 2000]
         [--rate 27 --in-flight 64]   # paced creation (otherwise: as fast as 16 at once go)
         [--dump FILE]                # each Job's stage times, as JSON
+        [--compare-admit-on-create]  # arbiter restarted with the fast path off, then on
 """
 
 from __future__ import annotations
@@ -342,8 +343,65 @@ class StageTimes:
         return lines
 
 
+def request_counts(directory: Path) -> tuple[float, float]:
+    """(arbiter's own API requests, every request the apiserver served) so far."""
+    import ssl
+
+    from arbiter.sandbox import Sandbox
+    from arbiter.sandbox.probe import http_get
+
+    sandbox = Sandbox(directory, quiet=True)
+    context = ssl.create_default_context(cafile=str(sandbox.arbiter_cert_dir / "ca.crt"))
+    _, body = http_get(sandbox.arbiter_metrics_url() + "/metrics", context)
+    own = sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+              if line.startswith("arbiter_api_requests_total{"))
+    served = sum(float(line.rsplit(" ", 1)[1])
+                 for line in sandbox.kubectl("get", "--raw", "/metrics").stdout.splitlines()
+                 if line.startswith("apiserver_request_total{"))
+    return own, served
+
+
+async def settled_counts(directory: Path, quiet: float = 8.0,
+                         limit: float = 240.0) -> tuple[float, float]:
+    """`request_counts` once arbiter's own count has grown by less than one
+    request a second (its Lease renewals) for `quiet` seconds, or after `limit`."""
+    deadline = time.monotonic() + limit
+    mark = await asyncio.to_thread(request_counts, directory)
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(2.0)
+        now = await asyncio.to_thread(request_counts, directory)
+        if now[0] - mark[0] > time.monotonic() - since:
+            mark, since = now, time.monotonic()  # still writing
+        elif time.monotonic() - since >= quiet:
+            return now
+    return await asyncio.to_thread(request_counts, directory)
+
+
+def restart_arbiter(directory: Path, args: list[str]) -> None:
+    """The sandbox's arbiter again with `args`, once it leads (Jobs created
+    before that are all held, whatever the flag)."""
+    import ssl
+
+    from arbiter.sandbox import Sandbox
+    from arbiter.sandbox.probe import http_get
+
+    sandbox = Sandbox(directory, quiet=True)
+    sandbox.stop_arbiter()
+    sandbox.start_arbiter(args)
+    context = ssl.create_default_context(cafile=str(sandbox.arbiter_cert_dir / "ca.crt"))
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        _, body = http_get(sandbox.arbiter_metrics_url() + "/metrics", context)
+        if b"\narbiter_leader 1.0" in body:
+            break
+        time.sleep(0.5)
+    time.sleep(2.0)  # the new leader's engine warms before Jobs arrive
+
+
 async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
-                     rate: float | None = None, dump: Path | None = None) -> None:
+                     rate: float | None = None, dump: Path | None = None,
+                     label: str = "") -> None:
     from kubernetes_asyncio import config as kube_config
 
     from arbiter.base.kubeapi import ApiError, request_json
@@ -369,6 +427,7 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
         await watches.add("/apis/arbiter.dev/v1alpha1/queueunits", stages.on_unit)
         semaphore = asyncio.Semaphore(in_flight)
         failures: list[str] = []
+        own_before, served_before = await asyncio.to_thread(request_counts, directory)
 
         async def create(index: int) -> None:
             namespace = names[index % queues]
@@ -389,14 +448,19 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
             async with semaphore:
                 stages.at["sent"][key] = time.monotonic()
                 try:
-                    await request_json(client, "POST",
-                                       f"/apis/batch/v1/namespaces/{namespace}/jobs", body=body)
+                    reply = await request_json(
+                        client, "POST", f"/apis/batch/v1/namespaces/{namespace}/jobs",
+                        body=body)
                 except ApiError as error:
                     del stages.at["sent"][key]
                     stages.expected -= 1
                     failures.append(str(error)[:200])
                     return
-                stages.at["created"][key] = time.monotonic()
+                now = time.monotonic()
+                stages.at["created"][key] = now
+                if (reply.get("spec") or {}).get("suspend") is False:
+                    # Admitted at creation (DESIGN §16): its own POST says so.
+                    stages.on_job("ADDED", reply, now)
 
         started = time.monotonic()
         await asyncio.gather(*(create(i) for i in range(jobs)))
@@ -410,15 +474,24 @@ async def on_sandbox(directory: Path, jobs: int, queues: int, in_flight: int,
                   "unsuspended within 600 s; the figures below cover those")
         finally:
             await watches.close()
+        # Every Job's whole life is counted: its unit's writes go on after
+        # admission (Running, Succeed), and lag on a loaded apiserver.
+        own_after, served_after = await settled_counts(directory)
         sent, seen = stages.at["sent"], stages.at["released"]
         latencies = [seen[k] - sent[k] for k in seen]
+        posts = [stages.at["created"][k] - sent[k] for k in stages.at["created"] if k in sent]
         last = max(seen.values())
         pacing = f"paced at {rate:g}/s, at most {in_flight}" if rate else str(in_flight)
-        print(f"sandbox: {jobs:,} Jobs in {queues} queues created in {created - started:.1f}s "
+        print(f"{label}sandbox: {jobs:,} Jobs in {queues} queues created in "
+              f"{created - started:.1f}s "
               f"({jobs / (created - started):.1f}/s, {pacing} in flight); "
               f"creation → admission p50 {pct(latencies, 0.5) * 1000:.0f} ms, "
               f"p99 {pct(latencies, 0.99) * 1000:.0f} ms; "
               f"{len(seen) / (last - started):.0f} admissions/s")
+        print(f"{label}the Job POST itself: p50 {pct(posts, 0.5) * 1000:.0f} ms, "
+              f"p99 {pct(posts, 0.99) * 1000:.0f} ms; API requests per admitted Job: "
+              f"arbiter's own {(own_after - own_before) / max(1, len(seen)):.2f}, the "
+              f"apiserver's in all {(served_after - served_before) / max(1, len(seen)):.1f}")
         usage = resource.getrusage(resource.RUSAGE_SELF)
         print(f"this client (creations and watches) used {usage.ru_utime + usage.ru_stime:.0f} "
               "CPU-s; its watch timestamps lag when it gets too little CPU")
@@ -468,10 +541,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dict-objects", action="store_true",
                         help="the in-memory API keeps its objects as dicts (counted in the "
                              "peak RSS; the default keeps them encoded)")
+    parser.add_argument("--compare-admit-on-create", action="store_true",
+                        help="on the sandbox: run with arbiter restarted "
+                             "--admit-on-create=false, then again with it on (DESIGN §16)")
     parser.add_argument("--no-freeze", action="store_true",
                         help="leave the 100,000 records in the cyclic GC's generations")
     args = parser.parse_args(argv)
-    if args.sandbox is not None:
+    if args.sandbox is not None and args.compare_admit_on_create:
+        for flag in ("false", "true"):
+            restart_arbiter(args.sandbox, [f"--admit-on-create={flag}"])
+            asyncio.run(on_sandbox(args.sandbox, args.jobs, args.queues, args.in_flight,
+                                   args.rate, None, f"[admit-on-create={flag}] "))
+    elif args.sandbox is not None:
         asyncio.run(on_sandbox(args.sandbox, args.jobs, args.queues, args.in_flight,
                                args.rate, args.dump))
     else:

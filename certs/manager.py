@@ -91,6 +91,19 @@ class CertManager:
         except OSError:
             return b""
 
+    def shared_secret(self) -> bytes | None:
+        """A secret every replica holds (the CA key, else the serving key:
+        both come from the certificate Secret): the fast path's token key
+        is derived from it (arbiter.core.fastpath). None when unreadable."""
+        for path in (self.paths.ca_key_file, self.paths.key_file):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if data:
+                return data
+        return None
+
     async def prepare(self) -> ReloadingTLS:
         """Make sure a usable certificate exists and load it."""
         await self._sync_from_secret()

@@ -72,7 +72,10 @@ def admission_problem(
     problems: list[str] = []
     key, named = pod_holding_unit(state.store, pod)
     unit = state.unit_of(pod)
-    if unit is None and named is not None:
+    token = state.admitted_at_creation(pod) if unit is None else None
+    if token is not None and token.queue == queue.name:
+        pass  # admitted at creation; its unit is being written
+    elif unit is None and named is not None:
         problems.append(
             f'queue "{queue.name}" has not admitted this pod: QueueUnit {key} stands for '
             "another consumer of that name (by uid), not this pod's; delete and recreate it "
@@ -87,7 +90,7 @@ def admission_problem(
             f'queue "{queue.name}" has not admitted this pod: there is no QueueUnit {key} '
             f"({unlabelled}delete and recreate it to queue it)"
         )
-    elif not unit.admitted:
+    elif not unit.admitted and not state.released_job(pod, unit):
         problems.append(
             f'queue "{queue.name}" has not admitted this pod\'s unit {key} yet '
             f"(unit phase {unit.phase}; was the pod created while arbiter was down?)"

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from arbiter.cache.fastpath import job_token
 from arbiter.cache.ownership import (
     gate_consumer,
     holding_unit,
@@ -39,6 +40,7 @@ from arbiter.cache.ownership import (
 )
 from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.cache.store import WORKLOAD_KINDS, ClusterStore, Kind
+from arbiter.core.fastpath import FastPathToken
 from arbiter.core.resources import Resources
 from extender.assumed import AssumedPods
 from extender.nodesets import Labels, SelectorNodeSets
@@ -116,11 +118,14 @@ class ExtenderState:
         locality_weight: int = 1,
         binpack_weight: int = 1,
         clock: Callable[[], float] = time.monotonic,
+        fast_path_key: bytes | None = None,
     ) -> None:
         if locality_weight < 0 or binpack_weight < 0:
             raise ValueError("prioritize weights must not be negative")
         self.store = store
         self.overcommit = overcommit
+        # Checks the token of a Job admitted at creation (DESIGN §16).
+        self.fast_path_key = fast_path_key
         self.locality_weight = locality_weight
         self.binpack_weight = binpack_weight
         self.assumed = AssumedPods(assume_ttl, clock)
@@ -382,6 +387,31 @@ class ExtenderState:
         else:
             return None  # a workload's unit holds only the pods of its chain
         return unit if uid and consumer.uid == uid else None
+
+    def admitted_at_creation(self, pod: PodRecord) -> FastPathToken | None:
+        """The token of the pod's Job when arbiter let that Job through
+        admitted at its creation (DESIGN §16) and its unit is not seen yet:
+        arbiter's own record, checked (HMAC) against the Job as cached, by
+        the uid the pod's controller ref names. A tenant's annotation never
+        verifies."""
+        if not pod.job_name or not pod.job_uid:
+            return None
+        job = self.store.jobs.get(f"{pod.namespace}/{pod.job_name}")
+        if job is None or job.uid != pod.job_uid or job.suspended:
+            return None
+        return job_token(self.fast_path_key, job)
+
+    def released_job(self, pod: PodRecord, unit: UnitRecord) -> bool:
+        """Whether the pod's Job, whose unit still reads Enqueued here, was
+        let go by arbiter: the loop sends a Job's unsuspend together with
+        its unit's status write (DESIGN §16), and only arbiter may unsuspend
+        a held Job (the webhook), so either write is the admission's record."""
+        if unit.phase != "Enqueued" or unit.consumer is None or unit.consumer.kind != "Job" \
+                or not pod.job_name or not self.store.queue_admits(unit.queue, unit.namespace):
+            return False
+        job = self.store.jobs.get(f"{pod.namespace}/{pod.job_name}")
+        return job is not None and job.uid == pod.job_uid == unit.consumer.uid \
+            and not job.suspended and job.outcome is None
 
     def charged_queue(self, pod: PodRecord) -> str | None:
         """The queue a bound pod counts against: its unit's, else (no unit

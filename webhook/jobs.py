@@ -31,8 +31,14 @@ No Job may take a held workload as its controller by an UPDATE.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
+from arbiter.cache.convert import ConversionError, job_from_api
+from arbiter.cache.fastpath import job_token
 from arbiter.cache.workloads import WorkloadRecord
 from arbiter.core.api import MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
+from arbiter.core.fastpath import FAST_PATH_ANNOTATION
 from webhook.held import (
     admitted_job_unit,
     claims_problem,
@@ -119,9 +125,36 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if template is not None and queue is not None:
         template_meta, template_labels = get_metadata(template, "request.object.spec.template")
         set_label(ops, ("spec", "template"), template_meta, template_labels, QUEUE_LABEL, queue)
+    fast = _admit_on_create(request, env, job, meta, labels, namespace, queue) \
+        if hold and root is None and queue is not None else None
+    if fast is not None:
+        ops += cast(list[PatchOp], fast)
+        return allow(ops)
+    annotations = None if meta is None else meta.get("annotations")
+    if isinstance(annotations, dict) and FAST_PATH_ANNOTATION in annotations:
+        # Only arbiter's webhook writes a token, and only on the fast path.
+        ops.append({"op": "remove",
+                    "path": "/metadata/annotations/" + FAST_PATH_ANNOTATION.replace("/", "~1")})
     if not _suspended(spec, "request.object.spec") and hold:
         ops.append({"op": "add", "path": "/spec/suspend", "value": True})
     return allow(ops)
+
+
+def _admit_on_create(request: AdmissionRequest, env: AdmissionEnv, job: Obj, meta: Obj | None,
+                     labels: Mapping[str, str] | None, namespace: str,
+                     queue: str) -> list[dict[str, Any]] | None:
+    """The leader's fast path (DESIGN §16): ops that let the Job through
+    admitted, or None. Asked only of work the validating webhook will
+    let in (a denied Job would hold its reservation until it expires),
+    never for a dry run."""
+    if env.admit_on_create is None or request.dry_run:
+        return None
+    spec = get_map(job, "spec", "request.object.spec")
+    if min_parallelism_problem(meta, spec) or _template_problem(spec) \
+            or not check_new_work(env, namespace, labels, "Job").allowed:
+        return None
+    name = request.name or text_field(meta, "name")
+    return env.admit_on_create(namespace, name, queue, job)
 
 
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
@@ -149,7 +182,8 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     decision = check_new_work(env, namespace, labels, "Job")
     if not decision.allowed or env.is_arbiter(request):
         return decision
-    if not _suspended(spec, "request.object.spec"):
+    if not _suspended(spec, "request.object.spec") \
+            and not _admitted_at_creation(env, job, labels):
         # arbiter's mutating webhook suspended it; a later one undid that.
         name = request.name or text_field(meta, "name")
         return deny(
@@ -158,6 +192,26 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
             "(did another mutating webhook drop kube-arbiter's patch?)"
         )
     return decision
+
+
+def _admitted_at_creation(env: AdmissionEnv, job: Obj,
+                          labels: Mapping[str, str] | None) -> bool:
+    """Whether arbiter's webhook let this Job through admitted (DESIGN §16):
+    its token verifies for this namespace, name, demand and queue, and the
+    Job is created within the token's life."""
+    if env.fast_path_key is None:
+        return False
+    try:
+        record = job_from_api(job)
+    except ConversionError:
+        return False
+    token = job_token(env.fast_path_key, record)
+    return token is not None and token.queue == (labels or {}).get(QUEUE_LABEL)
+
+
+def _token_of(meta: Obj | None) -> object:
+    annotations = None if meta is None else meta.get("annotations")
+    return annotations.get(FAST_PATH_ANNOTATION) if isinstance(annotations, dict) else None
 
 
 def _validate_child_create(request: AdmissionRequest, env: AdmissionEnv, root: WorkloadRecord,
@@ -204,6 +258,9 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if env.is_arbiter(request):
         return ALLOW
     name = request.name or text_field(old_meta, "name")
+    if _token_of(old_meta) != _token_of(new_meta):
+        return deny(f'Job "{namespace}/{name}": metadata.annotations.{FAST_PATH_ANNOTATION} '
+                    "is written by kube-arbiter only (it records an admission at creation)")
     waiting = not_ready(env, ("Queue", "Namespace", "QueueUnit"))
     if waiting is not None:
         return waiting

@@ -33,6 +33,7 @@ from typing import Any
 
 from arbiter.core.api import (
     ADMITTED_PHASES,
+    ADMITTED_STATUS_ANNOTATION,
     API_GROUP,
     MAX_POD_SETS,
     QUEUE_LABEL,
@@ -193,7 +194,7 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
                     code=422)
     if env.is_arbiter(request):
         return ALLOW
-    refused = _loop_unit_problem(request, name, spec)
+    refused = _admitted_status_problem(request, meta) or _loop_unit_problem(request, name, spec)
     if refused is not None:
         return deny(f'QueueUnit "{namespace}/{name}": {refused}', code=403)
     if consumer is not None and not _same_consumer(request, consumer):
@@ -206,6 +207,23 @@ def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if waiting is not None:
         return waiting
     return check_open(env, queue, namespace, labels, "QueueUnit") or ALLOW
+
+
+def _admitted_status_problem(request: AdmissionRequest, meta: Obj | None) -> str | None:
+    """A unit the loop created admitted records that in an annotation the
+    cache reads as its status (DESIGN §16): nobody else may set or change it."""
+    def recorded(obj: Obj | None) -> Any:
+        annotations = obj.get("annotations") if isinstance(obj, dict) else None
+        return annotations.get(ADMITTED_STATUS_ANNOTATION) \
+            if isinstance(annotations, dict) else None
+
+    old = None
+    if request.operation == "UPDATE":
+        old = require_object(request, old=True).get("metadata")
+    if json_equal(recorded(meta), recorded(old)):
+        return None
+    return (f"metadata.annotations.{ADMITTED_STATUS_ANNOTATION}: set by kube-arbiter only "
+            "(it records an admission)")
 
 
 def _loop_unit_problem(request: AdmissionRequest, name: str, spec: Obj) -> str | None:

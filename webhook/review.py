@@ -10,7 +10,7 @@ decision modules.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, TypeGuard, cast
 
@@ -128,6 +128,12 @@ class AdmissionEnv:
     # request, QueueUnits a namespace may hold before new work is denied.
     max_resource_names: int = 16
     max_units_per_namespace: int = 10_000
+    # Admission at creation (DESIGN §16): while this replica leads, the
+    # loop's answer for a Job being created (namespace, name, queue, the
+    # object): JSON Patch ops that let it through admitted, or None (held).
+    admit_on_create: Callable[[str, str, str, Obj], list[dict[str, Any]] | None] | None = None
+    # The key of arbiter's fast-path tokens (arbiter.core.fastpath); None: none is trusted.
+    fast_path_key: bytes | None = None
 
     def is_arbiter(self, request: AdmissionRequest) -> bool:
         return request.username in self.own_usernames

@@ -20,6 +20,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
+from arbiter.base import metrics
 from arbiter.core.api import API_PATH, JOB_FLOW, QUEUE, QUEUE_UNIT
 
 JSON = dict[str, Any]
@@ -242,6 +243,7 @@ class KubeApi:
         content_type: str = "application/json",
     ) -> Obj:
         query = [("fieldManager", FIELD_MANAGER)] if method != "GET" else []
+        metrics.api_requests_total.labels(method).inc()
         return await request_json(self._client, method, path, query=query, body=body,
                                   request_timeout=self._timeout, content_type=content_type)
 

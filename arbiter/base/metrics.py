@@ -48,6 +48,12 @@ queue_info = Gauge(
 queue_pending_units = Gauge(
     "arbiter_queue_pending_units", "Units waiting for admission", ["queue"], registry=REGISTRY
 )
+api_requests_total = Counter(
+    "arbiter_api_requests_total",
+    "Requests arbiter's own writers and readers sent to the API server (not its watches)",
+    ["verb"],
+    registry=REGISTRY,
+)
 admitted_units_total = Counter(
     "arbiter_admitted_units_total", "Units admitted", ["queue"], registry=REGISTRY
 )

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Hashable, Mapping
 from typing import Any, TypeVar, cast
 
+import orjson
+
 from arbiter.cache.records import (
     AdmissionCheckRecord,
     JobOutcome,
@@ -34,6 +36,7 @@ from arbiter.cache.records import (
 )
 from arbiter.core.api import (
     ADMISSION_GATE,
+    ADMITTED_STATUS_ANNOTATION,
     CHECK_STATES,
     DEFAULT_RETRY_DELAY,
     MANAGED_BY_ARBITER_ANNOTATION,
@@ -448,10 +451,27 @@ def pod_sets_from_spec(spec: Obj, field: str = "spec") -> tuple[PodSet, ...]:
         raise ConversionError(str(error)) from error
 
 
+def unit_status(obj: Obj) -> Obj:
+    """A unit's status. One the loop created admitted (the fast path, DESIGN
+    §16) records that admission in its `arbiter.dev/admitted-status`
+    annotation (a status cannot be written with the object): its fields
+    stand where the status has none yet. Only arbiter may set it (the
+    QueueUnit webhook)."""
+    status = cast(Obj, obj.get("status") or {})
+    text = _annotations(obj).get(ADMITTED_STATUS_ANNOTATION)
+    if not text:
+        return status
+    try:
+        recorded = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return status
+    return {**recorded, **status} if isinstance(recorded, dict) else status
+
+
 def unit_from_api(obj: Obj) -> UnitRecord:
     meta = _meta(obj)
     spec = cast(Obj, obj.get("spec") or {})
-    status = cast(Obj, obj.get("status") or {})
+    status = unit_status(obj)
     consumer_raw = spec.get("consumerRef")
     consumer = None
     if consumer_raw:

@@ -70,6 +70,15 @@ def _env_flag(name: str) -> bool:
     return (_env(name) or "").lower() in ("1", "true", "yes", "on")
 
 
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text[:40]!r} is not true or false")
+
+
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
@@ -251,6 +260,15 @@ def add_parser(subparsers: Any) -> None:
         help="prioritize: weight of gang locality (nodes running the unit's pods)")
     number("--extender-binpack-weight", int, defaults.extender_binpack_weight,
         help="prioritize: weight of bin-packing on the pod's dominant resource")
+    add("--admit-on-create", type=_boolean, nargs="?", const=True,
+        default=_boolean(_env("admit_on_create") or str(defaults.admit_on_create)),
+        metavar="true|false",
+        help="admission at creation: the leader's webhook lets a Job through admitted "
+             "(never suspended) when its queue would admit it next; =false holds every "
+             "Job until the admission loop admits it")
+    number("--test-fast-path-unit-delay", float, defaults.fast_path_unit_delay,
+        help="tests only: seconds the loop waits before writing the unit of a Job admitted "
+             "at creation (the e2e kill between the webhook's answer and that write)")
     add("--log-level", default=_env("log_level", "info"),
         choices=["debug", "info", "warning", "error", "DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level")
@@ -308,6 +326,8 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         listener_idle_timeout=args.listener_idle_timeout,
         max_resource_names=args.max_resource_names,
         max_units_per_namespace=args.max_units_per_namespace,
+        admit_on_create=args.admit_on_create,
+        fast_path_unit_delay=args.test_fast_path_unit_delay,
         extender_client_ca=Path(args.extender_client_ca) if args.extender_client_ca else None,
         extender_client_names=_csv(args.extender_client_names or ""),
         extender_locality_weight=args.extender_locality_weight,

@@ -74,6 +74,9 @@ CONSUMER_KIND_LABEL: Final = "arbiter.dev/consumer-kind"
 # On a Job arbiter released into a pool: the nodeSelector keys and
 # tolerations it added to the pod template, taken off at the next release.
 PLACED_ANNOTATION: Final = "arbiter.dev/placed"
+# On a QueueUnit the loop created admitted (the fast path, DESIGN §16): the
+# status of that admission, standing where the status has nothing yet.
+ADMITTED_STATUS_ANNOTATION: Final = "arbiter.dev/admitted-status"
 # On a JobFlow's Jobs: labels to select them by, annotations because the
 # cache's JobRecord keeps a Job's arbiter.dev/ annotations (not its labels).
 FLOW_LABEL: Final = "arbiter.dev/jobflow"

@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from arbiter.base.kubeapi import (
     AlreadyExists,
     ApiError,
@@ -40,7 +42,12 @@ from arbiter.base.kubeapi import (
 from arbiter.cache import convert
 from arbiter.cache.ownership import WORKLOAD_CONSUMERS
 from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
-from arbiter.core.api import ADMISSION_GATE, UnitPhase, format_rfc3339
+from arbiter.core.api import (
+    ADMISSION_GATE,
+    ADMITTED_STATUS_ANNOTATION,
+    UnitPhase,
+    format_rfc3339,
+)
 from arbiter.core.model import Placement, demand_of
 from arbiter.integrations import BY_KIND
 from arbiter.integrations.base import pointer
@@ -175,10 +182,18 @@ class Actions:
         self.retry_delay = retry_delay
 
     # -- QueueUnit objects -----------------------------------------------------------
-    async def create_unit(self, desired: DesiredUnit) -> Written | None:
-        """Create the unit; None if it exists already (the watch brings it)."""
+    async def create_unit(self, desired: DesiredUnit,
+                          admitted: Mapping[str, Any] | None = None) -> Written | None:
+        """Create the unit; None if it exists already (the watch brings it).
+        `admitted`: the status of its admission at creation (the fast path,
+        DESIGN §16), recorded with the object in one write (a status cannot
+        be written on create: `convert.unit_status` reads it from there)."""
+        obj = manifest(desired)
+        if admitted is not None:
+            obj["metadata"]["annotations"] = {
+                ADMITTED_STATUS_ANNOTATION: orjson.dumps(dict(admitted)).decode()}
         try:
-            obj = await self.api.create(unit_path(desired.namespace), manifest(desired))
+            obj = await self.api.create(unit_path(desired.namespace), obj)
         except AlreadyExists:
             return None
         return Written(convert.unit_from_api(obj), obj)
@@ -225,7 +240,7 @@ class Actions:
                 except NotFound:
                     return None
                 record = convert.unit_from_api(fresh)
-                current = fresh.get("status") or {}
+                current = convert.unit_status(fresh)
                 if not expect(record):
                     return None
         return None
@@ -249,7 +264,7 @@ class Actions:
             record = convert.unit_from_api(fresh)
             if not still_waiting(unit)(record):
                 return None
-            current = fresh.get("status") or {}
+            current = convert.unit_status(fresh)
         return await self.write_status(
             record,
             lambda r, cur: admission_status(r, cur, now, self.identity, plan,

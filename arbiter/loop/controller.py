@@ -33,17 +33,20 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from arbiter.base import metrics
 from arbiter.base.kubeapi import ClusterApi
 from arbiter.cache.ownership import ConsumerKey
-from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.cache.records import JobRecord, PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore, Kind
+from arbiter.core.fastpath import FAST_PATH_ANNOTATION
 from arbiter.core.model import Unit
 from arbiter.loop.access import barred, barred_step
 from arbiter.loop.actions import Actions
 from arbiter.loop.checks import CheckStateGauge, check_deadline, check_step, checks_for
 from arbiter.loop.events import EventSink
+from arbiter.loop.fastpath import FastPath, Reservation
 from arbiter.loop.follow import StoreFollower
 from arbiter.loop.index import LoopIndex, consumer_state, consumer_uid
 from arbiter.loop.inflight import InFlightWrites
@@ -53,6 +56,7 @@ from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.units import (
     Consumer,
+    DesiredUnit,
     Step,
     admission_deadline,
     alternate_name,
@@ -70,6 +74,11 @@ from arbiter.loop.workloads import record_of, to_let_go
 from arbiter.loop.writer import UnitWriter
 
 log = logging.getLogger(__name__)
+
+# Consumers and units a webhook request may bring the engine up to date
+# with before it asks the fast path (more: the held path; a request never
+# waits on the loop's backlog).
+FAST_CYCLE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +114,12 @@ class LoopSettings:
     reclaim_grace: float = 30.0
     # Seconds PodDisruptionBudgets may block a reclaim before pods are deleted.
     reclaim_pdb_timeout: float = 300.0
+    # Admission at creation (DESIGN §16, arbiter.loop.fastpath): the leader's
+    # webhook lets a Job through admitted when it would be the next admitted.
+    admit_on_create: bool = True
+    # Tests only (the e2e kill between the webhook's answer and the unit's
+    # write): seconds the write of a unit admitted at creation waits.
+    fast_unit_delay: float = 0.0
 
 
 # What the loop has done so far (cycles, admissions, writes), for tests and logs.
@@ -129,6 +144,7 @@ class AdmissionController:
         rng: random.Random | None = None,
         identity: str = "",
         follow: StoreFollower | None = None,
+        fast_path_key: bytes | None = None,
     ) -> None:
         self.store = store
         self.settings = settings or LoopSettings()
@@ -159,7 +175,8 @@ class AdmissionController:
         self.writer = UnitWriter(
             self.actions, self.writes, self.stats, unit=self.unit, consumer=self.consumer,
             touch=self.touch, touch_consumer=self._touch_consumer,
-            backoff_delay=self._backoff_delay, events=events, clock=clock)
+            backoff_delay=self._backoff_delay, events=events, clock=clock,
+            admitted_delay=self.settings.fast_unit_delay)
         self._blocked_names: set[str] = set()
         self._wake = asyncio.Event()
         self._next_resync = 0.0
@@ -179,6 +196,10 @@ class AdmissionController:
             # unit, seconds at scale) waits one interval, so the first
             # admissions' writes are not held behind it.
             self.reclaimer.next_look = clock() + self.reclaimer.settings.interval
+        self.fast = FastPath(store=store, mirror=lambda: self.mirror, writes=self.writes,
+                             creating=self.writer.creating,
+                             key=fast_path_key if self.settings.admit_on_create else None,
+                             identity=identity, clock=clock)
         self.reclaim_access = LoopAccess(
             writes=self.writes, actions=self.actions, unit=self.unit, consumer=self.consumer,
             touch=self.touch, events=events, clock=clock)
@@ -284,14 +305,11 @@ class AdmissionController:
         self.charges.flush(store, self.index, self.mirror, self.unit,
                            limit=self.settings.batch if budget is not None else None)
 
+        if self.fast.reservations:  # room reserved for Jobs that never came is free again
+            self.fast.expire(now, self._reserved_job_exists,
+                             lambda key: self.unit(key) is not None)
         chosen = [] if self.warming else self.mirror.admit_all()
-        for unit in chosen:
-            record = self.unit(unit.key)
-            if record is None:  # cannot happen: only known units are pending
-                self.mirror.set(unit.key, None, None)
-                continue
-            self.writer.admit(record, unit, self.mirror.plan(unit.key),
-                              checks=checks_for(record, store.queues.get(record.queue)))
+        self._admit_chosen(chosen)
         if not self.warming:  # take back what others need
             self.reclaimer.after_cycle(self.mirror, now, self.reclaim_access)
             self.charges.set_leaving(self.mirror.nodes.leaving)
@@ -301,6 +319,60 @@ class AdmissionController:
         self.stats.last_duration = duration
         metrics.admission_cycle_duration_seconds.observe(duration)
         return chosen
+
+    def _admit_chosen(self, chosen: list[Unit]) -> None:
+        """Write the admissions the engine decided (assumed already)."""
+        for unit in chosen:
+            record = self.unit(unit.key)
+            if record is None:  # cannot happen: only known units are pending
+                self.mirror.set(unit.key, None, None)
+                continue
+            self.writer.admit(record, unit, self.mirror.plan(unit.key),
+                              checks=checks_for(record, self.store.queues.get(record.queue)))
+
+    # -- admission at creation (arbiter.loop.fastpath) ---------------------------------
+    def admit_on_create(self, namespace: str, name: str, queue: str,
+                        obj: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The webhook's question for a Job being created in `queue`: the
+        JSON Patch ops that let it through admitted, or None (held; no later
+        Job of its queue passes it while the engine has not seen it)."""
+        parsed = self.fast.parse(namespace, name, queue, obj)
+        ops = self._admit_on_create(obj, *parsed) if parsed is not None else None
+        if ops is None:
+            self.fast.held(namespace, name, queue, parsed[0] if parsed is not None else None)
+        return ops
+
+    def _admit_on_create(self, obj: dict[str, Any], desired: DesiredUnit,
+                         job: JobRecord) -> list[dict[str, Any]] | None:
+        if self.warming or not self.fast.eligible(desired, job):
+            return None
+        if self.unit(desired.key) is not None or self.mirror.state(desired.key) is not None \
+                or desired.consumer in self.fast.reservations:
+            return None
+        if self.follow.everything or self.queued() > FAST_CYCLE:
+            return None  # the loop is behind: its backlog is ahead, and no request waits on it
+        if self.queued() or self.follow.pending():
+            self.cycle(FAST_CYCLE)  # what the loop would do next: first
+            if self.queued():
+                return None
+        if self.fast.creating_in(desired.queue) \
+                or self.fast.blocked(desired.queue, self._in_engine):
+            return None
+        others, reservation = self.fast.try_reserve(desired)
+        self._admit_chosen(others)
+        if reservation is None:
+            return None
+        self.stats.admitted += 1
+        self._wake.set()
+        return self.fast.patch(obj, desired, reservation, job)
+
+    def _in_engine(self, consumer: ConsumerKey) -> bool:
+        return any(self.mirror.state(key) is not None for key in self.index.units_for(consumer))
+
+    def _reserved_job_exists(self, consumer: ConsumerKey, reservation: Reservation) -> bool:
+        job = self.store.jobs.get(f"{consumer.namespace}/{consumer.name}")
+        return job is not None and \
+            dict(job.annotations).get(FAST_PATH_ANNOTATION) == reservation.token
 
     async def resync(self, *, reindex: bool = False, chunk: int = 1000) -> None:
         """Queue every consumer and unit for a look, in slices, yielding
@@ -320,6 +392,8 @@ class AdmissionController:
         # Only a unit naming this very consumer (its uid; "" for a pod
         # group) stands for it: a unit without the uid may be anyone's.
         mine = [u for u in existing if u.consumer is not None and u.consumer.uid == uid]
+        if mine and consumer in self.fast.reservations:
+            self.fast.confirmed(consumer)
         if mine:
             # A waiting unit's spec is its consumer's (a Job's parallelism
             # changed, or a tenant edited the unit): put it back; it is not
@@ -365,7 +439,16 @@ class AdmissionController:
                             desired.key, consumer)
             return
         self._blocked_names.discard(desired.key)
-        self.writer.create(desired)
+        self.writer.create(desired, self._admitted_at_creation(consumer, desired))
+
+    def _admitted_at_creation(self, consumer: ConsumerKey,
+                              desired: DesiredUnit) -> tuple[dict[str, Any], str, float] | None:
+        """A Job let through at creation gets its unit admitted (DESIGN §16)."""
+        if consumer.kind != "Job":
+            return None
+        job = self.store.jobs.get(f"{consumer.namespace}/{consumer.name}")
+        created = None if job is None else self.fast.created(job, desired)
+        return None if created is None or job is None else (*created, job.created)
 
     def _reconcile_unit(self, key: str, now: float) -> None:
         unit = self.unit(key)
@@ -373,6 +456,8 @@ class AdmissionController:
             return  # a pod's unqueued usage (arbiter.loop.charges), not a unit
         self.charges.unit(key)
         if unit is None:
+            if self.fast.reserved_key(key):
+                return  # reserved at creation: its unit is not written yet
             self.mirror.set(key, None, None)
             self.writes.forget(key)
             return

@@ -25,7 +25,7 @@ from arbiter.core.model import PodSet as EnginePodSet
 from arbiter.core.partial import admit_partial, can_shrink
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.nodes import NodeModel
-from arbiter.loop.units import Disposition
+from arbiter.loop.units import DesiredUnit, Disposition
 
 State = Literal["pending", "parked", "admitted", "orphan"]
 
@@ -348,6 +348,13 @@ def engine_unit(unit: UnitRecord, created: float | None = None, key: str | None 
         created=unit.created if created is None else created,
         pods=_engine_pods(pod_sets),
     )
+
+
+def desired_engine_unit(desired: DesiredUnit, created: float) -> Unit:
+    """A unit not written yet, as the engine will take it (the fast path)."""
+    return Unit(key=desired.key, queue=desired.queue, demand=demand_of(desired.pod_sets),
+                priority=desired.priority, created=created,
+                pods=_engine_pods(desired.pod_sets))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from arbiter.cache.records import JobRecord, PoolRecord, QueueRecord, Toleration, UnitRecord
@@ -60,20 +60,29 @@ def directives_for(unit: UnitRecord, pools: Mapping[str, PoolRecord],
     `job`: the unit's Job as cached, whose annotation says whether an
     earlier release placed it (a re-admission counts too, in case the
     cache has not seen that annotation yet)."""
+    admission = unit.admission
+    directives = pool_directives(admission.pool if admission is not None else None,
+                                 unit.queue, pools, queues)
+    placed_before = job is not None and (
+        unit.attempts > 1 or any(key == PLACED_ANNOTATION for key, _ in job.annotations))
+    return replace(directives, undo_earlier=placed_before)
+
+
+def pool_directives(pool_name: str | None, queue_name: str, pools: Mapping[str, PoolRecord],
+                    queues: Mapping[str, QueueRecord]) -> PodDirectives:
+    """Pool `pool_name`'s nodeSelector and tolerations, and its queue's
+    nodeSelector; nothing when admitted without a plan (None)."""
     selector: dict[str, str] = {}
     tolerations: tuple[Toleration, ...] = ()
-    admission = unit.admission
-    pool = pools.get(admission.pool) if admission is not None else None
+    pool = pools.get(pool_name) if pool_name is not None else None
     if pool is not None:
         selector.update(pool.node_selector)
         tolerations = pool.tolerations
-    queue = queues.get(unit.queue)
-    if queue is not None and admission is not None:
+    queue = queues.get(queue_name)
+    if queue is not None and pool_name is not None:
         for key, value in queue.node_selector:
             selector.setdefault(key, value)  # the pool's word wins (its nodes were chosen)
-    placed_before = job is not None and (
-        unit.attempts > 1 or any(key == PLACED_ANNOTATION for key, _ in job.annotations))
-    return PodDirectives(tuple(sorted(selector.items())), tolerations, placed_before)
+    return PodDirectives(tuple(sorted(selector.items())), tolerations)
 
 
 def _pointer(key: str) -> str:

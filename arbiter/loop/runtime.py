@@ -73,7 +73,8 @@ async def run_admission(*, api: Any | None, store: ClusterStore, settings: LoopS
                         election: Election | None, replica: str, event_qps: float,
                         leadership: Leadership,
                         leader_tasks: Mapping[str, LeaderTask],
-                        lease_api: Any | None = None) -> None:
+                        lease_api: Any | None = None,
+                        fast_path_key: bytes | None = None) -> None:
     """The admission loop's background task (returns at once without a
     cluster). `replica` names this process in the Lease and in Events
     (the host name when empty), made unique per run. `lease_api`: the
@@ -100,7 +101,8 @@ async def run_admission(*, api: Any | None, store: ClusterStore, settings: LoopS
         follow = await standby.take() if standby is not None else None
         standby = None
         controller = AdmissionController(store, kube, settings, events=recorder,
-                                         identity=identity, follow=follow)
+                                         identity=identity, follow=follow,
+                                         fast_path_key=fast_path_key)
         leadership.controller = controller
         log.info("admission loop started", extra={"identity": identity})
         others = [asyncio.create_task(task(), name=name) for name, task in leader_tasks.items()]

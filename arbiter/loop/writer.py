@@ -11,21 +11,24 @@ marks that version outdated: the loop decides again on the newer one.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from arbiter.base import metrics
 from arbiter.base.kubeapi import ApiError
 from arbiter.cache.ownership import ConsumerKey
-from arbiter.cache.records import PodRecord, UnitRecord
+from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
 from arbiter.core.api import UnitPhase
 from arbiter.core.model import Placement, Unit
 from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
 from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision, remember
 from arbiter.loop.events import EventSink
+from arbiter.loop.fastpath import record_admitted
 from arbiter.loop.inflight import TERMINATING_HOLD, InFlightWrites
 from arbiter.loop.units import (
     POD_KINDS,
@@ -70,6 +73,21 @@ def partial_replicas(unit: UnitRecord, chosen: Unit) -> dict[str, int] | None:
     return {ps.name: admitted.get(ps.name, ps.count) for ps in unit.pod_sets}
 
 
+def releases_early(unit: UnitRecord, replicas: dict[str, int] | None,
+                   checks: tuple[str, ...]) -> bool:
+    """Whether the unit's Job is let go with its status write: a Job's first
+    admission, whole, with no admission checks (its status is then its
+    whole record: a re-admission reads the earlier ones first)."""
+    return unit.consumer is not None and unit.consumer.kind == "Job" and not replicas \
+        and not checks and unit.admissions == 0
+
+
+def with_plan(unit: UnitRecord, plan: Placement | None) -> UnitRecord:
+    """The unit as its admission status will say, for its release's directives."""
+    return replace(unit, admission=UnitAdmission.from_placement(plan)
+                   if plan is not None else None)
+
+
 class UnitWriter:
     def __init__(
         self,
@@ -84,6 +102,7 @@ class UnitWriter:
         backoff_delay: Callable[[int], float],
         events: EventSink | None,
         clock: Callable[[], float],
+        admitted_delay: float = 0.0,
     ) -> None:
         self.actions = actions
         self.writes = writes
@@ -95,11 +114,17 @@ class UnitWriter:
         self.backoff_delay = backoff_delay
         self.events = events
         self.clock = clock
+        self.admitted_delay = admitted_delay
+        # Creations running of units that will wait (busy key -> queue): not
+        # in the engine yet, and perhaps ahead of a Job being created.
+        self.creating: dict[str, str] = {}
 
     # -- starting writes (from a cycle) -------------------------------------------------
-    def create(self, desired: DesiredUnit) -> None:
+    def create(self, desired: DesiredUnit,
+               admitted: tuple[dict[str, Any], str, float] | None = None) -> None:
         """Create the unit, unless a creation for its consumer is running or
-        waits for its retry."""
+        waits for its retry. `admitted`: (status, why, Job created) of a Job
+        let through at creation: the unit is created admitted (DESIGN §16)."""
         busy = f"create:{desired.consumer}"
         if self.writes.busy(busy) or self.writes.retry_at(busy) > self.clock():
             return
@@ -107,7 +132,9 @@ class UnitWriter:
             # Refused there already: one request per namespace, not one
             # (retried, backed off) per Job while it is being emptied.
             return
-        self.writes.spawn(functools.partial(self._create, busy, desired), key=busy)
+        if admitted is None:
+            self.creating[busy] = desired.queue
+        self.writes.spawn(functools.partial(self._create, busy, desired, admitted), key=busy)
 
     def update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
         self.writes.spawn(functools.partial(self._update_spec, unit, spec), key=unit.key)
@@ -133,12 +160,18 @@ class UnitWriter:
         self.stats.writes_failed += 1
 
     # -- the writes (tasks) ------------------------------------------------------------
-    async def _create(self, busy: str, desired: DesiredUnit) -> None:
+    async def _create(self, busy: str, desired: DesiredUnit,
+                      admitted: tuple[dict[str, Any], str, float] | None) -> None:
         try:
-            written = await self.actions.create_unit(desired)
+            if admitted is not None and self.admitted_delay > 0:
+                await asyncio.sleep(self.admitted_delay)
+            written = await self.actions.create_unit(
+                desired, admitted[0] if admitted is not None else None)
             if written is not None:
                 self.writes.assume(written.record)
                 self.stats.created += 1
+                if admitted is not None:
+                    self._admitted_at_creation(written.record, admitted[1], admitted[2])
             self.writes.succeeded(busy)
         except ApiError as error:
             if namespace_terminating(error):
@@ -150,7 +183,15 @@ class UnitWriter:
             self.writes.retry_creation(busy, desired.consumer)
             self._failed(busy, error)
         finally:
+            self.creating.pop(busy, None)
             self.touch_consumer(desired.consumer)
+
+    def _admitted_at_creation(self, record: UnitRecord, why: str, created: float) -> None:
+        record_admitted(record, why, created)
+        if self.events is not None:
+            self.events.unit_event(record, "Normal", "Admitted",
+                                   f"admitted by queue {record.queue} at creation "
+                                   "(fast path: never suspended)", on_unit=False)
 
     async def _update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
         try:
@@ -167,10 +208,17 @@ class UnitWriter:
     async def _admit(self, unit: UnitRecord, chosen: Unit, plan: Placement | None,
                      checks: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None:
         """Status first (the admission record), then release the consumer
-        (not yet when the unit waits on admission checks)."""
+        (not yet when the unit waits on admission checks). A Job admitted
+        whole for the first time is let go together with the status write,
+        not after it (DESIGN §16): the extender places its pods on either
+        record, and a crash between the two leaves a released Job the next
+        leader counts as admitted, or an admitted unit whose release it
+        finishes."""
         key = unit.key
         admitted = False
         replicas = partial_replicas(unit, chosen)
+        early = asyncio.ensure_future(self._release(with_plan(unit, plan))) \
+            if releases_early(unit, replicas, checks) else None
         try:
             async with self.writes.locked(key):
                 # A position write may have run meanwhile: start from its result.
@@ -196,7 +244,7 @@ class UnitWriter:
                                            written.record.message, on_unit=False)
                 return
             log_decision("admit", written.record, "next in fair-share order and fits",
-                         attempt=written.record.attempts)
+                         attempt=written.record.attempts, path="held")
             metrics.admitted_units_total.labels(unit.queue).inc()
             if unit.admissions == 0 and chosen.created:
                 metrics.admission_wait_seconds.labels(unit.queue).observe(
@@ -206,12 +254,16 @@ class UnitWriter:
                 # it has none: its status says it already, and every Event
                 # is an apiserver write competing with admissions.
                 self.events.unit_event(written.record, "Normal", "Admitted",
-                                       f"admitted by queue {unit.queue}", on_unit=False)
-            await self._release(written.record)
+                                       f"admitted by queue {unit.queue} (held until now)",
+                                       on_unit=False)
+            if early is None:
+                await self._release(written.record)
         except ApiError as error:
             if not admitted:
                 self._failed(key, error)
         finally:
+            if early is not None:
+                await early  # its own errors are handled in _release
             self.writes.admission_ended(key)
             self.touch(key)
 

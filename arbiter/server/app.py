@@ -40,6 +40,7 @@ from aiohttp import web
 from arbiter.base.httpserve import HANDLER_ARGS, GuardedSite, ListenerLimits
 from arbiter.base.kubeapi import KubeApi
 from arbiter.cache.store import ClusterStore
+from arbiter.core.fastpath import derive_key
 from arbiter.integrations import enabled as enabled_integrations
 from arbiter.integrations.declared import DeclarationError
 from arbiter.integrations.declared import build as build_declared
@@ -104,7 +105,8 @@ def build_extender_app(ctx: ServerContext) -> web.Application:
     app[CONTEXT] = ctx
     add_health_routes(app, ctx)
     app.add_subapp(extender_routes.PREFIX, extender_routes.extender_app(
-        extender_state(ctx.store, config), max_body=config.extender_max_body_bytes,
+        extender_state(ctx.store, config, ctx.fast_path_key),
+        max_body=config.extender_max_body_bytes,
         # Names are checked only where a CA verified the certificate.
         client_names=frozenset(config.extender_client_names)
         if config.extender_client_ca is not None else frozenset()))
@@ -214,7 +216,8 @@ def background_tasks(ctx: ServerContext, leadership: Leadership) -> dict[str, Ta
             run_admission, api=ctx.api, lease_api=ctx.lease_api, store=ctx.store,
             settings=loop_settings(config),
             election=election(config), replica=config.identity,
-            event_qps=config.event_qps, leadership=leadership, leader_tasks=leader_tasks(ctx)),
+            event_qps=config.event_qps, leadership=leadership, leader_tasks=leader_tasks(ctx),
+            fast_path_key=ctx.fast_path_key),
     }
 
 
@@ -240,6 +243,8 @@ def loop_settings(config: ServeConfig) -> LoopSettings:
         max_writes=config.loop_concurrency,
         reclaim_grace=config.reclaim_grace,
         reclaim_pdb_timeout=config.reclaim_pdb_timeout,
+        admit_on_create=config.admit_on_create,
+        fast_unit_delay=config.fast_path_unit_delay,
     )
 
 
@@ -251,9 +256,11 @@ def election(config: ServeConfig) -> Election | None:
     return Election(config.namespace, config.lease_name, timing)
 
 
-def extender_state(store: ClusterStore, config: ServeConfig) -> ExtenderState:
+def extender_state(store: ClusterStore, config: ServeConfig,
+                   fast_path_key: bytes | None = None) -> ExtenderState:
     return ExtenderState(
         store,
+        fast_path_key=fast_path_key,
         assume_ttl=config.extender_assume_ttl,
         overcommit=config.overcommit,
         locality_weight=config.extender_locality_weight,
@@ -293,6 +300,11 @@ async def serve(config: ServeConfig, *, api: Any | None = None,
     try:
         await learn_usernames(ctx)
         tls = await certs.prepare()
+        shared = certs.shared_secret() if config.admit_on_create else None
+        ctx.fast_path_key = derive_key(shared) if shared is not None else None
+        if config.admit_on_create and shared is None:
+            log.warning("admission at creation is off: no certificate key to sign its "
+                        "tokens with")
         if certs.external:
             log.info("using certificates provided from outside",
                      extra={"dir": str(config.cert_dir)})

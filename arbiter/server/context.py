@@ -59,12 +59,27 @@ class ServerContext:
     webhooks_installed: bool = False
     # The admission controller while this replica leads (the debug API reads it).
     leadership: Leadership = field(default_factory=Leadership)
+    # The key of fast-path tokens (DESIGN §16), from the certificates every
+    # replica shares; None: admission at creation is off.
+    fast_path_key: bytes | None = None
 
     @property
     def admission_env(self) -> AdmissionEnv:
         return AdmissionEnv(store=self.store, own_usernames=self.own_usernames,
                             max_resource_names=self.config.max_resource_names,
-                            max_units_per_namespace=self.config.max_units_per_namespace)
+                            max_units_per_namespace=self.config.max_units_per_namespace,
+                            admit_on_create=self._admit_on_create
+                            if self.fast_path_key is not None else None,
+                            fast_path_key=self.fast_path_key)
+
+    def _admit_on_create(self, namespace: str, name: str, queue: str,
+                         obj: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The webhook's fast path goes to the admission controller while
+        this replica leads; a replica that does not lead holds every Job."""
+        controller = self.leadership.controller
+        if controller is None:
+            return None
+        return controller.admit_on_create(namespace, name, queue, obj)
 
     def ready(self) -> bool:
         installs = bool(self.config.webhook_url) and self.api is not None

@@ -70,7 +70,8 @@ class RecordingEvents:
 
 class Cluster:
     def __init__(self, settings: LoopSettings | None = None, *, lag: bool = False,
-                 store: ClusterStore | None = None) -> None:
+                 store: ClusterStore | None = None, fast_path_key: bytes | None = None) -> None:
+        self.fast_path_key = fast_path_key
         self.clock = Clock()
         self.store = store if store is not None else ClusterStore()
         self.store.synced_kinds.update(KINDS)
@@ -83,7 +84,7 @@ class Cluster:
         """A fresh controller (a restart, or a new leader) on the same cluster."""
         controller = AdmissionController(self.store, self.api, self.settings,
                                          events=self.events, clock=self.clock,
-                                         identity=identity)
+                                         identity=identity, fast_path_key=self.fast_path_key)
         controller.start_listening()
         return controller
 

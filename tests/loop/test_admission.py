@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from arbiter.base.kubeapi import job_path, unit_path
+from arbiter.base.kubeapi import ApiError, job_path, unit_path
 from tests.loop.harness import T0, Cluster, eventually
+from tests.loop.test_crash_safety import fail_on
 
 
 async def test_two_queues_share_ten_cpus_five_and_five() -> None:
@@ -39,7 +40,9 @@ async def test_weights_two_to_one_admit_in_that_ratio() -> None:
     assert (len(c.released_pods("th")), len(c.released_pods("tl"))) == (6, 3)
 
 
-async def test_status_is_written_before_the_job_is_unsuspended() -> None:
+async def test_a_jobs_status_write_and_unsuspend_are_sent_together() -> None:
+    """The unsuspend goes with the status write, not after it (DESIGN §16):
+    the extender places the pods on either record."""
     c = Cluster()
     await c.nodes(2)
     await c.queue("q")
@@ -51,10 +54,25 @@ async def test_status_is_written_before_the_job_is_unsuspended() -> None:
     assert len(status["admissions"]) == 1 and status["attempts"] == 1
     assert status["lastAllocateTime"] and status["allocated"] == {"cpu": "2"}
     writes = [(m, p) for m, p in c.api.calls if m == "PATCH"]
-    status_write = writes.index(("PATCH", unit_path("ns", "job-train", status=True)))
-    release = writes.index(("PATCH", job_path("ns", "train")))
-    assert status_write < release
+    assert ("PATCH", unit_path("ns", "job-train", status=True)) in writes
+    assert ("PATCH", job_path("ns", "train")) in writes
     assert "Admitted" in c.events.reasons("ns/job-train")
+
+
+async def test_a_status_write_that_fails_after_the_unsuspend_landed_counts_the_job() -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "train", "q")
+    c.api.hooks.append(fail_on("PATCH", unit_path("ns", "job-train", status=True),
+                               ApiError(500, "InternalError", "etcd"), times=1))
+    await c.settle()
+    # Released with the write that failed: the Job runs and is counted admitted.
+    assert not c.suspended("ns", "train")
+    c.clock.advance(5)
+    await c.settle()
+    assert c.phase("ns", "job-train") == "Dequeued"
+    assert c.controller.mirror.state("ns/job-train") == "admitted"
 
 
 async def test_unit_of_a_job_is_owned_by_it_and_goes_with_it() -> None:

@@ -116,7 +116,7 @@ class LoopSettings:
     reclaim_pdb_timeout: float = 300.0
     # Admission at creation (DESIGN §16, arbiter.loop.fastpath): the leader's
     # webhook lets a Job through admitted when it would be the next admitted.
-    admit_on_create: bool = True
+    admit_on_create: bool = False
     # Tests only (the e2e kill between the webhook's answer and the unit's
     # write): seconds the write of a unit admitted at creation waits.
     fast_unit_delay: float = 0.0

@@ -107,7 +107,7 @@ class ServeConfig:
     loop_concurrency: int = 100
     # Admission at creation (DESIGN §16): the leader's webhook lets a Job
     # through admitted when its queue would admit it next.
-    admit_on_create: bool = True
+    admit_on_create: bool = False
     # Tests only: seconds before the unit of a Job admitted at creation is written.
     fast_path_unit_delay: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)

@@ -49,6 +49,10 @@ def env(deployment: Obj) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container(deployment).get("env", []) if "value" in e}
 
 
-def yaml_blocks(page: Path) -> list[str]:
-    """The ```yaml blocks of a Markdown page, in order."""
-    return [block.split("```", 1)[0] for block in page.read_text().split("```yaml\n")[1:]]
+def yaml_blocks(page: Path, until: str | None = None) -> list[str]:
+    """The ```yaml blocks of a Markdown page, in order (those before the
+    heading line `until` only, when given)."""
+    text = page.read_text()
+    if until is not None:
+        text = text.split(f"\n{until}\n")[0]
+    return [block.split("```", 1)[0] for block in text.split("```yaml\n")[1:]]

@@ -13,13 +13,12 @@ from arbiter.integrations import BY_KIND, OPTIONAL
 from tests.deploy.manifests import ROOT, Obj, yaml_blocks
 
 PAGE = ROOT / "docs" / "integrations.md"
-DECLARED_SECTION = "\n## Declared integrations\n"
+DECLARED_SECTION = "## Declared integrations"
 
 
 def _examples() -> list[Obj]:
     # The built-in kinds' (the declared section's are test_declared_docs.py's).
-    return [doc for block in yaml_blocks(PAGE)
-            if block in PAGE.read_text().split(DECLARED_SECTION)[0]
+    return [doc for block in yaml_blocks(PAGE, until=DECLARED_SECTION)
             for doc in yaml.safe_load_all(block) if doc]
 
 

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from arbiter.cache.convert import unit_status
 from arbiter.core.fastpath import FAST_PATH_ANNOTATION
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
+    arbiter_with,
     get,
     hold_cluster,
     job,
@@ -52,6 +56,17 @@ def leads(sandbox: Sandbox) -> bool:
         return metrics(sandbox)[("arbiter_leader", ())] == 1.0
     except (AssertionError, OSError, KeyError):
         return False
+
+
+FAST_PATH = "--admit-on-create=true"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fast_path_on(sandbox: Sandbox) -> Iterator[None]:
+    """The fast path is off by default (`--admit-on-create`): on for this
+    file's tests, the shared sandbox's arbiter restored afterwards."""
+    with arbiter_with(sandbox, [FAST_PATH]):
+        yield
 
 
 def test_a_job_into_an_empty_queue_runs_without_ever_being_suspended(sandbox: Sandbox) -> None:
@@ -101,7 +116,7 @@ def test_a_leader_killed_after_the_webhook_answered_loses_and_doubles_nothing(
         sandbox.stop_arbiter()
         # The loop waits 60 s before writing a unit admitted at creation:
         # the kill lands between the webhook's answer and that write.
-        sandbox.start_arbiter(["--test-fast-path-unit-delay=60"])
+        sandbox.start_arbiter([FAST_PATH, "--test-fast-path-unit-delay=60"])
         try:
             wait_for("arbiter leads", lambda: leads(sandbox), timeout=60)
             # It runs long enough for the new leader (after the Lease expires) to see it.
@@ -111,7 +126,7 @@ def test_a_leader_killed_after_the_webhook_answered_loses_and_doubles_nothing(
             assert units(sandbox, ns) == []
         finally:
             sandbox.stop_arbiter()  # gone already after the kill: nothing to do
-            sandbox.start_arbiter()
+            sandbox.start_arbiter([FAST_PATH])
         wait_for("arbiter leads again", lambda: leads(sandbox), timeout=60)
         # Adopted: its unit written admitted, once.
         found = wait_for("its unit, admitted", lambda: [

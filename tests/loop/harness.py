@@ -77,7 +77,9 @@ class Cluster:
         self.store.synced_kinds.update(KINDS)
         self.api = InMemoryApi(self.store, clock=self.clock, lag=lag)
         self.events = RecordingEvents()
-        self.settings = settings or LoopSettings(debounce=0.0)
+        # A key given: the fast path's tests, with it switched on (off by default).
+        self.settings = settings or LoopSettings(debounce=0.0,
+                                                 admit_on_create=fast_path_key is not None)
         self.controller = self.new_controller()
 
     def new_controller(self, identity: str = "") -> AdmissionController:

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any, Literal
 
 from arbiter.cache import access, convert
+from arbiter.cache.capacity import CapacityLedger
 from arbiter.cache.jobflow_records import (
     JobFlowRecord,
     JobTemplateRecord,
@@ -97,25 +98,6 @@ def no_queue_message(namespace: str, what: str) -> str:
 
 # Called with (kind, key) after every change; the loop uses it to wake up.
 Listener = Callable[[Kind, str], None]
-# Phases in which a pod holds its node's resources.
-ACTIVE_POD_PHASES: frozenset[str] = frozenset({"Pending", "Running"})
-
-
-def _counted(node: NodeRecord | None) -> bool:
-    """A node whose allocatable is part of the capacity."""
-    return node is not None and node.ready and node.schedulable
-
-
-def add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
-    """total += sign * amounts, in place, dropping names that reach zero."""
-    for name, value in amounts.items():
-        result = total.get(name, 0) + sign * value
-        if result:
-            total[name] = result
-        else:
-            total.pop(name, None)
-
-
 @dataclass(slots=True)
 class ClusterStore:
     excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
@@ -156,17 +138,8 @@ class ClusterStore:
     owners: OwnerIndex = field(default_factory=OwnerIndex.empty)
     listeners: list[Listener] = field(default_factory=list)
     synced_kinds: set[Kind] = field(default_factory=set)
-    # Capacity, kept as nodes and pods change so that reading it is O(1):
-    # allocatable of counted nodes (see _counted), the requests of active
-    # unmanaged pods per node (any node name, known or not), and their sum
-    # over counted nodes.
-    _counted_allocatable: dict[str, int] = field(default_factory=dict, init=False)
-    _unmanaged_by_node: dict[str, dict[str, int]] = field(default_factory=dict, init=False)
-    _counted_unmanaged: dict[str, int] = field(default_factory=dict, init=False)
-    # uid -> node of each pod counted as unmanaged load. Whether a
-    # queue-labelled pod is unmanaged depends on its namespace, which can
-    # change after: what is taken off is what was counted, not a new verdict.
-    _unmanaged_pods: dict[str, str] = field(default_factory=dict, init=False)
+    # The capacity, kept as nodes and pods change (arbiter.cache.capacity).
+    _capacity: CapacityLedger = field(init=False)
     # namespace -> how many QueueUnits it holds (the webhook's per-namespace limit).
     units_per_namespace: dict[str, int] = field(default_factory=dict, init=False)
     # consumer uid -> key of the unit standing for it: a consumer's unit is
@@ -181,6 +154,9 @@ class ClusterStore:
     # looks at every unit again after one), and the index of those rules.
     access_generation: int = field(default=0, init=False)
     _access: access.AccessIndex | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self._capacity = CapacityLedger(self.nodes, self.pods, self.is_managed_namespace)
 
     # -- queries -------------------------------------------------------------
     def is_managed_namespace(self, namespace: str) -> bool:
@@ -241,10 +217,7 @@ class ClusterStore:
 
         O(number of resource names): kept up to date by every node and pod
         change."""
-        total = Resources(self._counted_allocatable) - self._counted_unmanaged
-        if overcommit != 1.0:
-            total = Resources({k: int(v * overcommit) for k, v in total.items()})
-        return total.clamp_min(0)
+        return self._capacity.total(overcommit)
 
     def pods_on_node(self, node: str) -> Iterable[PodRecord]:
         for uid in self.pods_by_node.get(node, ()):
@@ -292,7 +265,7 @@ class ClusterStore:
         if record.parent:
             self.queue_children.setdefault(record.parent, set()).add(record.name)
         if access_changed and self.managed_mode == "listed":
-            self._recount_labelled_pods(None)
+            self._capacity.namespace_changed(None)
         self._notify("Queue", record.name)
 
     def delete_queue(self, name: str) -> None:
@@ -302,7 +275,7 @@ class ClusterStore:
         self._drop_queue_index(name)
         self.queues.pop(name, None)
         if self.managed_mode == "listed":
-            self._recount_labelled_pods(None)
+            self._capacity.namespace_changed(None)
         self._notify("Queue", name)
 
     def _drop_queue_index(self, name: str) -> None:
@@ -326,15 +299,15 @@ class ClusterStore:
 
     def upsert_node(self, record: NodeRecord) -> None:
         old = self.nodes.get(record.name)
-        self._count_node(old, -1)
+        self._capacity.count_node(old, -1)
         self.nodes[record.name] = record
-        self._count_node(record, +1)
+        self._capacity.count_node(record, +1)
         if old is None or old.labels != record.labels:
             self.membership.set_node(record)
         self._notify("Node", record.name)
 
     def delete_node(self, name: str) -> None:
-        self._count_node(self.nodes.pop(name, None), -1)
+        self._capacity.count_node(self.nodes.pop(name, None), -1)
         self.membership.remove_node(name)
         self._notify("Node", name)
 
@@ -348,44 +321,10 @@ class ClusterStore:
         self.membership.remove_pool(name)
         self._notify("Pool", name)
 
-    def _count_node(self, node: NodeRecord | None, sign: int) -> None:
-        if node is not None and _counted(node):
-            add_into(self._counted_allocatable, node.allocatable, sign)
-            add_into(self._counted_unmanaged, self._unmanaged_by_node.get(node.name, {}), sign)
-
-    def _unmanaged_node(self, pod: PodRecord) -> str | None:
-        """The node whose capacity `pod` takes as unmanaged work, if any: an
-        active pod with no queue label, or one in a namespace arbiter does
-        not manage (its label charges it nowhere: the loop charges managed
-        namespaces only, so it must come off the capacity instead)."""
-        if not pod.node_name or pod.phase not in ACTIVE_POD_PHASES:
-            return None
-        if pod.queue is not None and self.is_managed_namespace(pod.namespace):
-            return None
-        return pod.node_name
-
-    def _count_pod(self, pod: PodRecord | None, sign: int) -> None:
-        if pod is None:
-            return
-        if sign < 0:
-            node_name = self._unmanaged_pods.pop(pod.uid, None)
-        else:
-            node_name = self._unmanaged_node(pod)
-            if node_name is not None:
-                self._unmanaged_pods[pod.uid] = node_name
-        if node_name is None:
-            return
-        on_node = self._unmanaged_by_node.setdefault(node_name, {})
-        add_into(on_node, pod.requests, sign)
-        if not on_node:
-            del self._unmanaged_by_node[node_name]
-        if _counted(self.nodes.get(node_name)):
-            add_into(self._counted_unmanaged, pod.requests, sign)
-
     def upsert_pod(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
-        self._count_pod(old, -1)
-        self._count_pod(record, +1)
+        self._capacity.count_pod(old, -1)
+        self._capacity.count_pod(record, +1)
         if old is not None and old.node_name and old.node_name != record.node_name:
             self.pods_by_node[old.node_name].discard(record.uid)
         if old is not None and old.job_uid and old.job_uid != record.job_uid:
@@ -402,7 +341,7 @@ class ClusterStore:
 
     def delete_pod(self, uid: str) -> None:
         old = self.pods.pop(uid, None)
-        self._count_pod(old, -1)
+        self._capacity.count_pod(old, -1)
         self.owners.drop(uid)
         if old is not None:
             if old.node_name:
@@ -483,11 +422,9 @@ class ClusterStore:
         if kind == "QueueUnit":
             self._index_unit(key, table.get(key), record)
         elif kind == "Namespace":
-            was_managed = self.is_managed_namespace(key)
             self._admitting.pop(key, None)
             self._put(table, key, record)
-            if self.is_managed_namespace(key) != was_managed:
-                self._recount_labelled_pods(key)
+            self._capacity.namespace_changed(key)
             return
         elif kind == "Job" or kind in WORKLOAD_KINDS:
             old = table.get(key)
@@ -499,16 +436,6 @@ class ClusterStore:
             if kind in WORKLOAD_KINDS:  # units a child spells out (a TrainJob's JobSet)
                 record = follow_child(self.workloads, kind, key, record, old, self._notify)
         self._put(table, key, record)
-
-    def _recount_labelled_pods(self, namespace: str | None) -> None:
-        """A namespace's managed verdict changed (`namespace`; None: any may
-        have, the Queues' namespace rules changed in `listed` mode): its
-        queue-labelled pods move between charged and unmanaged load.
-        O(pods), on an admin's change, not per request."""
-        for pod in self.pods.values():
-            if pod.queue is not None and (namespace is None or pod.namespace == namespace):
-                self._count_pod(pod, -1)
-                self._count_pod(pod, +1)
 
     def _index_unit(self, key: str, old: UnitRecord | None, new: UnitRecord | None) -> None:
         if (old is None) != (new is None):

@@ -47,9 +47,10 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from arbiter.cache.capacity import ACTIVE_POD_PHASES
 from arbiter.cache.ownership import WORKLOAD_CONSUMERS, ConsumerKey
 from arbiter.cache.records import PodRecord, UnitRecord
-from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore
+from arbiter.cache.store import ClusterStore
 from arbiter.core.model import MAIN_POD_SET, Placement, PodSet, Unit
 from arbiter.core.resources import Resources
 from arbiter.loop.index import LoopIndex, pod_root

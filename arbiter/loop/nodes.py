@@ -26,9 +26,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 
+from arbiter.cache.capacity import ACTIVE_POD_PHASES, add_into
 from arbiter.cache.ownership import pod_consumer, pod_workload
 from arbiter.cache.records import NodeRecord, PodRecord, PoolRecord
-from arbiter.cache.store import ACTIVE_POD_PHASES, ClusterStore, add_into
+from arbiter.cache.store import ClusterStore
 from arbiter.core.engine import Engine
 from arbiter.core.model import MAIN_POD_SET, Node, Placement, Pool, Unit
 from arbiter.core.resources import Resources

@@ -13,6 +13,7 @@ import random
 import time
 from typing import Any
 
+from arbiter.cache.capacity import CapacityLedger
 from arbiter.cache.records import NodeRecord, PodRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.resources import EMPTY, Resources
@@ -167,3 +168,37 @@ def test_a_queue_labelled_pod_in_an_unmanaged_namespace_takes_capacity() -> None
     assert store.capacity().get_amount("cpu") == 7000
     store.apply("Pod", "DELETED", {"metadata": {"uid": "s"}})
     assert store.capacity().get_amount("cpu") == 8000
+
+
+class _CountingPods(dict[str, PodRecord]):
+    """The store's pods, counting the records the ledger reads back."""
+
+    reads = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.reads += 1
+        return super().get(key, default)
+
+
+def test_a_namespace_changing_counts_only_its_own_labelled_pods_again() -> None:
+    pods = _CountingPods()
+    off: set[str] = set()
+    ledger = CapacityLedger({"n1": NodeRecord(name="n1", allocatable=Resources(
+        {"cpu": 100_000}), ready=True)}, pods, lambda ns: ns not in off)
+    ledger.count_node(ledger.nodes["n1"], +1)
+    for i in range(1_000):
+        pod = PodRecord(uid=f"b{i}", namespace="big", name=f"b{i}", queue="q",
+                        requests=Resources({"cpu": 10}), node_name="n1", phase="Running")
+        pods[pod.uid] = pod
+        ledger.count_pod(pod, +1)
+    small = PodRecord(uid="s", namespace="small", name="s", queue="q",
+                      requests=Resources({"cpu": 500}), node_name="n1", phase="Running")
+    pods["s"] = small
+    ledger.count_pod(small, +1)
+    assert ledger.total().get_amount("cpu") == 100_000
+    off.add("small")
+    ledger.namespace_changed("small")
+    assert ledger.total().get_amount("cpu") == 99_500
+    assert pods.reads == 2  # its one pod, taken off and counted again
+    ledger.namespace_changed(None)  # a Queue changed: no namespace's verdict did
+    assert pods.reads == 2

@@ -37,6 +37,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from arbiter.core.api import MAX_POD_SETS
 from arbiter.integrations.base import (
     Integration,
     Obj,
@@ -50,8 +51,6 @@ from arbiter.integrations.base import (
     whole,
 )
 
-# Pod sets per declared kind (JobSet's limit and Kueue's).
-MAX_POD_SETS = 8
 _FIELDS = {"group", "version", "kind", "resource", "suspendPath", "podSets", "prefix",
            "finishedConditions", "failedConditions", "readyPath"}
 _REQUIRED = ("group", "version", "kind", "resource", "suspendPath", "podSets")

@@ -9,6 +9,7 @@ only those pod-template fields change, and only while it is suspended."""
 
 from __future__ import annotations
 
+from arbiter.core.api import MAX_POD_SETS
 from arbiter.integrations.base import (
     Integration,
     Obj,
@@ -24,9 +25,6 @@ from arbiter.integrations.base import (
     whole,
 )
 
-# Pod sets per unit (Kueue's cap too); the CRD has none: more is never queued.
-MAX_SETS = 8
-
 
 class JobSet(Integration):
     name = "jobset"
@@ -36,7 +34,7 @@ class JobSet(Integration):
     kind = "JobSet"
     prefix = "jobset"
     children = ("Job",)
-    readable = (f"spec.replicatedJobs: 1 to {MAX_SETS} replicated Jobs, each with whole-number "
+    readable = (f"spec.replicatedJobs: 1 to {MAX_POD_SETS} replicated Jobs, each with whole-number "
                 "replicas, parallelism and completions and a pod template")
 
     def _jobs(self, obj: Obj) -> list[tuple[int, str]]:
@@ -60,7 +58,7 @@ class JobSet(Integration):
 
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
         jobs = self._jobs(obj)
-        if not jobs or len(jobs) > MAX_SETS:
+        if not jobs or len(jobs) > MAX_POD_SETS:
             return None
         pod_sets = []
         for index, name in jobs:

@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from arbiter.core.api import MAX_POD_SETS
 from arbiter.core.podrequests import effective_pod_requests
 from arbiter.integrations.base import (
     Integration,
@@ -58,8 +59,7 @@ from arbiter.integrations.base import (
 GROUP, VERSION = "ray.io", "v1"
 HEAD = "head"
 SUBMITTER = "submitter"
-# A QueueUnit's pod sets (the CRD's maxItems) and a pod set's name length.
-MAX_SETS = 8
+# A pod set's name length (a QueueUnit's pod sets: core.api.MAX_POD_SETS).
 MAX_NAME = 63
 # Pods of one worker group arbiter queues (autoscaled: at maxReplicas).
 MAX_GROUP_PODS = 10_000
@@ -126,7 +126,7 @@ def cluster_pod_sets(obj: Obj, base: Path, *, reserved: tuple[str, ...] = (),
     groups = dig(obj, (*base, "workerGroupSpecs"))
     if groups is None:
         groups = []
-    if not isinstance(groups, list) or len(groups) + 1 + len(reserved) > MAX_SETS:
+    if not isinstance(groups, list) or len(groups) + 1 + len(reserved) > MAX_POD_SETS:
         return None
     autoscaling = dig(obj, (*base, "enableInTreeAutoscaling")) is True
     if autoscaling:
@@ -176,7 +176,7 @@ class RayCluster(Integration):
     kind = "RayCluster"
     prefix = "raycluster"
     children = ("Pod",)
-    readable = "spec: " + CLUSTER_READABLE.format(groups=MAX_SETS - 1, extra="", path="")
+    readable = "spec: " + CLUSTER_READABLE.format(groups=MAX_POD_SETS - 1, extra="", path="")
     # KubeRay makes the pods itself: they arrive gated, and the loop lets
     # go as many as the admitted unit counts.
     gated_pods = True
@@ -204,7 +204,7 @@ class RayJob(Integration):
                 "spec.submissionMode one of " + ", ".join(SUBMISSION_MODES) + ", "
                 "spec.submitterPodTemplate a pod template when set, and "
                 "spec.rayClusterSpec: " + CLUSTER_READABLE.format(
-                    groups=MAX_SETS - 2, extra=', not "submitter"', path=".rayClusterSpec"))
+                    groups=MAX_POD_SETS - 2, extra=', not "submitter"', path=".rayClusterSpec"))
     unheld = "spec.clusterSelector set (running on an existing RayCluster)"
     gated_pods = True
 

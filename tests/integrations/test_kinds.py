@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from arbiter.core.api import MAX_POD_SETS
 from arbiter.core.model import MAIN_POD_SET
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import Resources
@@ -16,7 +17,7 @@ from arbiter.integrations import BY_KIND
 from arbiter.integrations.base import PodSetSpec, UnitSpec, dig, pointer
 from arbiter.integrations.deployment import Deployment
 from arbiter.integrations.job import Job, Pod
-from arbiter.integrations.jobset import MAX_SETS, JobSet
+from arbiter.integrations.jobset import JobSet
 from arbiter.integrations.lws import GROUP_INDEX_LABEL, LeaderWorkerSet
 from arbiter.integrations.statefulset import StatefulSet
 
@@ -131,10 +132,10 @@ def test_jobset_malformed_fields_give_no_unit(bad: dict[str, Any]) -> None:
 def test_jobset_without_replicated_jobs_or_with_too_many_gives_no_unit() -> None:
     assert JobSet().units(jobset()) is None
     assert JobSet().units({"spec": {"replicatedJobs": "x"}}) is None
-    many = [replicated_job(f"j{i}") for i in range(MAX_SETS + 1)]
+    many = [replicated_job(f"j{i}") for i in range(MAX_POD_SETS + 1)]
     assert JobSet().units(jobset(*many)) is None
-    units = JobSet().units(jobset(*many[:MAX_SETS]))
-    assert units is not None and len(units[0].pod_sets) == MAX_SETS
+    units = JobSet().units(jobset(*many[:MAX_POD_SETS]))
+    assert units is not None and len(units[0].pod_sets) == MAX_POD_SETS
 
 
 def test_jobset_bad_quantity_raises_quantity_error() -> None:

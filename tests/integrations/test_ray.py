@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
+from arbiter.core.api import MAX_POD_SETS
 from arbiter.core.quantities import QuantityError
 from arbiter.core.resources import Resources
 from arbiter.integrations import BY_KIND, DEFAULT_NAMES
 from arbiter.integrations.base import PodSetSpec, UnitSpec, dig
-from arbiter.integrations.ray import MAX_GROUP_PODS, MAX_SETS, RayCluster, RayJob
+from arbiter.integrations.ray import MAX_GROUP_PODS, RayCluster, RayJob
 
 RAY_CLUSTER, RAY_JOB = RayCluster(), RayJob()
 
@@ -152,7 +153,7 @@ def test_autoscaling_without_a_max_is_refused() -> None:
     lambda o: o["spec"]["workerGroupSpecs"][0].update(groupName="g" * 64),
     lambda o: o["spec"]["workerGroupSpecs"].append(group("cpu")),  # a name twice
     lambda o: o["spec"].update(workerGroupSpecs={"cpu": {}}),
-    lambda o: o["spec"]["workerGroupSpecs"].extend(group(f"g{i}") for i in range(MAX_SETS)),
+    lambda o: o["spec"]["workerGroupSpecs"].extend(group(f"g{i}") for i in range(MAX_POD_SETS)),
     lambda o: o["spec"]["workerGroupSpecs"][0].update(replicas=MAX_GROUP_PODS + 1),
 ])
 def test_unreadable_clusters_have_no_unit(broken: Any) -> None:

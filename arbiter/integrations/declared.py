@@ -271,7 +271,9 @@ class DeclaredIntegration(Integration):
     def _expanded(self, obj: Obj) -> list[tuple[str, Path, Path]] | None:
         """(name, count path, template path) of every pod set of `obj`: a
         `[*]` pod set gives one per element of its list, `<name>-<index>`
-        (none while the list is absent); None when such a list is not one."""
+        (none while the list is absent); None when such a list is not one.
+        Read no further than one past MAX_POD_SETS: a tenant's list of
+        thousands is refused by that count, not expanded whole."""
         found: list[tuple[str, Path, Path]] = []
         for declared in self.decl.pod_sets:
             over = list_part(declared.count)
@@ -281,7 +283,7 @@ class DeclaredIntegration(Integration):
             items = dig(obj, over)
             if items is not None and not isinstance(items, list):
                 return None
-            for index in range(len(items or ())):
+            for index in range(min(len(items or ()), MAX_POD_SETS + 1 - len(found))):
                 def at(path: Path, index: int = index) -> Path:
                     return tuple(index if step == EVERY else step for step in path)
                 found.append((f"{declared.name}-{index}", at(declared.count),

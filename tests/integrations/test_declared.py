@@ -295,6 +295,10 @@ def test_a_list_pod_set_gives_one_pod_set_per_element() -> None:
     assert integration.units(obj) is None  # not a list
     obj["spec"]["groups"] = [{"replicas": 1, "template": template}] * 8
     assert integration.units(obj) is None  # 9 pod sets in all: more than 8
+    obj["spec"]["groups"] = [{"replicas": 1, "template": template}] * 100_000
+    assert integration.units(obj) is None
+    # Read one past the bound, not expanded whole.
+    assert len(integration.templates(obj)) == 9
 
 
 def test_a_list_pod_set_is_checked_through_the_lists_items() -> None:

@@ -13,16 +13,10 @@ from arbiter.integrations import Integration
 from webhook import configuration, endpoints, queueunits
 
 
-def plural(integration: Integration) -> str:
-    """The name of a declared kind's endpoints and hooks: `<resource>.<group>`
-    (a declared resource may share its plural with a built-in one)."""
-    return f"{integration.resource}.{integration.group}"
-
-
 def register(integrations: Iterable[Integration], *, on: bool = True) -> None:
     """Serve these kinds' endpoints (`on=False`: no longer; tests)."""
     for integration in integrations:
-        name = plural(integration)
+        name = integration.name  # <resource>.<group>: its CRD's name
         hook = f"{name}.validate.arbiter.dev"
         prefix = unit_name(integration.prefix, "")
         served = [e for e in endpoints.DECLARED if e.kind == integration.kind]

@@ -57,8 +57,8 @@ def run_check(args: argparse.Namespace) -> int:
         integrations = build(declared.load(args.file))
         crds = _crds(args.crd)
         for integration in integrations:
-            crd = crds.get(declared.crd_name(integration))
-            where = f"{integration.kind} ({declared.crd_name(integration)}/{integration.version})"
+            crd = crds.get(integration.name)
+            where = f"{integration.kind} ({integration.name}/{integration.version})"
             if crd is None:
                 print(f"{where}: parsed; no CRD given, not checked against one")
                 continue

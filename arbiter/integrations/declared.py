@@ -259,6 +259,8 @@ class DeclaredIntegration(Integration):
 
     def __init__(self, decl: Declaration) -> None:
         self.decl = decl
+        # Its CRD's name, and its endpoints' and hooks' (a declared plural
+        # may be a built-in kind's too: the group tells them apart).
         self.name = f"{decl.resource}.{decl.group}"
         self.group, self.version, self.resource = decl.group, decl.version, decl.resource
         self.kind, self.prefix = decl.kind, decl.prefix

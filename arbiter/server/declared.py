@@ -74,14 +74,10 @@ def register(integrations: Iterable[DeclaredIntegration], *, on: bool = True) ->
     webhook_declared.register(items, on=on)
 
 
-def crd_name(integration: DeclaredIntegration) -> str:
-    return f"{integration.resource}.{integration.group}"
-
-
 async def read_crd(api: Any, integration: DeclaredIntegration) -> Any | None:
     """The kind's CRD, or None when it is not installed."""
     try:
-        return await request_json(api, "GET", f"{CRD_PATH}/{crd_name(integration)}")
+        return await request_json(api, "GET", f"{CRD_PATH}/{integration.name}")
     except ApiError as error:
         if error.status == 404:
             return None
@@ -104,8 +100,8 @@ async def check_installed(api: Any, integrations: Sequence[DeclaredIntegration],
         crd = await read_crd(api, integration)
         if crd is None:
             log.warning("declared integration %s: CRD %s not installed; its kind waits for it",
-                        integration.kind, crd_name(integration))
-            store.declared_off[integration.kind] = f"CRD {crd_name(integration)} not installed"
+                        integration.kind, integration.name)
+            store.declared_off[integration.kind] = f"CRD {integration.name} not installed"
             missing.append(integration)
         else:
             _checked(integration, crd)

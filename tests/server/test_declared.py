@@ -54,7 +54,7 @@ class _Crds:
         self.installed = installed
 
     async def __call__(self, api: Any, integration: Any) -> Any:
-        return self.installed.get(declared.crd_name(integration).split(".")[0])
+        return self.installed.get(integration.name.split(".")[0])
 
 
 async def test_at_startup_a_crd_is_checked_or_its_kind_waits(

@@ -392,9 +392,8 @@ class AdmissionController:
         # Only a unit naming this very consumer (its uid; "" for a pod
         # group) stands for it: a unit without the uid may be anyone's.
         mine = [u for u in existing if u.consumer is not None and u.consumer.uid == uid]
-        if mine and consumer in self.fast.reservations:
-            self.fast.confirmed(consumer)
         if mine:
+            self.fast.confirmed(consumer)  # a reservation at creation, if any, is done
             # A waiting unit's spec is its consumer's (a Job's parallelism
             # changed, or a tenant edited the unit): put it back; it is not
             # admitted meanwhile (`_drifted`).
@@ -447,8 +446,10 @@ class AdmissionController:
         if consumer.kind != "Job":
             return None
         job = self.store.jobs.get(f"{consumer.namespace}/{consumer.name}")
-        created = None if job is None else self.fast.created(job, desired)
-        return None if created is None or job is None else (*created, job.created)
+        if job is None:
+            return None
+        created = self.fast.created(job, desired)
+        return None if created is None else (*created, job.created)
 
     def _reconcile_unit(self, key: str, now: float) -> None:
         unit = self.unit(key)

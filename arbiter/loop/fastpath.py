@@ -212,16 +212,14 @@ class FastPath:
         if reservation is not None and reservation.token == text:
             plan, why, since = reservation.plan, "admitted at creation (fast path)", \
                 reservation.since
-        elif text in self._expired:
-            # Seen only after its reservation expired (a lagging watch): it
-            # runs, so it counts from now, in its pool.
-            plan = Placement(token.pool) if token.pool else None
-            why, since = "admitted at creation (fast path); seen after its reservation " \
-                "expired", now
         else:
-            # Let through by an earlier leader: charged from now, in its pool.
-            plan = Placement(token.pool) if token.pool else None
-            why, since = "adopted: let through at creation by an earlier leader", now
+            # Seen only after its reservation expired (a lagging watch), or
+            # let through by an earlier leader: it runs, so it is charged
+            # from now, in its pool.
+            plan, since = Placement(token.pool) if token.pool else None, now
+            why = ("admitted at creation (fast path); seen after its reservation expired"
+                   if text in self._expired
+                   else "adopted: let through at creation by an earlier leader")
         record = convert.unit_from_api(manifest(desired))
         return admission_status(record, None, since, self.identity, plan), why
 

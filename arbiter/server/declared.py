@@ -5,6 +5,7 @@ the declarations: arbiter.integrations.declared).
     register(integrations)     the kinds join the registries of every layer
     check_installed(api, ...)  each kind's CRD read once at startup: checked now
                                (a refusal exits), or waited for when missing
+                               or unreadable (no RBAC to get it, the apiserver away)
     wait_for_crds(...)         a background task: a missing CRD is read again
                                every CRD_POLL seconds; once there it is checked,
                                then the kind is switched on and watched (or, refused,
@@ -97,14 +98,18 @@ async def check_installed(api: Any, integrations: Sequence[DeclaredIntegration],
     for (each reported once, and off until then)."""
     missing: list[DeclaredIntegration] = []
     for integration in integrations:
-        crd = await read_crd(api, integration)
-        if crd is None:
-            log.warning("declared integration %s: CRD %s not installed; its kind waits for it",
-                        integration.kind, integration.name)
-            store.declared_off[integration.kind] = f"CRD {integration.name} not installed"
-            missing.append(integration)
+        try:
+            crd = await read_crd(api, integration)
+        except ApiError as error:  # forbidden, the apiserver away: read again later
+            why = f"CRD {integration.name} not readable ({error.status}: {error.reason})"
         else:
-            _checked(integration, crd)
+            if crd is not None:
+                _checked(integration, crd)
+                continue
+            why = f"CRD {integration.name} not installed"
+        log.warning("declared integration %s: %s; its kind waits for it", integration.kind, why)
+        store.declared_off[integration.kind] = why
+        missing.append(integration)
     return tuple(missing)
 
 

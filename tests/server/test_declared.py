@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from arbiter.base.kubeapi import ApiError
 from arbiter.cache.store import ClusterStore
 from arbiter.cli.main import main
 from arbiter.integrations.declared import DeclarationError
@@ -71,6 +72,15 @@ async def test_at_startup_a_crd_is_checked_or_its_kind_waits(
     assert await declared.check_installed(object(), [widget], store) == (widget,)
     assert store.declared_off == {"Widget": "CRD widgets.example.com not installed"}
     assert "CRD widgets.example.com not installed" in caplog.text
+
+    async def forbidden(api: Any, integration: Any) -> Any:
+        raise ApiError(403, "Forbidden")
+
+    # No RBAC to read it (or the apiserver away): it waits too, said why.
+    monkeypatch.setattr(declared, "read_crd", forbidden)
+    assert await declared.check_installed(object(), [widget], store) == (widget,)
+    assert store.declared_off == {
+        "Widget": "CRD widgets.example.com not readable (403: Forbidden)"}
 
 
 async def test_a_crd_that_appears_later_switches_its_kind_on_or_keeps_it_off(

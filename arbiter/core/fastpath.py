@@ -15,7 +15,9 @@ derived from the CA key every replica shares (the certificate Secret), so
 any replica can check a token and no tenant can make one. The uid is not
 covered: the apiserver assigns it after the mutating webhooks ran. A token
 is tied to one creation instead: it counts only for a Job created within
-`TOKEN_TTL` of its issue, and the leader takes each token once.
+`TOKEN_TTL` of its issue. Within that window a copy of a genuine token on
+a Job of the same namespace, name and demand (the first one deleted) would
+pass too: that Job runs once more, charged to the same queue.
 """
 
 from __future__ import annotations

@@ -446,10 +446,9 @@ class AdmissionController:
         if consumer.kind != "Job":
             return None
         job = self.store.jobs.get(f"{consumer.namespace}/{consumer.name}")
-        if job is None:
+        if job is None or (created := self.fast.created(job, desired)) is None:
             return None
-        created = self.fast.created(job, desired)
-        return None if created is None else (*created, job.created)
+        return (*created, job.created)
 
     def _reconcile_unit(self, key: str, now: float) -> None:
         unit = self.unit(key)

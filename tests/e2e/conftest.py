@@ -85,6 +85,16 @@ def integrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
                         integrations=("jobset", "lws", "ray", "trainer"))
 
 
+@pytest.fixture(scope="module")
+def short_grace(integrated: Sandbox) -> Iterator[None]:
+    """The primary arbiter of `integrated` with a 3 s reclaim grace for the
+    module that asks (`pytestmark = pytest.mark.usefixtures("short_grace")`)."""
+    from tests.e2e.helpers import arbiter_with
+
+    with arbiter_with(integrated, ["--reclaim-grace", "3.0"]):
+        yield
+
+
 def _started(instance: Sandbox, shape: NodeShape, **up: Any) -> Iterator[Sandbox]:
     _ACTIVE.append(instance)
     try:

@@ -47,6 +47,7 @@ from tests.e2e.workloads import (
     quiet,
     running,
     set_room,
+    suspended,
     unit,
 )
 
@@ -188,10 +189,6 @@ def declared(integrated: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> I
         yield path
 
 
-def suspended(sb: Sandbox, ns: str, name: str) -> bool:
-    return get(sb, PLURAL, name, "-n", ns)["spec"].get("suspend") is True
-
-
 def test_a_declared_kind_is_held_admitted_whole_placed_and_reclaimed_whole(
         integrated: Sandbox, declared: Path, controller: list[str]) -> None:
     sb = integrated
@@ -227,14 +224,14 @@ def test_a_declared_kind_is_held_admitted_whole_placed_and_reclaimed_whole(
         # Under its guarantee, another queue's 2-CPU Job in the pool (1 CPU
         # free there) takes the Widget back, whole.
         create(sb, job_of("batch", other_ns, 2, runs_for="5s"))
-        wait_for("the Widget suspended again", lambda: suspended(sb, ns, "w"), timeout=60)
+        wait_for("the Widget suspended again", lambda: suspended(sb, ns, PLURAL, "w"), timeout=60)
         wait_for("its pods gone", lambda: pods(sb, ns) == [], timeout=60)
         held = get(sb, PLURAL, "w", "-n", ns)["spec"]["driver"]["template"]["spec"]
         assert "nodeSelector" not in held  # the placement taken off
         assert phase(unit(sb, ns, "widget-w")) == "Enqueued"  # requeued, not Failed
         wait_for("the Widget running again whole", lambda: len(running(sb, ns)) == 3,
                  timeout=90)
-        assert not suspended(sb, ns, "w")
+        assert not suspended(sb, ns, PLURAL, "w")
 
 
 def test_a_tenant_cannot_get_round_the_queue_with_a_declared_kind(
@@ -259,7 +256,7 @@ def test_a_tenant_cannot_get_round_the_queue_with_a_declared_kind(
                                  "-p", '{"spec":{"suspend":false}}', check=False)
             assert started.returncode != 0
             assert "only kube-arbiter may set spec.suspend to false" in started.stderr
-            assert suspended(sb, ns, "w")
+            assert suspended(sb, ns, PLURAL, "w")
 
             sb.kubectl("patch", PLURAL, "w", "-n", ns, "--type=merge",
                        "-p", '{"spec":{"workers":{"count":2}}}')
@@ -267,7 +264,8 @@ def test_a_tenant_cannot_get_round_the_queue_with_a_declared_kind(
             # Grown after admission: held again and queued at the new size.
             sb.kubectl("patch", PLURAL, "w", "-n", ns, "--type=merge",
                        "-p", '{"spec":{"workers":{"count":5}}}')
-            wait_for("the Widget suspended again", lambda: suspended(sb, ns, "w"), timeout=30)
+            wait_for("the Widget suspended again", lambda: suspended(sb, ns, PLURAL, "w"),
+                     timeout=30)
             wait_for("queued at 6", lambda: pod_sets(unit(sb, ns, "widget-w") or {"spec": {
                 "podSets": []}}) == {"driver": 1, "workers": 5}, timeout=30)
             wait_for("its pods gone", lambda: pods(sb, ns) == [], timeout=60)

@@ -10,14 +10,12 @@ runs with a short reclaim grace for this module.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
-    arbiter_with,
     create,
     get,
     hold_cluster,
@@ -43,25 +41,16 @@ from tests.e2e.workloads import (
     quiet,
     running,
     set_room,
+    suspended,
     unit,
 )
 
-GRACE = 3.0
+pytestmark = pytest.mark.usefixtures("short_grace")
 POOL_NODES = NODES[-4:]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def short_grace(integrated: Sandbox) -> Iterator[None]:
-    with arbiter_with(integrated, ["--reclaim-grace", str(GRACE)]):
-        yield
 
 
 def children(sandbox: Sandbox, ns: str, name: str) -> list[dict[str, Any]]:
     return pods(sandbox, ns, f"jobset.sigs.k8s.io/jobset-name={name}")
-
-
-def suspended(sandbox: Sandbox, ns: str, name: str) -> bool:
-    return get(sandbox, "jobset", name, "-n", ns)["spec"].get("suspend") is True
 
 
 def completed(sandbox: Sandbox, ns: str, name: str) -> bool:
@@ -86,7 +75,7 @@ def test_a_jobset_waits_whole_runs_whole_in_its_pool_and_frees_its_quota(
         time.sleep(3)  # time enough to admit it (wrongly) or to queue a child
         assert [u["metadata"]["name"] for u in units(sb, ns)] == ["jobset-train"]
         assert phase(unit(sb, ns, "jobset-train")) == "Enqueued"
-        assert suspended(sb, ns, "train")
+        assert suspended(sb, ns, "jobset", "train")
         assert pods(sb, ns) == []  # not one child pod while 4 CPUs do not fit in 3
         assert allocated_cpu(sb, q) == "0"
 
@@ -115,7 +104,8 @@ def test_reclaim_suspends_the_jobset_whole_and_it_runs_again_whole(integrated: S
         # Under its guarantee, the other queue's 6-CPU Job reclaims the
         # JobSet (4 of the 8 CPUs; 4 are free).
         create(sb, job_of("batch", other_ns, 6, runs_for="10s"))
-        wait_for("the JobSet suspended again", lambda: suspended(sb, ns, "train"), timeout=60)
+        wait_for("the JobSet suspended again", lambda: suspended(sb, ns, "jobset", "train"),
+                 timeout=60)
         wait_for("its pods gone", lambda: children(sb, ns, "train") == [], timeout=60)
         assert phase(unit(sb, ns, "jobset-train")) == "Enqueued"  # requeued, not Failed
         assert metrics(sb)[("arbiter_preempted_units_total",
@@ -124,7 +114,7 @@ def test_reclaim_suspends_the_jobset_whole_and_it_runs_again_whole(integrated: S
                  timeout=60)
         wait_for("the JobSet running again whole", lambda: len(running(sb, ns)) == 4,
                  timeout=90)
-        assert not suspended(sb, ns, "train")
+        assert not suspended(sb, ns, "jobset", "train")
         assert phase(unit(sb, ns, "jobset-train")) in ("Dequeued", "Running")
 
 

@@ -14,13 +14,12 @@ runs with a short reclaim grace for this module.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
-from tests.e2e.helpers import arbiter_with, create, get, tenant, units, wait_for
+from tests.e2e.helpers import create, get, tenant, units, wait_for
 from tests.e2e.workloads import (
     CPUS,
     NODES,
@@ -34,18 +33,13 @@ from tests.e2e.workloads import (
     quiet,
     running,
     set_room,
+    suspended,
     unit,
 )
 
-GRACE = 3.0
+pytestmark = pytest.mark.usefixtures("short_grace")
 POOL_NODES = NODES[-5:]
 IMAGE = "rayproject/ray:2.52.0"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def short_grace(integrated: Sandbox) -> Iterator[None]:
-    with arbiter_with(integrated, ["--reclaim-grace", str(GRACE)]):
-        yield
 
 
 def ray_template(cpu: str = "1") -> dict[str, Any]:
@@ -63,10 +57,6 @@ def cluster_spec(workers: int) -> dict[str, Any]:
 def raycluster(name: str, ns: str, workers: int) -> dict[str, Any]:
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
             "metadata": {"name": name, "namespace": ns}, "spec": cluster_spec(workers)}
-
-
-def suspended(sandbox: Sandbox, kind: str, ns: str, name: str) -> bool:
-    return get(sandbox, kind, name, "-n", ns)["spec"].get("suspend") is True
 
 
 def reclaim_with_a_job(sandbox: Sandbox, other_ns: str) -> None:
@@ -91,7 +81,7 @@ def test_a_raycluster_waits_whole_runs_whole_in_its_pool_and_comes_back_after_re
         assert pod_sets(queued) == {"head": 1, "cpu": 4}
         time.sleep(3)  # time enough to admit it (wrongly)
         assert phase(unit(sb, ns, "raycluster-rc")) == "Enqueued"
-        assert suspended(sb, "raycluster", ns, "rc") and pods(sb, ns) == []  # 5 CPUs, room 4
+        assert suspended(sb, ns, "raycluster", "rc") and pods(sb, ns) == []  # 5 CPUs, room 4
 
         set_room(sb, ns, q, 5, pools=[pool_name])
         wait_for("the head and 4 workers Running", lambda: len(running(sb, ns)) == 5)
@@ -102,12 +92,12 @@ def test_a_raycluster_waits_whole_runs_whole_in_its_pool_and_comes_back_after_re
 
         # 4 pool CPUs for a queue under its guarantee: the cluster holds all 5; it goes whole.
         reclaim_with_a_job(sb, other_ns)
-        wait_for("the RayCluster suspended again", lambda: suspended(sb, "raycluster", ns, "rc"))
+        wait_for("the RayCluster suspended again", lambda: suspended(sb, ns, "raycluster", "rc"))
         wait_for("KubeRay deleting all its pods", lambda: pods(sb, ns) == [])
         assert phase(unit(sb, ns, "raycluster-rc")) == "Enqueued"  # requeued, not Failed
         wait_for("the RayCluster running again, whole", lambda: len(running(sb, ns)) == 5,
                  timeout=90)
-        assert not suspended(sb, "raycluster", ns, "rc")
+        assert not suspended(sb, ns, "raycluster", "rc")
 
 
 def test_a_rayjob_is_one_unit_and_its_cluster_has_none(integrated: Sandbox) -> None:
@@ -144,7 +134,7 @@ def test_a_rayjob_is_one_unit_and_its_cluster_has_none(integrated: Sandbox) -> N
         assert [u["metadata"]["name"] for u in units(sb, ns)] == ["rayjob-rj"]
 
         reclaim_with_a_job(sb, other_ns)  # the RayJob holds 4 of the pool's 5 nodes
-        wait_for("the RayJob suspended again", lambda: suspended(sb, "rayjob", ns, "rj"))
+        wait_for("the RayJob suspended again", lambda: suspended(sb, ns, "rayjob", "rj"))
         wait_for("KubeRay deleting its cluster and pods",
                  lambda: cluster() is None and pods(sb, ns) == [])
         assert phase(unit(sb, ns, "rayjob-rj")) == "Enqueued"

@@ -12,14 +12,13 @@ runs with a short reclaim grace for this module.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from arbiter.integrations.trainjob import MANAGER
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
-from tests.e2e.helpers import arbiter_with, create, get, tenant, units, wait_for
+from tests.e2e.helpers import create, get, tenant, units, wait_for
 from tests.e2e.workloads import (
     LONG,
     NODES,
@@ -34,23 +33,14 @@ from tests.e2e.workloads import (
     quiet,
     running,
     set_room,
+    suspended,
     unit,
 )
 
-GRACE = 3.0
+pytestmark = pytest.mark.usefixtures("short_grace")
 POOL_NODES = NODES[-4:]
 # The tenant's own runtime patch: its pods run until the test ends (kwok).
 TENANT_MANAGER = "e2e.arbiter.dev/tenant"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def short_grace(integrated: Sandbox) -> Iterator[None]:
-    with arbiter_with(integrated, ["--reclaim-grace", str(GRACE)]):
-        yield
-
-
-def suspended(sandbox: Sandbox, ns: str, kind: str, name: str) -> bool:
-    return get(sandbox, kind, name, "-n", ns)["spec"].get("suspend") is True
 
 
 def trainjob(name: str, ns: str, nodes: int) -> dict[str, Any]:

@@ -102,6 +102,10 @@ def unit(sandbox: Sandbox, ns: str, name: str) -> dict[str, Any] | None:
     return document
 
 
+def suspended(sandbox: Sandbox, ns: str, kind: str, name: str) -> bool:
+    return get(sandbox, kind, name, "-n", ns)["spec"].get("suspend") is True
+
+
 def phase(obj: dict[str, Any] | None) -> str:
     return str(((obj or {}).get("status") or {}).get("phase") or "")
 

@@ -17,8 +17,7 @@ from arbiter.integrations import enabled
 from arbiter.testing import memory
 from tests.integrations.declared_samples import WIDGETS, registered, widget, widget_integration
 from tests.loop.harness import Cluster
-
-NS = "team-a"
+from tests.loop.workloads import NS, gpu_node, gpu_pool
 
 
 @pytest.fixture
@@ -38,21 +37,11 @@ def _spec(c: Cluster, name: str) -> dict[str, Any]:
     return spec
 
 
-async def _pool(c: Cluster, nodes: int) -> None:
-    for index in range(nodes):
-        await c.api.create("/api/v1/nodes", {
-            "metadata": {"name": f"gpu-{index}", "labels": {"pool": "gpu"}},
-            "status": {"allocatable": {"cpu": "1", "memory": "8Gi", "pods": "110"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}})
-    await c.api.create("/apis/arbiter.dev/v1alpha1/pools", {
-        "metadata": {"name": "gpu"}, "spec": {"nodeSelector": {"pool": "gpu"}}})
-
-
 async def test_it_is_one_unit_admitted_whole_and_placed_into_every_template(
         cluster: Cluster) -> None:
     c = cluster
     await c.queue("q", namespaces=[NS])
-    await _pool(c, 2)
+    await gpu_pool(c, 2)
     created = await _widget(c, "w")
     await c.settle()
     unit = c.unit_obj(NS, "widget-w")
@@ -63,10 +52,7 @@ async def test_it_is_one_unit_admitted_whole_and_placed_into_every_template(
         [("driver", 1), ("workers", 2)]
     assert c.phase(NS, "widget-w") in (None, "Enqueued")  # 3 CPUs asked, 2 there
     assert _spec(c, "w")["suspend"] is True
-    await c.api.create("/api/v1/nodes", {
-        "metadata": {"name": "gpu-2", "labels": {"pool": "gpu"}},
-        "status": {"allocatable": {"cpu": "1", "memory": "8Gi", "pods": "110"},
-                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    await gpu_node(c, 2)
     await c.settle()
     assert c.phase(NS, "widget-w") == "Dequeued"
     spec = _spec(c, "w")
@@ -133,7 +119,7 @@ async def test_a_list_pod_set_is_placed_into_every_elements_template(
         monkeypatch.setitem(memory._KINDS, "widgets", "Widget")
         c = Cluster(store=ClusterStore(integrations=(kind,)))
         await c.queue("q", namespaces=[NS])
-        await _pool(c, 4)
+        await gpu_pool(c, 4)
         obj = widget("w", NS, suspend=True, queue="q")
         template = obj["spec"]["driver"]["template"]
         obj["spec"]["groups"] = [{"replicas": 1, "template": template},

@@ -52,15 +52,26 @@ def unit_phase(c: Cluster, namespace: str, name: str) -> str | None:
     return record.phase if record is not None else None
 
 
-async def ready(c: Cluster, nodes: int = 2) -> None:
+async def ready(nodes: int = 2, settings: LoopSettings | None = None) -> Cluster:
+    """A cluster with the fast path's key: `nodes` nodes and queue `q`, settled."""
+    c = Cluster(settings, fast_path_key=KEY)
     await c.nodes(nodes)
     await c.queue("q")
     await c.settle()
+    return c
+
+
+def reserve(c: Cluster, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Job `name` of queue q in ns let through at creation: the room is
+    reserved. The Job as its user wrote it, and the webhook's ops."""
+    obj = job_obj("ns", name, "q")
+    ops = c.controller.admit_on_create("ns", name, "q", obj)
+    assert ops is not None
+    return obj, ops
 
 
 async def test_a_job_into_an_empty_queue_is_admitted_at_creation_in_one_write() -> None:
-    c = Cluster(fast_path_key=KEY)
-    await ready(c)
+    c = await ready()
     assert await create(c, "ns", "train", "q") is not None
     assert not c.suspended("ns", "train")
     job = c.api.objects[job_path("ns", "train")]
@@ -81,8 +92,7 @@ async def test_a_job_into_an_empty_queue_is_admitted_at_creation_in_one_write() 
 
 
 async def test_with_a_waiting_unit_ahead_the_job_is_held() -> None:
-    c = Cluster(fast_path_key=KEY)
-    await ready(c, nodes=1)
+    c = await ready(1)
     await c.job("ns", "first", "q")
     await c.job("ns", "big", "q", cpu="2")  # waits: no node has 2 CPUs
     await c.settle()
@@ -121,11 +131,8 @@ async def test_another_queue_owed_the_room_first_is_served_first() -> None:
 
 
 async def test_a_reservation_whose_job_never_comes_expires() -> None:
-    c = Cluster(fast_path_key=KEY)
-    await ready(c, nodes=1)
-    obj = job_obj("ns", "ghost", "q")
-    ops = c.controller.admit_on_create("ns", "ghost", "q", obj)
-    assert ops is not None
+    c = await ready(1)
+    obj, ops = reserve(c, "ghost")
     # The room is reserved: a Job created meanwhile through the held path waits.
     await c.job("ns", "other", "q")
     await c.settle()
@@ -146,11 +153,8 @@ async def test_a_reservation_whose_job_never_comes_expires() -> None:
 
 
 async def test_the_reservation_and_a_normal_cycle_never_book_the_room_twice() -> None:
-    c = Cluster(fast_path_key=KEY)
-    await ready(c, nodes=1)
-    obj = job_obj("ns", "fast", "q")
-    ops = c.controller.admit_on_create("ns", "fast", "q", obj)
-    assert ops is not None
+    c = await ready(1)
+    obj, ops = reserve(c, "fast")
     await c.job("ns", "slow", "q")
     c.controller.cycle()  # before the fast Job's watch event
     obj = json_patch(obj, ops)
@@ -161,8 +165,7 @@ async def test_the_reservation_and_a_normal_cycle_never_book_the_room_twice() ->
 
 
 async def test_a_new_leader_adopts_a_job_let_through_by_the_old_one() -> None:
-    c = Cluster(fast_path_key=KEY)
-    await ready(c)
+    c = await ready()
     old = c.controller
     assert await create(c, "ns", "train", "q", controller=old) is not None
     old.stop_listening()
@@ -179,8 +182,7 @@ async def test_a_new_leader_adopts_a_job_let_through_by_the_old_one() -> None:
 
 
 async def test_a_forged_token_is_not_an_admission_at_creation() -> None:
-    c = Cluster(fast_path_key=KEY)
-    await ready(c)
+    c = await ready()
     obj = job_obj("ns", "forged", "q")
     obj["metadata"]["annotations"] = {
         FAST_PATH_ANNOTATION: f"v1;job-forged;q;;{int(c.clock() * 1000)};{'0' * 32}"}
@@ -194,14 +196,12 @@ async def test_a_forged_token_is_not_an_admission_at_creation() -> None:
 
 
 async def test_the_flag_off_holds_every_job() -> None:
-    c = Cluster(LoopSettings(debounce=0.0, admit_on_create=False), fast_path_key=KEY)
-    await ready(c)
+    c = await ready(settings=LoopSettings(debounce=0.0, admit_on_create=False))
     assert await create(c, "ns", "train", "q") is None
 
 
 async def test_dry_runs_generate_names_and_taken_names_are_held() -> None:
-    c = Cluster(fast_path_key=KEY)
-    await ready(c)
+    c = await ready()
     await c.job("ns", "taken", "q")
     await c.settle()
     assert c.controller.admit_on_create("ns", "", "q", job_obj("ns", "", "q")) is None
@@ -216,8 +216,7 @@ async def test_a_job_held_before_and_not_seen_yet_comes_first() -> None:
     """A Job the webhook held whose unit the engine has not seen yet counts
     as pending ahead: the room it would take is not given to a later Job."""
     for nodes, later_fast in ((1, False), (2, True)):
-        c = Cluster(fast_path_key=KEY)
-        await ready(c, nodes=nodes)
+        c = await ready(nodes)
         first = job_obj("ns", "first", "q")
         first["spec"]["suspend"] = True  # its user suspended it: held, with a unit to come
         assert c.controller.admit_on_create("ns", "first", "q", first) is None

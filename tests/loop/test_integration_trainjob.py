@@ -8,23 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.cache.store import ClusterStore
 from arbiter.core.api import QUEUE_LABEL
-from arbiter.integrations import DEFAULT_NAMES, enabled
 from arbiter.integrations.trainjob import MANAGER
 from arbiter.loop.placement import PodDirectives
 from tests.loop.harness import Cluster
+from tests.loop.workloads import NS, gpu_node, queued
 
-NS = "team-a"
 TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
 JOBSETS = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
 USER_PATCH = {"manager": "example.com/tenant", "trainingRuntimeSpec": {"template": {"spec": {
     "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
         "metadata": {"annotations": {"a": "b"}}}}}}]}}}}
-
-
-def cluster() -> Cluster:
-    return Cluster(store=ClusterStore(integrations=enabled(DEFAULT_NAMES)))
 
 
 async def trainjob(c: Cluster, name: str = "tune", nodes: int = 2) -> dict[str, Any]:
@@ -52,22 +46,6 @@ async def trainers_jobset(c: Cluster, owner: dict[str, Any], nodes: int = 2) -> 
                                     "resources": {"requests": {"cpu": "1"}}}]}}}}}]}})
 
 
-async def gpu_node(c: Cluster, index: int) -> None:
-    await c.api.create("/api/v1/nodes", {
-        "metadata": {"name": f"gpu-{index}", "labels": {"pool": "gpu"}},
-        "status": {"allocatable": {"cpu": "1", "memory": "8Gi", "pods": "110"},
-                   "conditions": [{"type": "Ready", "status": "True"}]}})
-
-
-async def gpu_pool(c: Cluster, nodes: int) -> None:
-    """Pool `gpu` (nodeSelector pool=gpu) of `nodes` 1-CPU nodes, a queue `q`."""
-    await c.queue("q", namespaces=[NS])
-    for index in range(nodes):
-        await gpu_node(c, index)
-    await c.api.create("/apis/arbiter.dev/v1alpha1/pools", {
-        "metadata": {"name": "gpu"}, "spec": {"nodeSelector": {"pool": "gpu"}}})
-
-
 def units(c: Cluster) -> list[str]:
     return sorted(u["metadata"]["name"] for u in c.api.of_kind("queueunits"))
 
@@ -82,9 +60,7 @@ def ours(c: Cluster) -> dict[str, Any] | None:
 
 
 async def test_no_unit_until_its_jobset_is_seen_then_one_unit_of_the_jobsets_pods() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(4)
+    c = await queued(4)
     owner = await trainjob(c)
     await c.settle()
     assert units(c) == [] and spec(c)["suspend"] is True
@@ -98,8 +74,7 @@ async def test_no_unit_until_its_jobset_is_seen_then_one_unit_of_the_jobsets_pod
 
 
 async def test_admitted_whole_only_when_both_nodes_fit_then_unsuspended_and_placed() -> None:
-    c = cluster()
-    await gpu_pool(c, 1)
+    c = await queued(gpu=1)
     await trainers_jobset(c, await trainjob(c))
     await c.settle()
     assert c.phase(NS, "trainjob-tune") in (None, "Enqueued")  # 2 CPUs asked, 1 there
@@ -119,8 +94,7 @@ async def test_admitted_whole_only_when_both_nodes_fit_then_unsuspended_and_plac
 
 
 async def test_held_again_it_is_suspended_and_its_entry_waits_for_the_next_release() -> None:
-    c = cluster()
-    await gpu_pool(c, 2)
+    c = await queued(gpu=2)
     await trainers_jobset(c, await trainjob(c))
     await c.settle()
     placed = ours(c)
@@ -142,9 +116,7 @@ async def test_held_again_it_is_suspended_and_its_entry_waits_for_the_next_relea
 
 
 async def test_finished_from_its_condition_and_its_room_goes_to_the_next() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(2)
+    c = await queued(2)
     await trainers_jobset(c, await trainjob(c))
     await c.settle()
     assert c.phase(NS, "trainjob-tune") == "Dequeued"
@@ -162,9 +134,7 @@ async def test_finished_from_its_condition_and_its_room_goes_to_the_next() -> No
 async def test_the_pods_of_its_jobsets_jobs_are_its_own_on_their_nodes() -> None:
     """pod -> Job -> JobSet -> TrainJob, by uid: charged as the TrainJob's
     unit, never as uncovered usage or a unit of their own."""
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(2)
+    c = await queued(2)
     child = await trainers_jobset(c, await trainjob(c))
     await c.settle()
     assert c.phase(NS, "trainjob-tune") == "Dequeued"

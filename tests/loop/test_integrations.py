@@ -7,27 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from arbiter.cache.store import ClusterStore
-from arbiter.core.api import ADMISSION_GATE, QUEUE_LABEL
-from arbiter.integrations import DEFAULT_NAMES, enabled
+from arbiter.core.api import QUEUE_LABEL
 from arbiter.integrations.lws import GROUP_INDEX_LABEL
 from tests.loop.harness import Cluster
+from tests.loop.workloads import NS, owned_pod, queued, template, with_kind
 
-NS = "team-a"
 JOBSETS = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
 STATEFULSETS = f"/apis/apps/v1/namespaces/{NS}/statefulsets"
 LWSS = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets"
-
-
-def cluster() -> Cluster:
-    store = ClusterStore(integrations=enabled(DEFAULT_NAMES))
-    return Cluster(store=store)
-
-
-def template(queue: str, cpu: str = "1") -> dict[str, Any]:
-    return {"metadata": {"labels": {QUEUE_LABEL: queue}},
-            "spec": {"containers": [{"name": "c", "image": "x",
-                                     "resources": {"requests": {"cpu": cpu}}}]}}
 
 
 async def jobset(c: Cluster, name: str, queue: str = "q") -> dict[str, Any]:
@@ -48,30 +35,8 @@ async def statefulset(c: Cluster, name: str, replicas: int, queue: str = "q") ->
         "spec": {"replicas": replicas, "template": template(queue)}})
 
 
-async def owned_pod(c: Cluster, name: str, owner: dict[str, Any], queue: str = "q",
-                    labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A gated pod whose controller is `owner` (as its controller makes it)."""
-    meta = owner["metadata"]
-    return await c.api.create(f"/api/v1/namespaces/{NS}/pods", {
-        "metadata": {"name": name, "namespace": NS,
-                     "labels": {QUEUE_LABEL: queue, **(labels or {})},
-                     "ownerReferences": [{"apiVersion": owner.get("apiVersion", "v1"),
-                                          "kind": owner["kind"], "name": meta["name"],
-                                          "uid": meta["uid"], "controller": True}]},
-        "spec": {"schedulingGates": [{"name": ADMISSION_GATE}],
-                 "containers": [{"name": "c", "image": "x",
-                                 "resources": {"requests": {"cpu": "1"}}}]},
-        "status": {"phase": "Pending"}})
-
-
-def with_kind(obj: dict[str, Any], kind: str, api_version: str) -> dict[str, Any]:
-    return {**obj, "kind": kind, "apiVersion": api_version}
-
-
 async def test_a_jobset_is_one_unit_admitted_whole_when_it_all_fits() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(3)
+    c = await queued(3)
     await jobset(c, "train")
     await c.settle()
     unit = c.unit_obj(NS, "jobset-train")
@@ -88,9 +53,7 @@ async def test_a_jobset_is_one_unit_admitted_whole_when_it_all_fits() -> None:
 
 
 async def test_a_jobsets_child_jobs_get_no_unit_of_their_own() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(4)
+    c = await queued(4)
     owner = with_kind(await jobset(c, "train"), "JobSet", "jobset.x-k8s.io/v1alpha2")
     child = await c.job(NS, "train-driver-0", "q")
     c.api.edit(f"/apis/batch/v1/namespaces/{NS}/jobs/train-driver-0", lambda o: o[
@@ -105,9 +68,7 @@ async def test_a_jobsets_child_jobs_get_no_unit_of_their_own() -> None:
 
 
 async def test_a_job_naming_a_jobset_that_does_not_exist_waits_unqueued() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(4)
+    c = await queued(4)
     await c.job(NS, "stray", "q")
     c.api.edit(f"/apis/batch/v1/namespaces/{NS}/jobs/stray", lambda o: o[
         "metadata"].__setitem__("ownerReferences", [{
@@ -120,9 +81,7 @@ async def test_a_job_naming_a_jobset_that_does_not_exist_waits_unqueued() -> Non
 
 async def test_a_statefulset_gets_its_unit_before_any_pod_and_lets_pods_go_as_they_come(
 ) -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(3)
+    c = await queued(3)
     sts = with_kind(await statefulset(c, "web", 3), "StatefulSet", "apps/v1")
     await c.settle()
     assert c.phase(NS, "sts-web") == "Dequeued"
@@ -142,9 +101,7 @@ async def test_a_statefulset_gets_its_unit_before_any_pod_and_lets_pods_go_as_th
 
 
 async def test_a_statefulset_with_too_little_room_runs_no_pod() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(2)
+    c = await queued(2)
     sts = with_kind(await statefulset(c, "web", 3), "StatefulSet", "apps/v1")
     await owned_pod(c, "web-0", sts)
     await c.settle()
@@ -153,9 +110,7 @@ async def test_a_statefulset_with_too_little_room_runs_no_pod() -> None:
 
 
 async def test_scaling_an_admitted_statefulset_to_zero_frees_its_quota() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(3)
+    c = await queued(3)
     sts = with_kind(await statefulset(c, "web", 3), "StatefulSet", "apps/v1")
     await c.settle()
     await owned_pod(c, "web-0", sts)
@@ -172,9 +127,7 @@ async def test_scaling_an_admitted_statefulset_to_zero_frees_its_quota() -> None
 
 
 async def test_a_lws_is_one_unit_per_group_all_or_nothing() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(4)
+    c = await queued(4)
     await c.api.create(LWSS, {
         "metadata": {"name": "serve", "namespace": NS, "labels": {QUEUE_LABEL: "q"}},
         "spec": {"replicas": 2, "leaderWorkerTemplate": {
@@ -188,9 +141,7 @@ async def test_a_lws_is_one_unit_per_group_all_or_nothing() -> None:
 
 
 async def test_lws_pods_are_let_go_by_their_groups_unit_through_the_chain() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(3)
+    c = await queued(3)
     lws = with_kind(await c.api.create(LWSS, {
         "metadata": {"name": "serve", "namespace": NS, "labels": {QUEUE_LABEL: "q"}},
         "spec": {"replicas": 2, "leaderWorkerTemplate": {
@@ -223,15 +174,7 @@ async def test_lws_pods_are_let_go_by_their_groups_unit_through_the_chain() -> N
 
 
 async def test_a_jobset_is_placed_into_every_template_and_finishing_frees_its_quota() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    for index in range(4):
-        await c.api.create("/api/v1/nodes", {
-            "metadata": {"name": f"gpu-{index}", "labels": {"pool": "gpu"}},
-            "status": {"allocatable": {"cpu": "1", "memory": "8Gi", "pods": "110"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}})
-    await c.api.create("/apis/arbiter.dev/v1alpha1/pools", {
-        "metadata": {"name": "gpu"}, "spec": {"nodeSelector": {"pool": "gpu"}}})
+    c = await queued(gpu=4)
     await jobset(c, "train")
     await c.settle()
     spec = c.api.objects[f"{JOBSETS}/train"]["spec"]
@@ -250,15 +193,7 @@ async def test_a_jobset_is_placed_into_every_template_and_finishing_frees_its_qu
 
 
 async def test_holding_a_jobset_again_suspends_it_and_takes_the_placement_off() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    for index in range(4):
-        await c.api.create("/api/v1/nodes", {
-            "metadata": {"name": f"gpu-{index}", "labels": {"pool": "gpu"}},
-            "status": {"allocatable": {"cpu": "1", "memory": "8Gi", "pods": "110"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}})
-    await c.api.create("/apis/arbiter.dev/v1alpha1/pools", {
-        "metadata": {"name": "gpu"}, "spec": {"nodeSelector": {"pool": "gpu"}}})
+    c = await queued(gpu=4)
     await jobset(c, "train")
     await c.settle()
     unit = c.store.units[f"{NS}/jobset-train"]
@@ -273,9 +208,7 @@ async def test_holding_a_jobset_again_suspends_it_and_takes_the_placement_off() 
 
 async def test_the_running_pods_of_an_admitted_statefulset_are_its_units_not_unqueued(
 ) -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(3)
+    c = await queued(3)
     sts = with_kind(await statefulset(c, "web", 2), "StatefulSet", "apps/v1")
     await c.settle()
     for index in range(2):
@@ -292,9 +225,7 @@ async def test_the_running_pods_of_an_admitted_statefulset_are_its_units_not_unq
 
 
 async def test_a_statefulsets_pods_labelled_into_a_pod_group_are_still_its_units() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(3)
+    c = await queued(3)
     sts = with_kind(await statefulset(c, "web", 2), "StatefulSet", "apps/v1")
     for index in range(2):
         await owned_pod(c, f"web-{index}", sts, labels={
@@ -310,9 +241,7 @@ async def test_a_jobsets_bound_pods_count_once_on_their_nodes() -> None:
     """The pods of a JobSet's child Jobs are its unit's on their nodes (by
     the chain pod -> Job -> JobSet), not uncovered usage besides its plan:
     counted twice, taking the JobSet back would never make room."""
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(4)
+    c = await queued(4)
     owner = with_kind(await jobset(c, "train"), "JobSet", "jobset.x-k8s.io/v1alpha2")
     await c.settle()
     assert c.phase(NS, "jobset-train") == "Dequeued"
@@ -334,9 +263,7 @@ async def test_a_jobsets_bound_pods_count_once_on_their_nodes() -> None:
 
 async def test_an_admitted_statefulset_scaled_up_is_held_again_and_queued_at_its_new_size(
 ) -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(3)
+    c = await queued(3)
     sts = with_kind(await statefulset(c, "web", 2), "StatefulSet", "apps/v1")
     await c.settle()
     for index in range(2):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from arbiter.core.api import QUEUE_LABEL
-from tests.loop.test_integrations import NS, cluster, owned_pod, template, with_kind
+from tests.loop.workloads import NS, gpu_node, owned_pod, queued, template, with_kind
 
 RAYCLUSTERS = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
 RAYJOBS = f"/apis/ray.io/v1/namespaces/{NS}/rayjobs"
@@ -31,25 +31,13 @@ async def raycluster(c: Any, name: str, workers: int = 4, **fields: Any) -> dict
     return with_kind(created, "RayCluster", "ray.io/v1")
 
 
-async def gpu_nodes(c: Any, count: int) -> None:
-    for index in range(count):
-        await c.api.create("/api/v1/nodes", {
-            "metadata": {"name": f"gpu-{index}", "labels": {"pool": "gpu"}},
-            "status": {"allocatable": {"cpu": "1", "memory": "8Gi", "pods": "110"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}})
-    await c.api.create("/apis/arbiter.dev/v1alpha1/pools", {
-        "metadata": {"name": "gpu"}, "spec": {"nodeSelector": {"pool": "gpu"}}})
-
-
 def selectors(spec: dict[str, Any]) -> list[Any]:
     return [spec["headGroupSpec"]["template"]["spec"].get("nodeSelector"),
             *(g["template"]["spec"].get("nodeSelector") for g in spec["workerGroupSpecs"])]
 
 
 async def test_a_raycluster_is_admitted_whole_placed_and_its_pods_let_go() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await gpu_nodes(c, 4)
+    c = await queued(gpu=4)
     rc = await raycluster(c, "rc")
     await c.settle()
     unit = c.unit_obj(NS, "raycluster-rc")
@@ -57,10 +45,7 @@ async def test_a_raycluster_is_admitted_whole_placed_and_its_pods_let_go() -> No
     assert [(s["name"], s["count"]) for s in unit["spec"]["podSets"]] == POD_SETS
     assert c.phase(NS, "raycluster-rc") in (None, "Enqueued")  # 5 CPUs asked, 4 there
     assert c.api.objects[f"{RAYCLUSTERS}/rc"]["spec"]["suspend"] is True
-    await c.api.create("/api/v1/nodes", {
-        "metadata": {"name": "gpu-4", "labels": {"pool": "gpu"}},
-        "status": {"allocatable": {"cpu": "1", "memory": "8Gi", "pods": "110"},
-                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    await gpu_node(c, 4)
     await c.settle()
     assert c.phase(NS, "raycluster-rc") == "Dequeued"
     spec = c.api.objects[f"{RAYCLUSTERS}/rc"]["spec"]
@@ -80,9 +65,7 @@ async def test_a_raycluster_is_admitted_whole_placed_and_its_pods_let_go() -> No
 
 
 async def test_holding_a_raycluster_suspends_it_and_takes_the_placement_off() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await gpu_nodes(c, 5)
+    c = await queued(gpu=5)
     await raycluster(c, "rc")
     await c.settle()
     assert c.api.objects[f"{RAYCLUSTERS}/rc"]["spec"]["suspend"] is False
@@ -92,9 +75,7 @@ async def test_holding_a_raycluster_suspends_it_and_takes_the_placement_off() ->
 
 
 async def test_a_worker_group_scaled_after_admission_is_queued_again_at_its_new_size() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(5)
+    c = await queued(5)
     rc = await raycluster(c, "rc")
     await c.settle()
     assert c.phase(NS, "raycluster-rc") == "Dequeued"
@@ -115,9 +96,7 @@ async def test_a_worker_group_scaled_after_admission_is_queued_again_at_its_new_
 
 
 async def test_the_autoscaler_moving_replicas_keeps_the_admission() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(9, cpu="2")  # the head asks 1.5 CPUs with the autoscaler
+    c = await queued(9, cpu="2")  # the head asks 1.5 CPUs with the autoscaler
     await raycluster(c, "rc", 1, enableInTreeAutoscaling=True)
     await c.settle()
     unit = c.unit_obj(NS, "raycluster-rc")
@@ -132,9 +111,7 @@ async def test_the_autoscaler_moving_replicas_keeps_the_admission() -> None:
 
 
 async def test_a_rayjob_is_one_unit_with_its_cluster_and_submitter_as_children() -> None:
-    c = cluster()
-    await c.queue("q", namespaces=[NS])
-    await c.nodes(4)
+    c = await queued(4)
     job = with_kind(await c.api.create(RAYJOBS, {
         "metadata": {"name": "rj", "namespace": NS, "labels": {QUEUE_LABEL: "q"}},
         "spec": {"suspend": True, "entrypoint": "python x.py", "shutdownAfterJobFinishes": True,

@@ -23,6 +23,7 @@ from webhook.review import AdmissionEnv, AdmissionRequest, Decision, PatchOp, pa
 Json = dict[str, Any]
 ADMIN = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
 ARBITER_USER = "system:serviceaccount:arbiter-system:kube-arbiter"
+TENANT = {"username": "alice", "groups": ["system:authenticated"]}
 JOB_CONTROLLER = {
     "username": "system:serviceaccount:kube-system:job-controller",
     "uid": "6a1c1b8e-0c55-4c0a-a0a4-3f1d3f7f1b1e",

@@ -17,22 +17,17 @@ from tests.webhook import admission_samples
 from tests.webhook.admission_samples import (
     QUEUE_LABEL,
     Json,
-    env_for,
     kubectl_run_pod,
     make_store,
     namespace_obj,
-    parse,
     patched,
     queue_obj,
-    review,
     unit_obj,
 )
-from tests.webhook.test_workloads import ARBITER, QUEUED, TENANT
-from tests.webhook.workload_samples import owned_by
+from tests.webhook.workload_samples import ARBITER, QUEUED, ask, owned_by
 from webhook import configuration, queueunits
 from webhook.configuration import desired_configurations
-from webhook.endpoints import BY_PATH, served
-from webhook.review import Decision
+from webhook.endpoints import served
 
 MUTATE, VALIDATE = "/webhook/mutate/widgets.example.com", "/webhook/validate/widgets.example.com"
 
@@ -56,12 +51,6 @@ def _store(kind: DeclaredIntegration, *objects: Json) -> ClusterStore:
     return store
 
 
-def _call(path: str, operation: str, obj: Json, store: ClusterStore, *, old: Json | None = None,
-          user: Json | None = None) -> Decision:
-    request = parse(review(obj["kind"], operation, obj, old=old, user=user or TENANT))
-    return BY_PATH[path].decide(request, env_for(store))
-
-
 def test_its_endpoints_are_served_and_configured_while_it_is_declared() -> None:
     with registered() as (integration,):
         paths = [e.path for e in served()]
@@ -83,7 +72,7 @@ def test_its_endpoints_are_served_and_configured_while_it_is_declared() -> None:
 
 def test_it_is_labelled_in_every_template_and_suspended(kind: DeclaredIntegration) -> None:
     obj = widget("w", suspend=False)
-    result = patched(obj, _call(MUTATE, "CREATE", obj, _store(kind)))
+    result = patched(obj, ask(MUTATE, "CREATE", obj, _store(kind)))
     assert result["metadata"]["labels"] == QUEUED
     assert result["spec"]["suspend"] is True
     for part in ("driver", "workers"):
@@ -94,23 +83,23 @@ def test_it_is_refused_without_a_usable_queue_or_created_running(
         kind: DeclaredIntegration) -> None:
     store = _store(kind)
     lonely = widget("w", "lonely", suspend=True, uid="u1")
-    denied = _call(VALIDATE, "CREATE", lonely, store)
+    denied = ask(VALIDATE, "CREATE", lonely, store)
     assert not denied.allowed and 'namespace "lonely" has no queue' in denied.message
     theirs = with_changes(widget("w", suspend=True, uid="u1"), "metadata", "labels",
                           {QUEUE_LABEL: "gpu"})
-    denied = _call(VALIDATE, "CREATE", theirs, store)
+    denied = ask(VALIDATE, "CREATE", theirs, store)
     assert not denied.allowed and '"gpu"' in denied.message
     running = widget("w", suspend=False, queue="team-a", uid="u1")
-    denied = _call(VALIDATE, "CREATE", running, store)
+    denied = ask(VALIDATE, "CREATE", running, store)
     assert not denied.allowed and "has spec.suspend false" in denied.message
-    assert _call(VALIDATE, "CREATE", widget("w", suspend=True, queue="team-a", uid="u1"),
-                 store).allowed
+    assert ask(VALIDATE, "CREATE", widget("w", suspend=True, queue="team-a", uid="u1"),
+               store).allowed
 
 
 def test_a_spec_it_cannot_count_is_refused_naming_what_is_read(kind: DeclaredIntegration) -> None:
     obj = with_changes(widget("w", suspend=True, queue="team-a", uid="u1"),
                        "spec", "workers", "count", "3")
-    denied = _call(VALIDATE, "CREATE", obj, _store(kind))
+    denied = ask(VALIDATE, "CREATE", obj, _store(kind))
     assert not denied.allowed
     assert "kube-arbiter queues a Widget with spec.driver.replicas a whole number" in \
         denied.message
@@ -121,15 +110,15 @@ def test_a_tenant_may_not_unsuspend_it_but_may_change_its_counts(
     old = widget("w", suspend=True, queue="team-a", uid="u1")
     store = _store(kind, old)
     started = with_changes(old, "spec", "suspend", False)
-    denied = _call(VALIDATE, "UPDATE", started, store, old=old)
+    denied = ask(VALIDATE, "UPDATE", started, store, old=old)
     assert not denied.allowed
     assert "only kube-arbiter may set spec.suspend to false" in denied.message
-    assert _call(VALIDATE, "UPDATE", started, store, old=old, user=ARBITER).allowed
+    assert ask(VALIDATE, "UPDATE", started, store, old=old, user=ARBITER).allowed
     # The loop holds it again and queues it at the new size.
     grown = with_changes(old, "spec", "workers", "count", 5)
-    assert _call(VALIDATE, "UPDATE", grown, store, old=old).allowed
+    assert ask(VALIDATE, "UPDATE", grown, store, old=old).allowed
     moved = with_changes(old, "metadata", "labels", {})
-    assert "cannot be removed" in _call(VALIDATE, "UPDATE", moved, store, old=old).message
+    assert "cannot be removed" in ask(VALIDATE, "UPDATE", moved, store, old=old).message
 
 
 def test_while_its_declaration_is_off_it_is_refused_with_the_reason(
@@ -137,14 +126,14 @@ def test_while_its_declaration_is_off_it_is_refused_with_the_reason(
     store = _store(kind)
     store.integrations = ()
     obj = widget("w", suspend=True, queue="team-a", uid="u1")
-    denied = _call(VALIDATE, "CREATE", obj, store)
+    denied = ask(VALIDATE, "CREATE", obj, store)
     assert not denied.allowed and "not switched on (its CRD is not checked yet)" in \
         denied.message
     store.declared_off["Widget"] = "refused: integrations[0].suspendPath: ..."
     assert "(refused: integrations[0].suspendPath: ...)" in \
-        _call(VALIDATE, "CREATE", obj, store).message
-    assert _call(MUTATE, "CREATE", obj, store).patch == ()
-    assert _call(VALIDATE, "CREATE", widget("w", "kube-system", uid="u2"), store).allowed
+        ask(VALIDATE, "CREATE", obj, store).message
+    assert ask(MUTATE, "CREATE", obj, store).patch == ()
+    assert ask(VALIDATE, "CREATE", widget("w", "kube-system", uid="u2"), store).allowed
 
 
 def test_its_pods_reach_it_by_uid_only(kind: DeclaredIntegration) -> None:
@@ -183,21 +172,21 @@ def test_its_controllers_pods_pass_ungated_only_while_admitted_and_within_its_co
     store = _store(kind, held)
     store.apply("QueueUnit", "ADDED", _unit(held, "Enqueued"))
     pod = _pod("w-driver-0", held)
-    denied = _call("/webhook/mutate/pods", "CREATE", pod, store)
+    denied = ask("/webhook/mutate/pods", "CREATE", pod, store)
     assert not denied.allowed and 'queue "team-a" has not admitted it yet' in denied.message
 
     running = with_changes(held, "spec", "suspend", False)
     store.apply(running["kind"], "MODIFIED", running)
     store.apply("QueueUnit", "MODIFIED", _unit(held, "Running"))
-    let_in = _call("/webhook/mutate/pods", "CREATE", pod, store)
+    let_in = ask("/webhook/mutate/pods", "CREATE", pod, store)
     assert let_in.allowed and "schedulingGates" not in str(patched(pod, let_in)["spec"])
-    assert _call("/webhook/validate/pods", "CREATE", pod, store).allowed
+    assert ask("/webhook/validate/pods", "CREATE", pod, store).allowed
     # A forged controller uid is nobody's: gated like a plain pod.
     forged = with_changes(pod, "metadata", "ownerReferences", 0, "uid", "other")
-    gated = patched(forged, _call("/webhook/mutate/pods", "CREATE", forged, store))
+    gated = patched(forged, ask("/webhook/mutate/pods", "CREATE", forged, store))
     assert gated["spec"]["schedulingGates"] == [{"name": "arbiter.dev/admission"}]
     # Past the 3 pods admitted: a passenger.
     for index in range(3):
         store.apply("Pod", "ADDED", _pod(f"w-{index}", running))
-    denied = _call("/webhook/mutate/pods", "CREATE", _pod("w-extra", running), store)
+    denied = ask("/webhook/mutate/pods", "CREATE", _pod("w-extra", running), store)
     assert not denied.allowed and "already has 3 active pods" in denied.message

@@ -15,6 +15,7 @@ from arbiter.core.fastpath import FAST_PATH_ANNOTATION, FastPathToken, derive_ke
 from tests.webhook.admission_samples import (
     ARBITER_USER,
     QUEUE_LABEL,
+    TENANT,
     Json,
     env_for,
     job,
@@ -30,7 +31,6 @@ from webhook import jobs, queueunits
 from webhook.review import AdmissionEnv
 
 KEY = derive_key(b"the CA key")
-TENANT = {"username": "alice", "groups": ["system:authenticated"]}
 
 
 def _env(answer: list[dict[str, Any]] | None = None, calls: list[str] | None = None,

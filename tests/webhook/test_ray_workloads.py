@@ -17,8 +17,6 @@ from tests.webhook.admission_samples import (
     QUEUE_LABEL,
     Json,
     env_for,
-    make_store,
-    namespace_obj,
     object_meta,
     parse,
     patched,
@@ -26,11 +24,16 @@ from tests.webhook.admission_samples import (
     review,
 )
 from tests.webhook.test_workloads import _create, _mutate, _update
-from tests.webhook.workload_samples import cache, child_pod, owned_by, pod_template, switch_on
+from tests.webhook.workload_samples import (
+    QUEUED,
+    child_pod,
+    held_store,
+    owned_by,
+    pod_template,
+)
 from webhook import pods
 
 KUBERAY = {"username": "system:serviceaccount:ray-system:kuberay-operator"}
-QUEUED = {QUEUE_LABEL: "team-a"}
 
 
 def cluster_spec(workers: int = 4, **fields: Any) -> Json:
@@ -60,13 +63,9 @@ def rayjob(name: str, namespace: str = "team-a", *, labels: Json | None = None,
 
 
 def _store(*objects: Json) -> ClusterStore:
-    store = make_store(
-        queues=[queue_obj("team-a", namespaces=["team-a"]),
-                queue_obj("team-b", namespaces=["team-b"])],
-        namespaces=[namespace_obj("team-a"), namespace_obj("team-b")])
-    switch_on(store)
-    cache(store, *objects)
-    return store
+    return held_store(*objects, queues=[queue_obj("team-a", namespaces=["team-a"]),
+                                        queue_obj("team-b", namespaces=["team-b"])],
+                      namespaces=["team-a", "team-b"])
 
 
 def test_a_raycluster_is_labelled_in_head_and_worker_templates_and_suspended() -> None:

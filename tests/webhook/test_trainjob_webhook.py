@@ -16,22 +16,26 @@ from tests.webhook.admission_samples import (
     Json,
     env_for,
     job,
-    make_store,
-    namespace_obj,
     object_meta,
     parse,
     patched,
     queue_obj,
     review,
 )
-from tests.webhook.workload_samples import cache, jobset, owned_by, switch_on, workload_unit
+from tests.webhook.workload_samples import (
+    QUEUED,
+    ask,
+    cache,
+    held_store,
+    jobset,
+    owned_by,
+    switch_on,
+    workload_unit,
+)
 from webhook import workloads
-from webhook.endpoints import BY_PATH
 from webhook.review import Decision
 
-TENANT = {"username": "alice", "groups": ["system:authenticated"]}
 TRAINER = {"username": "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"}
-QUEUED = {QUEUE_LABEL: "team-a"}
 
 
 def trainjob(name: str = "tune", namespace: str = "team-a", *, labels: Json | None = None,
@@ -58,21 +62,16 @@ def trainers_jobset(owner: Json = ROOT, *, suspend: bool = True) -> Json:
 
 
 def _store(*objects: Json, phase: str | None = None) -> ClusterStore:
-    store = make_store(queues=[queue_obj("team-a", namespaces=["team-a"]),
-                               queue_obj("team-b", namespaces=["team-b"])],
-                       namespaces=[namespace_obj("team-a"), namespace_obj("team-b"),
-                                   namespace_obj("lonely")],
-                       units=[] if phase is None else [workload_unit(ROOT, phase)])
-    switch_on(store)
-    cache(store, ROOT, *objects)
-    return store
+    return held_store(ROOT, *objects, queues=[queue_obj("team-a", namespaces=["team-a"]),
+                                              queue_obj("team-b", namespaces=["team-b"])],
+                      namespaces=["team-a", "team-b", "lonely"],
+                      units=[] if phase is None else [workload_unit(ROOT, phase)])
 
 
 def _decide(decide: str, operation: str, obj: Json, store: ClusterStore, *,
             old: Json | None = None, user: Json | None = None) -> Decision:
     plural = {"TrainJob": "trainjobs", "JobSet": "jobsets", "Job": "jobs"}[obj["kind"]]
-    request = parse(review(obj["kind"], operation, obj, old=old, user=user or TENANT))
-    return BY_PATH[f"/webhook/{decide}/{plural}"].decide(request, env_for(store))
+    return ask(f"/webhook/{decide}/{plural}", operation, obj, store, old=old, user=user)
 
 
 # -- the TrainJob ------------------------------------------------------------------------

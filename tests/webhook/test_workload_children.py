@@ -11,47 +11,42 @@ from arbiter.cache.store import ClusterStore
 from tests.webhook.admission_samples import (
     JOB_CONTROLLER,
     QUEUE_LABEL,
+    TENANT,
     Json,
     env_for,
     gates,
     job,
     job_pod,
-    make_store,
-    namespace_obj,
     parse,
     patched,
     queue_obj,
     review,
 )
 from tests.webhook.workload_samples import (
+    QUEUED,
+    ask,
     cache,
     child_pod,
+    held_store,
     jobset,
     owned_by,
     statefulset,
-    switch_on,
     workload_unit,
 )
 from webhook import pods
-from webhook.endpoints import BY_PATH
 from webhook.review import Decision
 
-TENANT = {"username": "alice", "groups": ["system:authenticated"]}
 JOBSET_CONTROLLER = {"username": "system:serviceaccount:jobset-system:jobset-controller"}
-QUEUED = {QUEUE_LABEL: "team-a"}
 ROOT = jobset("train", labels=QUEUED, suspend=True, validating=True)
 
 
 def _store(*objects: Json, phase: str | None = None, root: Json = ROOT) -> ClusterStore:
     """A store holding `root` (a JobSet in queue team-a), its unit in
     `phase` (none when None), and `objects`."""
-    store = make_store(queues=[queue_obj("team-a", namespaces=["team-a"]),
-                               queue_obj("closed", state="Closed")],
-                       namespaces=[namespace_obj("team-a")],
-                       units=[] if phase is None else [workload_unit(root, phase)])
-    switch_on(store)
-    cache(store, root, *objects)
-    return store
+    return held_store(root, *objects, queues=[queue_obj("team-a", namespaces=["team-a"]),
+                                              queue_obj("closed", state="Closed")],
+                      namespaces=["team-a"],
+                      units=[] if phase is None else [workload_unit(root, phase)])
 
 
 def _child_job(name: str = "train-workers-0", *, suspend: bool | None = True,
@@ -64,8 +59,8 @@ def _child_job(name: str = "train-workers-0", *, suspend: bool | None = True,
 
 def _job_decision(decide: str, operation: str, obj: Json, store: ClusterStore, *,
                   old: Json | None = None, user: Json | None = None) -> Decision:
-    request = parse(review("Job", operation, obj, old=old, user=user or JOBSET_CONTROLLER))
-    return BY_PATH[f"/webhook/{decide}/jobs"].decide(request, env_for(store))
+    return ask(f"/webhook/{decide}/jobs", operation, obj, store, old=old,
+               user=user or JOBSET_CONTROLLER)
 
 
 # -- Jobs of a JobSet --------------------------------------------------------------------
@@ -166,8 +161,7 @@ def test_a_held_job_cannot_become_an_admitted_jobsets_child_by_an_update() -> No
 def _pod_decision(decide: str, obj: Json, store: ClusterStore, *,
                   old: Json | None = None) -> Decision:
     operation = "CREATE" if old is None else "UPDATE"
-    request = parse(review("Pod", operation, obj, old=old, user=JOB_CONTROLLER))
-    return BY_PATH[f"/webhook/{decide}/pods"].decide(request, env_for(store))
+    return ask(f"/webhook/{decide}/pods", operation, obj, store, old=old, user=JOB_CONTROLLER)
 
 
 def test_a_pod_of_a_running_child_job_of_an_admitted_jobset_is_not_gated() -> None:

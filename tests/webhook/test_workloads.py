@@ -12,8 +12,8 @@ import pytest
 from arbiter.cache.store import ClusterStore
 from arbiter.integrations import OPTIONAL
 from tests.webhook.admission_samples import (
-    ARBITER_USER,
     QUEUE_LABEL,
+    TENANT,
     Json,
     env_for,
     make_store,
@@ -24,8 +24,10 @@ from tests.webhook.admission_samples import (
     review,
 )
 from tests.webhook.workload_samples import (
-    cache,
+    ARBITER,
+    QUEUED,
     deployment,
+    held_store,
     jobset,
     lws,
     owned_by,
@@ -37,20 +39,11 @@ from webhook import workloads
 from webhook.endpoints import BY_PATH
 from webhook.review import Decision
 
-TENANT = {"username": "alice", "groups": ["system:authenticated"]}
-ARBITER = {"username": ARBITER_USER}
-QUEUED = {QUEUE_LABEL: "team-a"}
-
 
 def _store(*objects: Json, units: list[Json] | None = None) -> ClusterStore:
-    store = make_store(
-        queues=[queue_obj("team-a", namespaces=["team-a"]), queue_obj("gpu"),
-                queue_obj("closed", state="Closed")],
-        namespaces=[namespace_obj("team-a"), namespace_obj("lonely")],
-        units=units or [])
-    switch_on(store)
-    cache(store, *objects)
-    return store
+    return held_store(*objects, queues=[queue_obj("team-a", namespaces=["team-a"]),
+                                        queue_obj("gpu"), queue_obj("closed", state="Closed")],
+                      namespaces=["team-a", "lonely"], units=units)
 
 
 def _mutate(obj: Json, store: ClusterStore) -> Decision:

@@ -10,9 +10,25 @@ from typing import Any
 from arbiter.cache.store import ClusterStore
 from arbiter.integrations import OPTIONAL, enabled
 from arbiter.integrations.lws import GROUP_INDEX_LABEL
-from tests.webhook.admission_samples import QUEUE_LABEL, kubectl_run_pod, object_meta, unit_obj
+from tests.webhook.admission_samples import (
+    ARBITER_USER,
+    QUEUE_LABEL,
+    TENANT,
+    env_for,
+    kubectl_run_pod,
+    make_store,
+    namespace_obj,
+    object_meta,
+    parse,
+    review,
+    unit_obj,
+)
+from webhook.endpoints import BY_PATH
+from webhook.review import Decision
 
 Json = dict[str, Any]
+ARBITER = {"username": ARBITER_USER}
+QUEUED = {QUEUE_LABEL: "team-a"}
 
 def pod_template(cpu: str = "1", labels: Json | None = None) -> Json:
     template: Json = {"spec": {"containers": [{
@@ -114,3 +130,21 @@ def cache(store: ClusterStore, *objects: Json) -> None:
     for obj in objects:
         kind = obj["kind"]
         store.apply(kind, "ADDED", obj)
+
+
+def held_store(*objects: Json, queues: list[Json], namespaces: list[str],
+               units: list[Json] | None = None) -> ClusterStore:
+    """A store of `queues`, `namespaces` and `units` with every optional
+    integration switched on and `objects` cached."""
+    store = make_store(queues=queues, namespaces=[namespace_obj(n) for n in namespaces],
+                       units=units or [])
+    switch_on(store)
+    cache(store, *objects)
+    return store
+
+
+def ask(path: str, operation: str, obj: Json, store: ClusterStore, *,
+        old: Json | None = None, user: Json | None = None) -> Decision:
+    """The decision of the endpoint at `path` on `obj` (from a tenant unless `user`)."""
+    request = parse(review(obj["kind"], operation, obj, old=old, user=user or TENANT))
+    return BY_PATH[path].decide(request, env_for(store))

@@ -153,6 +153,16 @@ def still_waiting(expected: UnitRecord) -> Callable[[UnitRecord], bool]:
     return check
 
 
+def waiting_in(expected: UnitRecord) -> Callable[[UnitRecord], bool]:
+    """Precondition of recording the admission of a unit whose consumer was
+    let go already: whatever else changed, it still waits in its queue."""
+
+    def check(fresh: UnitRecord) -> bool:
+        return fresh.phase in ("Enqueued", "Reserved") and fresh.queue == expected.queue
+
+    return check
+
+
 def in_phase(phase: UnitPhase) -> Callable[[UnitRecord], bool]:
     def check(fresh: UnitRecord) -> bool:
         return fresh.phase == phase
@@ -248,12 +258,18 @@ class Actions:
     async def admit(self, unit: UnitRecord, now: float, plan: Placement | None = None, *,
                     checks: Sequence[str] = (),
                     replicas: Mapping[str, int] | None = None,
-                    members: Sequence[str] = ()) -> Written | None:
+                    members: Sequence[str] = (),
+                    let_go: tuple[UnitPhase, str] | None = None) -> Written | None:
         """Record the admission in the unit's status (phase Dequeued).
 
         A unit admitted before (TimeoutBackoff → Enqueued) is read first, so
         its earlier admissions are kept; None if the unit changed under us.
+        `let_go`: (phase, message or "") of a unit whose consumer runs already
+        (released with a status write that did not land, or outside
+        arbiter): its admission is recorded whatever else changed, while it
+        still waits in its queue, so every unit charged as admitted has one.
         """
+        expect = waiting_in(unit) if let_go is not None else still_waiting(unit)
         current: Mapping[str, Any] | None = None
         record = unit
         if unit.admissions > 0:
@@ -262,17 +278,19 @@ class Actions:
             except NotFound:
                 return None
             record = convert.unit_from_api(fresh)
-            if not still_waiting(unit)(record):
+            if not expect(record):
                 return None
             current = convert.unit_status(fresh)
-        return await self.write_status(
-            record,
-            lambda r, cur: admission_status(r, cur, now, self.identity, plan,
-                                            checks=checks, replicas=replicas,
-                                            members=members),
-            still_waiting(unit),
-            current=current,
-        )
+
+        def build(r: UnitRecord, cur: Mapping[str, Any] | None) -> dict[str, Any]:
+            status = admission_status(r, cur, now, self.identity, plan, checks=checks,
+                                      replicas=replicas, members=members)
+            if let_go is not None:
+                status["phase"] = let_go[0]
+                status["message"] = let_go[1] or status["message"]
+            return status
+
+        return await self.write_status(record, build, expect, current=current)
 
     async def set_phase(self, unit: UnitRecord, phase: UnitPhase, message: str) -> Written | None:
         """A plain phase transition, guarded by the phase it starts from."""

@@ -226,7 +226,13 @@ class UnitWriter:
                 now = self.clock()
                 written = await self.actions.admit(unit, now, plan, checks=checks,
                                                    replicas=replicas, members=members)
+                if written is None and early is not None:
+                    # Its Job is let go already: the admission is recorded
+                    # all the same (else it runs with no admission on record).
+                    written = await self.actions.admit(unit, now, plan,
+                                                       let_go=("Dequeued", ""))
             if written is None:
+                log.info("admission of %s not recorded: the unit changed under it", key)
                 # Changed under us (or gone): decide again on the newer version.
                 self.writes.conflicted(unit)
                 return
@@ -300,6 +306,9 @@ class UnitWriter:
                 if written is not None:
                     log_decision("requeue", written.record, step.message)
                     await self._hold(written.record)
+            elif step.kind == "phase" and step.phase in ("Dequeued", "Running") \
+                    and unit.phase in ("Enqueued", "Reserved"):
+                await self._record_let_go(unit, step.phase, step.message)
             elif step.kind == "phase" and step.phase is not None:
                 written = await self._set_phase(unit, step.phase, step.message)
                 if written is not None and step.phase == "Enqueued":
@@ -359,6 +368,21 @@ class UnitWriter:
                 record, "Warning",
                 "AdmissionCheckRetry" if step.kind == "requeue" else "AdmissionCheckRejected",
                 step.message)
+
+    async def _record_let_go(self, unit: UnitRecord, phase: UnitPhase, message: str) -> None:
+        """A waiting unit whose consumer runs (let go outside arbiter, or by
+        an admission whose status write did not land): counted as admitted
+        from now, with an admission on record like any other."""
+        plan = unit.admission.placement() if unit.admission is not None else None
+        written = await self.actions.admit(unit, self.clock(), plan, let_go=(phase, message))
+        if written is None:
+            self.writes.conflicted(unit)
+            return
+        self.writes.assume(written.record)
+        self.writes.succeeded(unit.key)
+        log_decision("admit", written.record, message, attempt=written.record.attempts,
+                     path="let go")
+        metrics.admitted_units_total.labels(unit.queue).inc()
 
     async def _set_phase(self, unit: UnitRecord, phase: UnitPhase, message: str) -> Written | None:
         written = await self.actions.set_phase(unit, phase, message)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from arbiter.base.kubeapi import ApiError, job_path, unit_path
+from arbiter.base.kubeapi import ApiError, Conflict, job_path, unit_path
 from tests.loop.harness import T0, Cluster, eventually
 from tests.loop.test_crash_safety import fail_on
 
@@ -73,6 +73,27 @@ async def test_a_status_write_that_fails_after_the_unsuspend_landed_counts_the_j
     await c.settle()
     assert c.phase("ns", "job-train") == "Dequeued"
     assert c.controller.mirror.state("ns/job-train") == "admitted"
+    # With its admission on record all the same (when it counts from).
+    status = c.unit_obj("ns", "job-train")["status"]
+    assert c.admissions("ns", "job-train") == 1 and status["lastAllocateTime"]
+
+
+async def test_a_job_let_go_whose_status_write_kept_conflicting_has_its_admission_recorded(
+) -> None:
+    c = Cluster()
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "train", "q")
+    # Every try of the admission write conflicts (its retries too): the Job
+    # was let go with it, so the admission is written again, as such.
+    c.api.hooks.append(fail_on("PATCH", unit_path("ns", "job-train", status=True),
+                               Conflict(409, "Conflict", "changed"), times=4))
+    await c.settle()
+    assert not c.suspended("ns", "train")
+    status = c.unit_obj("ns", "job-train")["status"]
+    assert status["phase"] == "Dequeued" and status["lastAllocateTime"]
+    assert c.admissions("ns", "job-train") == 1
+    assert status["message"].startswith("admitted by queue q")  # not "outside arbiter"
 
 
 async def test_unit_of_a_job_is_owned_by_it_and_goes_with_it() -> None:

@@ -283,15 +283,20 @@ async def warm_takeover(store: ClusterStore, api: InMemoryApi, finishing: list[s
     controller = AdmissionController(store, api, LoopSettings(debounce=0.0),
                                      clock=lambda: clock_now[0], follow=follow)
     controller.start_listening()
-    controller.warming = not controller.warm
-    await controller.resync(reindex=not controller.warm)
-    chosen: list[Any] = []
+    assert controller.warm, "the standby handed over no index"
+    # As AdmissionController.run starts a warm leader: a cycle, then the resync.
+    controller.warming = False
+    chosen: list[Any] = controller.cycle(controller.settings.batch)
+    first = (time.perf_counter(), time.process_time())
+    await controller.resync()
     while not chosen:
         chosen = controller.cycle(controller.settings.batch)
+        first = (time.perf_counter(), time.process_time())
         await asyncio.sleep(0)
-    print(f"warm takeover: first admissions {(time.perf_counter() - t) * 1000:.0f} ms after "
-          f"taking the Lease, {(time.process_time() - cpu) * 1000:.0f} ms of CPU "
-          f"({len(chosen)} admitted; budget 2 s)")
+    print(f"warm takeover: first admissions {(first[0] - t) * 1000:.0f} ms after "
+          f"taking the Lease, {(first[1] - cpu) * 1000:.0f} ms of CPU "
+          f"({len(chosen)} admitted; budget 2 s); then queueing everything for a look: "
+          f"{(time.perf_counter() - first[0]) * 1000:.0f} ms")
     await controller.close()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS with a standby's engine too: {rss:.0f} MiB")

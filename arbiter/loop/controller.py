@@ -539,9 +539,9 @@ class AdmissionController:
         status = asyncio.get_running_loop().create_task(self.publisher.run())
         try:
             if self.warm:
-                # Every unit is in the engine as the store says: admit now,
-                # looking at each again (steps, creations) over the next cycles.
+                # The engine has every unit already: admit, then look at each again.
                 self.warming = False
+                self.cycle(self.settings.batch)
                 await self.resync()
             else:
                 await self.resync(reindex=True)

@@ -155,13 +155,12 @@ class StoreFollower:
         model first (`LoopIndex.fill`)."""
         store = self.store
         if reindex:
+            self.indexed = False
             self.index = LoopIndex()
             await self.index.fill(store, chunk=chunk)
             self.mirror.nodes.rebuild(store)
-            self.indexed = True
-        consumers = self.index.consumers(store)
-        for start in range(0, len(consumers), chunk):
-            self.consumers.update(consumers[start:start + chunk])
+        for consumers in self.index.consumer_slices(store, chunk):
+            self.consumers.update(consumers)
             await asyncio.sleep(0)
         keys = list(store.units)
         for start in range(0, len(keys), chunk):
@@ -170,6 +169,10 @@ class StoreFollower:
         self.charges.everything(store)
         self.queues_dirty = self.capacity_dirty = True
         self.everything = False
+        if reindex:
+            # Only now: a standby handing over before every unit is queued
+            # (so before its engine can have them all) must not count as warm.
+            self.indexed = True
 
     def where(self, unit: UnitRecord, consumer: Consumer, now: float) -> Disposition:
         """Where the store puts `unit` in the engine: its disposition, but

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from arbiter.cache.ownership import WORKLOAD_CONSUMERS, ConsumerKey, pod_workload
@@ -178,17 +178,24 @@ class LoopIndex:
 
     def consumers(self, store: ClusterStore) -> list[ConsumerKey]:
         """Every consumer that may want a unit (for a full pass)."""
-        keys = [ConsumerKey("Job", job.namespace, job.name) for job in store.jobs.values()]
-        keys += [
-            ConsumerKey("Pod", pod.namespace, pod.name)
-            for pod in store.pods.values()
-            if wants_pod_unit(pod)
-        ]
-        keys += [ConsumerKey("PodGroup", ns, group) for ns, group in self.group_members]
+        return [key for keys in self.consumer_slices(store, 2**62) for key in keys]
+
+    def consumer_slices(self, store: ClusterStore, chunk: int) -> Iterator[list[ConsumerKey]]:
+        """`consumers` in slices of at most `chunk` records looked at: the
+        caller may yield between them (100k pods take a second). Read from
+        snapshots, so the store may change meanwhile."""
+        jobs, pods = list(store.jobs.values()), list(store.pods.values())
+        for start in range(0, len(jobs), chunk):
+            yield [ConsumerKey("Job", job.namespace, job.name)
+                   for job in jobs[start:start + chunk]]
+        for start in range(0, len(pods), chunk):
+            yield [ConsumerKey("Pod", pod.namespace, pod.name)
+                   for pod in pods[start:start + chunk] if wants_pod_unit(pod)]
+        keys = [ConsumerKey("PodGroup", ns, group) for ns, group in self.group_members]
         for integration in store.integrations:
             for record in store.workloads.get(integration.kind, {}).values():
                 keys += workloads.consumers_of(record)
-        return keys
+        yield keys
 
 
 def consumer_state(

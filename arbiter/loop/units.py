@@ -159,12 +159,9 @@ def job_unit(job: JobRecord, classes: Mapping[str, PriorityClassRecord],
 def wants_pod_unit(pod: PodRecord) -> bool:
     """A gated pod outside a pod group is its own unit, a Job's pod too
     (`arbiter.cache.ownership`: a Job arbiter holds has no gated pods)."""
-    return (
-        pod.gated
-        and pod.queue is not None
-        and gate_consumer(pod).kind == "Pod"
-        and not pod.terminating
-    )
+    # `not pod.pod_group`: its `gate_consumer` is the pod itself (spelled
+    # out: a full pass asks this of every pod).
+    return pod.gated and pod.queue is not None and not pod.pod_group and not pod.terminating
 
 
 def pod_unit(pod: PodRecord) -> DesiredUnit | None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from arbiter.loop import standby as standby_module
 from arbiter.loop.controller import AdmissionController
 from arbiter.loop.mirror import EngineMirror
 from arbiter.loop.standby import WarmStandby
@@ -81,3 +84,19 @@ async def test_a_standby_follows_changes_after_it_has_indexed() -> None:
     assert follow is standby.follow
     await asyncio.sleep(0)
     assert standby._on_change not in c.store.listeners
+
+
+
+async def test_a_standby_taken_before_its_first_pass_ends_hands_over_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Taken while it still queues units for its engine (slices of one, the
+    # event loop free between them): its engine lacks units, so the new
+    # leader must start cold (classify everything), not admit at once.
+    monkeypatch.setattr(standby_module, "SLICE", 1)
+    c = await waiting_cluster()
+    standby = WarmStandby(c.store, 1.0)
+    standby.start()
+    while not standby.follow.consumers:  # noqa: ASYNC110 (the index is filled; queueing began)
+        await asyncio.sleep(0)
+    assert not standby.follow.indexed
+    assert await standby.take() is None

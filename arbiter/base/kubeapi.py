@@ -67,6 +67,12 @@ class Denied(ApiError):
     """403, or an admission webhook said no (its code is passed through)."""
 
 
+class Unreachable(ApiError):
+    """No answer at all (status 0): the connection was refused or cut, or
+    the request timed out. An ApiError too, so every write's retry path
+    takes it (an apiserver restart, a network cut)."""
+
+
 def error_for(status: int, raw: bytes) -> ApiError:
     """The ApiError (subclass) for a non-2xx answer with body `raw`."""
     try:
@@ -244,8 +250,12 @@ class KubeApi:
     ) -> Obj:
         query = [("fieldManager", FIELD_MANAGER)] if method != "GET" else []
         metrics.api_requests_total.labels(method).inc()
-        return await request_json(self._client, method, path, query=query, body=body,
-                                  request_timeout=self._timeout, content_type=content_type)
+        try:
+            return await request_json(self._client, method, path, query=query, body=body,
+                                      request_timeout=self._timeout, content_type=content_type)
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            raise Unreachable(0, "Unreachable",
+                              f"{method} {path}: {type(error).__name__} {error}") from error
 
     async def get(self, path: str) -> Obj:
         return await self._request("GET", path)

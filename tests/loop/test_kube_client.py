@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 
@@ -100,3 +101,24 @@ async def test_error_text_names_the_status_and_survives_a_non_json_body() -> Non
     assert caught.value.message == "<html>bad gateway</html>"
     assert str(caught.value) == "HTTP 502: <html>bad gateway</html>"
     assert str(kubeapi.NotFound(404, "NotFound", "gone")) == "HTTP 404 NotFound: gone"
+
+
+class Unanswered:
+    """A client whose connection is refused, cut or timed out."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    async def call_api(self, path: str, method: str, **kwargs: Any) -> Answer:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [
+    aiohttp.ClientConnectionError("reset"), ConnectionResetError(), TimeoutError()])
+async def test_no_answer_is_an_api_error_every_writer_retries(error: BaseException) -> None:
+    # Uncaught, it ended the write's task with no retry scheduled (seen in
+    # the chaos run: an apiserver restart, the proxy cut).
+    with pytest.raises(kubeapi.Unreachable) as raised:
+        await KubeApi(Unanswered(error)).merge_patch("/apis/x/status", {"status": {}})
+    assert isinstance(raised.value, kubeapi.ApiError) and raised.value.status == 0
+    assert "PATCH /apis/x/status" in str(raised.value)

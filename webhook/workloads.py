@@ -39,7 +39,7 @@ from typing import Any
 from arbiter.cache.workloads import WorkloadRecord, WorkloadUnit
 from arbiter.core.api import QUEUE_LABEL
 from arbiter.core.quantities import QuantityError
-from arbiter.integrations import BY_KIND, Integration
+from arbiter.integrations import BY_KIND, OPTIONAL, Integration
 from arbiter.integrations.base import Path, dig
 from arbiter.integrations.declared import DeclaredIntegration
 from webhook.children import child_problem, where
@@ -177,12 +177,46 @@ def _claims(integration: Integration, obj: Obj) -> str | None:
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     integration = _enabled(request, env)
     if integration is None:
-        return _declared_off(request, env)
+        return _child_of_kind_off(request, env) or _declared_off(request, env)
     if request.operation == "CREATE":
         return _validate_create(request, env, integration)
     if request.operation == "UPDATE":
         return _validate_update(request, env, integration)
     return ALLOW
+
+
+def _as_child(request: AdmissionRequest, env: AdmissionEnv, integration: Integration,
+              target: Namespaced, root: WorkloadRecord, old: Obj | None, new: Obj) -> Decision:
+    """A held workload's child (`target`: the object as it was, on UPDATE)
+    may not ask for more than its workload (`webhook.children`)."""
+    where = "request.oldObject.metadata" if old is not None else "request.object.metadata"
+    problem = child_problem(env, root, integration.kind, old, new,
+                            controller_ref(target.meta, where))
+    if problem is None:
+        return ALLOW
+    return deny(f"{_subject(request, integration, target)}: {problem}")
+
+
+def _child_of_kind_off(request: AdmissionRequest, env: AdmissionEnv) -> Decision | None:
+    """A kind queued on its own only when switched on is a held workload's
+    child all the same when its root's integration is on (an LWS's
+    StatefulSets with `--integrations lws`): it may not grow past its root.
+    None: not such a child."""
+    integration = BY_KIND.get(request.kind)
+    if integration is None or integration not in OPTIONAL \
+            or request.operation not in ("CREATE", "UPDATE"):
+        return None
+    update = request.operation == "UPDATE"
+    target = namespaced_object(request, integration.kind, old=update)
+    if not env.store.is_managed_namespace(target.namespace) or env.is_arbiter(request):
+        return None
+    root = held_root(env, target.namespace, target.meta,
+                     "request.oldObject.metadata" if update else "request.object.metadata")
+    if root is None:
+        return None
+    new = require_object(request) if update else target.obj
+    return _as_child(request, env, integration, target, root, target.obj if update else None,
+                     new)
 
 
 def _declared_off(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
@@ -218,9 +252,7 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
                         f"starts the {root.kind}")
         if env.is_arbiter(request):
             return ALLOW
-        problem = child_problem(env, root, integration.kind, None, obj,
-                                controller_ref(meta, "request.object.metadata"))
-        return deny(f"{subject}: {problem}") if problem is not None else ALLOW
+        return _as_child(request, env, integration, target, root, None, obj)
     problem = _claims(integration, obj) or _unreadable(integration, obj)
     if problem is not None:
         return deny(f"{subject}: {problem}")
@@ -293,9 +325,7 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv,
         return deny(joins_message(subject, joined))
     if root is not None:
         # No unit of its own: it may not ask for more than its root does.
-        problem = child_problem(env, root, integration.kind, old, new,
-                                controller_ref(old_meta, "request.oldObject.metadata"))
-        return deny(f"{subject}: {problem}") if problem is not None else ALLOW
+        return _as_child(request, env, integration, target, root, old, new)
     if integration.holds(old) and not integration.holds(new):
         # Its unit would vanish while its pods (admitted or not) stay.
         return deny(f'{subject} belongs to queue "{old_queue}": it cannot be changed to '

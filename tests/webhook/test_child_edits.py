@@ -26,6 +26,7 @@ from tests.webhook.workload_samples import (
     owned_by,
     pod_template,
     statefulset,
+    switch_on,
     workload_unit,
 )
 from webhook.endpoints import BY_PATH, MANAGED_JOB_CONDITION
@@ -186,6 +187,25 @@ def test_the_lws_controller_follows_its_lws() -> None:
     store.apply("StatefulSet", "DELETED", workers)
     assert _create(workers, store, LWS_CONTROLLER).allowed
     _denied(_create(_edited(workers, lambda s: s.update(replicas=5)), store), "would have 5 pods")
+
+
+def test_a_child_is_checked_when_only_its_workloads_integration_is_on() -> None:
+    leader, _, store = _lws_children()
+    switch_on(store, "lws")  # StatefulSets are not queued on their own here
+    more_groups = _edited(leader, lambda s: s.update(replicas=3))
+    _denied(_update(leader, more_groups, store), "would have 3 pods where the "
+            "LeaderWorkerSet asks for 2")
+    assert _update(leader, _edited(leader, lambda s: s.update(replicas=1)), store).allowed
+    forged = _edited(leader, lambda s: s.update(replicas=9))
+    forged["metadata"]["name"] = "mine"
+    _denied(_create(forged, store), "would have 9 pods")
+    cluster, store = _ray()
+    switch_on(store, "rayjob")
+    more = _edited(cluster, lambda s: s["workerGroupSpecs"][0].update(replicas=3))
+    _denied(_update(cluster, more, store), "would have 3 pods where the RayJob asks for 2")
+    # A StatefulSet of its own, with the integration off, passes untouched.
+    own = statefulset("db", labels=QUEUED, validating=True)
+    assert _update(own, _edited(own, lambda s: s.update(replicas=9)), store).allowed
 
 
 def test_the_update_hooks_see_children_without_a_queue_label() -> None:

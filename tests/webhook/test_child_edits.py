@@ -13,7 +13,7 @@ from typing import Any
 
 from arbiter.cache.store import ClusterStore
 from arbiter.integrations.lws import GROUP_INDEX_LABEL
-from tests.webhook.admission_samples import QUEUE_LABEL, Json, job, queue_obj
+from tests.webhook.admission_samples import QUEUE_LABEL, Json, job, job_pod, queue_obj
 from tests.webhook.test_ray_workloads import KUBERAY, rayjob
 from tests.webhook.workload_samples import (
     QUEUED,
@@ -244,3 +244,27 @@ def test_a_trainjobs_jobset_may_change_while_it_waits_not_once_admitted() -> Non
     admitted = _store(root, child, units=[workload_unit(root, "Running")])
     _denied(_update(child, bigger, admitted), 'belongs to TrainJob "team-a/tune"',
             "would have 4 pods where the TrainJob asks for 1")
+
+
+def test_a_job_made_under_an_admitted_jobset_starts_no_more_pods_than_it_admitted() -> None:
+    # A one-pod JobSet, admitted and running its pod; a tenant's Job naming
+    # the JobSet as its controller (it has the verbs) gets no pod past that.
+    root = jobset("train", labels=QUEUED, suspend=False, validating=True,
+                  jobs=(("workers", 1),))
+    child = owned_by(job("train-workers-0", "team-a", labels=QUEUED, suspend=False,
+                         template_labels=QUEUED, validating=True), root)
+    forged = owned_by(job("extra", "team-a", labels=QUEUED, suspend=False,
+                          template_labels=QUEUED, validating=True), root)
+    forged["spec"].update(parallelism=4, completions=4)
+    store = _store(root, child, forged, units=[workload_unit(root, "Running")])
+    first = job_pod("train-workers-0", "team-a", queue="team-a",
+                    job_uid=child["metadata"]["uid"])
+    extra = job_pod("extra", "team-a", queue="team-a", job_uid=forged["metadata"]["uid"])
+    assert ask("/webhook/validate/pods", "CREATE", extra, store).allowed  # room for one
+    first["metadata"]["name"], first["metadata"]["uid"] = "train-workers-0-x", "pod-uid"
+    first["spec"]["nodeName"] = "node-1"
+    cache(store, first)
+    for decide in ("mutate", "validate"):
+        _denied(ask(f"/webhook/{decide}/pods", "CREATE", extra, store),
+                'pod of Job "team-a/extra" of JobSet "team-a/train": the JobSet already has '
+                '1 active pods, as many as queue "team-a" admitted')

@@ -84,8 +84,10 @@ def test_a_rayjobs_cluster_cannot_be_grown_by_its_tenant(integrated: Sandbox,
     wait_for("its head and worker Running",
              lambda: len(running(sb, ns, "ray.io/cluster")) == 2, timeout=90)
 
+    # KubeRay clamps replicas into [minReplicas, maxReplicas]: both raised.
     more = tenant_patch(sb, ns, "raycluster", name,
-                        replace("/spec/workerGroupSpecs/0/replicas", 3), ok=False)
+                        replace("/spec/workerGroupSpecs/0/replicas", 3)
+                        + replace("/spec/workerGroupSpecs/0/maxReplicas", 3), ok=False)
     assert f'RayCluster "{ns}/{name}": it belongs to RayJob "{ns}/rj"' in more, more
     assert "pod set 'cpu' (pod template spec.workerGroupSpecs[0].template" in more, more
     assert "would have 3 pods where the RayJob asks for 1" in more, more

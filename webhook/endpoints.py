@@ -41,10 +41,14 @@ POD_LABELS_CONDITION = " || ".join(
     f"{_label('oldObject', key)} != {_label('object', key)}"
     for key in (QUEUE_LABEL, POD_GROUP_LABEL))
 # UPDATE of a Job (or an integration's workload) reaches arbiter only when
-# arbiter manages it (queue label).
+# arbiter manages it (queue label), or when it has a controller: it may be
+# a held workload's child (an LWS's StatefulSets carry no queue label), which
+# may not grow past its workload (`webhook.children`).
 MANAGED_JOB_CONDITION = (
     "request.operation == 'CREATE' || (has(oldObject.metadata.labels) && "
-    f"'{QUEUE_LABEL}' in oldObject.metadata.labels)"
+    f"'{QUEUE_LABEL}' in oldObject.metadata.labels) || "
+    "(has(oldObject.metadata.ownerReferences) && "
+    "oldObject.metadata.ownerReferences.exists(r, has(r.controller) && r.controller))"
 )
 
 

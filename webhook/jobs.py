@@ -26,6 +26,8 @@ unit decides. It carries the root's queue; it is created suspended unless
 the root's unit is admitted (then its controller creates or resumes it),
 may arrive unsuspended only then, and its controller may unsuspend it only
 then. Its queue was checked with its root's, so it is not checked again.
+It may not grow (parallelism, completions, requests) by an UPDATE, while
+its root waits either: its root's unit counts its pods (`webhook.children`).
 No Job may take a held workload as its controller by an UPDATE.
 """
 
@@ -39,9 +41,11 @@ from arbiter.cache.fastpath import job_token
 from arbiter.cache.workloads import WorkloadRecord
 from arbiter.core.api import MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
 from arbiter.core.fastpath import FAST_PATH_ANNOTATION
+from webhook.children import child_problem
 from webhook.held import (
     admitted_job_unit,
     claims_problem,
+    controller_ref,
     held_root,
     joins_held_root,
     joins_message,
@@ -269,6 +273,11 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if joined is not None:
         return deny(joins_message(job, joined))
     root = held_root(env, namespace, old_meta, "request.oldObject.metadata")
+    if root is not None:
+        problem = child_problem(env, root, KIND, old, new,
+                                controller_ref(old_meta, "request.oldObject.metadata"))
+        if problem is not None:
+            return deny(f"{job}: {problem}")
     # A child Job runs when its root's unit is admitted (it has none of its own).
     unit_ok = unit_admitted(env, root) if root is not None else \
         admitted_job_unit(env, namespace, text_field(old_meta, "uid")) is not None

@@ -27,7 +27,9 @@ changed labels, resizes: see `webhook.endpoints`).
 Pods of a held workload (a StatefulSet's, an LWS's: their controller
 chain reaches it by uid) are gated like any pod and let go by the loop
 while the workload's unit is admitted; a pod of a JobSet's child Job
-passes ungated only while the JobSet's unit is admitted (`managed_job_pod`);
+passes ungated only while the JobSet's unit is admitted and the JobSet has
+fewer active pods than it admitted (a Job a tenant made under it gets none
+past that; `managed_job_pod`);
 so does a pod a suspend-held workload's controller makes itself (a declared
 kind's), up to the count admitted (`workload_pod`).
 A held pod may not be moved under a held workload by rewriting its
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from arbiter.cache.workloads import WorkloadRecord
 from arbiter.core.api import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL
 from arbiter.core.jsonvalues import brief
 from arbiter.core.podrequests import effective_pod_requests
@@ -122,13 +125,18 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
         # grow while it runs): a pod past that is not the Job controller's
         # (it deletes its own excess), it is a tenant's passenger.
         active = env.store.active_job_pods(uid)
-        if active < job.parallelism:
+        if active >= job.parallelism:
+            return deny(
+                f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as '
+                f"its controller, but it already has {active} active pods, as many as its "
+                f"spec.parallelism ({job.parallelism}) that queue \"{job.queue}\" admitted")
+        full = None if root is None else _full(env, root)
+        if root is None or full is None:
             return True
-        return deny(
-            f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '
-            f"controller, but it already has {active} active pods, as many as its "
-            f"spec.parallelism ({job.parallelism}) that queue \"{job.queue}\" admitted"
-        )
+        # A Job a tenant made with its JobSet as controller is no more the
+        # JobSet's admitted pods than a raised parallelism would be.
+        return deny(f'pod of Job "{namespace}/{name}" of {root.kind} "{root.key}": the '
+                    f"{root.kind} already has {full}")
     held = f'{root.kind} "{root.key}"' if root is not None else "it"
     return deny(
         f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '
@@ -161,19 +169,31 @@ def workload_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
     if waiting is not None:
         return waiting
     subject = f'pod of {root.kind} "{root.key}"'
-    unit = env.store.workload_unit(root)
-    if root.suspended or unit is None or not unit_admitted(env, root):
+    if root.suspended or not unit_admitted(env, root):
         if root.integration.gated_pods:
             return False  # gated: the loop lets it go once this cache catches up
         return deny(f'{subject}: queue "{root.queue}" has not admitted it yet; its controller '
                     f"creates its pods once kube-arbiter starts the {root.kind}")
+    full = _full(env, root)
+    if full is None:
+        return True
+    return deny(f"{subject}: metadata.ownerReferences names it as controller, but it already "
+                f"has {full}")
+
+
+def _full(env: AdmissionEnv, root: WorkloadRecord) -> str | None:
+    """Why an admitted workload may start no more pods: it has as many active
+    ones (by controller chain, uid at every step) as its unit admitted; None
+    while it has room (or no unit to say)."""
+    unit = env.store.workload_unit(root)
+    if unit is None:
+        return None
     admitted = sum(ps.count for ps in unit.admitted_pod_sets or unit.pod_sets)
     active = sum(not p.terminating and p.phase not in ("Succeeded", "Failed")
                  for p in env.store.workload_pods(root))
     if active < admitted:
-        return True
-    return deny(f"{subject}: metadata.ownerReferences names it as controller, but it already "
-                f'has {active} active pods, as many as queue "{root.queue}" admitted')
+        return None
+    return f'{active} active pods, as many as queue "{root.queue}" admitted'
 
 
 def started_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,

@@ -28,6 +28,8 @@ a waiting one only to a usable queue, may flip suspend from true to false
 only when its unit is admitted (arbiter itself passes), may not add DRA
 claims, and may not take a held workload as its controller. Replica
 changes are allowed: the loop re-holds and requeues a changed workload.
+A child, created or changed by anyone but arbiter, may not ask for more
+pods, or bigger ones, than its root's spec does (`webhook.children`).
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ from typing import Any
 from arbiter.cache.workloads import WorkloadRecord, WorkloadUnit
 from arbiter.core.api import QUEUE_LABEL
 from arbiter.core.quantities import QuantityError
-from arbiter.integrations import BY_KIND, Integration
+from arbiter.integrations import BY_KIND, OPTIONAL, Integration
 from arbiter.integrations.base import Path, dig
 from arbiter.integrations.declared import DeclaredIntegration
+from webhook.children import child_problem, where
 from webhook.held import (
     claims_problem,
+    controller_ref,
     held_root,
     joins_held_root,
     joins_message,
@@ -68,14 +72,6 @@ from webhook.review import (
 )
 
 
-def _where(path: Path, base: str = "request.object") -> str:
-    """A path as a field name: `spec.replicatedJobs[0].template`."""
-    text = base
-    for step in path:
-        text += f"[{step}]" if isinstance(step, int) else f".{step}"
-    return text
-
-
 def _templates(integration: Integration, obj: Obj,
                paths: tuple[Path, ...]) -> list[tuple[Path, Obj]]:
     """The templates at `paths` that are there (a missing one is the CRD's
@@ -86,7 +82,7 @@ def _templates(integration: Integration, obj: Obj,
         if value is None:
             continue
         if not isinstance(value, dict):
-            raise MalformedReview(f"{_where(path)} must be an object")
+            raise MalformedReview(f"{where(path)} must be an object")
         found.append((path, value))
     return found
 
@@ -94,7 +90,7 @@ def _templates(integration: Integration, obj: Obj,
 def _suspended(integration: Integration, obj: Obj, base: str) -> bool:
     value = dig(obj, integration.suspend_path)
     if value is not None and not isinstance(value, bool):
-        raise MalformedReview(f"{_where(integration.suspend_path, base)} must be a boolean")
+        raise MalformedReview(f"{where(integration.suspend_path, base)} must be a boolean")
     return value is True
 
 
@@ -111,7 +107,7 @@ def _suspend_ops(integration: Integration, obj: Obj) -> list[PatchOp]:
             return [{"op": "add", "path": pointer(*map(str, path[: depth + 1])),
                      "value": value}]
         if not isinstance(parent, dict):
-            raise MalformedReview(f"{_where(path[: depth + 1])} must be an object")
+            raise MalformedReview(f"{where(path[: depth + 1])} must be an object")
     return [{"op": "add", "path": pointer(*map(str, path)), "value": True}]
 
 
@@ -147,7 +143,7 @@ def mutate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     if queue is not None:  # held either way (`jobs.mutate` says why)
         set_label(ops, (), meta, labels, QUEUE_LABEL, queue)
         for path, template in _templates(integration, obj, integration.labelled(obj)):
-            template_meta, template_labels = get_metadata(template, _where(path))
+            template_meta, template_labels = get_metadata(template, where(path))
             set_label(ops, tuple(map(str, path)), template_meta, template_labels,
                       QUEUE_LABEL, queue)
     if integration.hold == "suspend" and not _suspended(integration, obj, "request.object"):
@@ -171,8 +167,8 @@ def _child_suspend_ops(env: AdmissionEnv, integration: Integration, obj: Obj,
 def _claims(integration: Integration, obj: Obj) -> str | None:
     """The first pod template that claims DRA devices, as a denial's reason."""
     for path, template in _templates(integration, obj, integration.templates(obj)):
-        problem = claims_problem(get_map(template, "spec", _where((*path, "spec"))),
-                                 _where((*path, "spec"), "")[1:])
+        problem = claims_problem(get_map(template, "spec", where((*path, "spec"))),
+                                 where((*path, "spec"), "")[1:])
         if problem is not None:
             return problem
     return None
@@ -181,12 +177,46 @@ def _claims(integration: Integration, obj: Obj) -> str | None:
 def validate(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
     integration = _enabled(request, env)
     if integration is None:
-        return _declared_off(request, env)
+        return _child_of_kind_off(request, env) or _declared_off(request, env)
     if request.operation == "CREATE":
         return _validate_create(request, env, integration)
     if request.operation == "UPDATE":
         return _validate_update(request, env, integration)
     return ALLOW
+
+
+def _as_child(request: AdmissionRequest, env: AdmissionEnv, integration: Integration,
+              target: Namespaced, root: WorkloadRecord, old: Obj | None, new: Obj) -> Decision:
+    """A held workload's child (`target`: the object as it was, on UPDATE)
+    may not ask for more than its workload (`webhook.children`)."""
+    where = "request.oldObject.metadata" if old is not None else "request.object.metadata"
+    problem = child_problem(env, root, integration.kind, old, new,
+                            controller_ref(target.meta, where))
+    if problem is None:
+        return ALLOW
+    return deny(f"{_subject(request, integration, target)}: {problem}")
+
+
+def _child_of_kind_off(request: AdmissionRequest, env: AdmissionEnv) -> Decision | None:
+    """A kind queued on its own only when switched on is a held workload's
+    child all the same when its root's integration is on (an LWS's
+    StatefulSets with `--integrations lws`): it may not grow past its root.
+    None: not such a child."""
+    integration = BY_KIND.get(request.kind)
+    if integration is None or integration not in OPTIONAL \
+            or request.operation not in ("CREATE", "UPDATE"):
+        return None
+    update = request.operation == "UPDATE"
+    target = namespaced_object(request, integration.kind, old=update)
+    if not env.store.is_managed_namespace(target.namespace) or env.is_arbiter(request):
+        return None
+    root = held_root(env, target.namespace, target.meta,
+                     "request.oldObject.metadata" if update else "request.object.metadata")
+    if root is None:
+        return None
+    new = require_object(request) if update else target.obj
+    return _as_child(request, env, integration, target, root, target.obj if update else None,
+                     new)
 
 
 def _declared_off(request: AdmissionRequest, env: AdmissionEnv) -> Decision:
@@ -220,7 +250,9 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
             return deny(f'{subject} belongs to {root.kind} "{root.key}", which is waiting for '
                         f'queue "{root.queue}": it is created suspended until kube-arbiter '
                         f"starts the {root.kind}")
-        return ALLOW
+        if env.is_arbiter(request):
+            return ALLOW
+        return _as_child(request, env, integration, target, root, None, obj)
     problem = _claims(integration, obj) or _unreadable(integration, obj)
     if problem is not None:
         return deny(f"{subject}: {problem}")
@@ -228,7 +260,7 @@ def _validate_create(request: AdmissionRequest, env: AdmissionEnv,
     if not decision.allowed or env.is_arbiter(request):
         return decision
     if integration.hold == "suspend" and not _suspended(integration, obj, "request.object"):
-        field = _where(integration.suspend_path, "")[1:]
+        field = where(integration.suspend_path, "")[1:]
         return deny(
             f"{subject} has {field} false: a {integration.kind} in a managed namespace is "
             "created suspended and only kube-arbiter starts it once its queue admits it "
@@ -278,8 +310,11 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv,
     new = require_object(request)
     new_meta, new_labels = get_metadata(new, "request.object")
     old_queue = (old_labels or {}).get(QUEUE_LABEL)
-    if not old_queue or not env.store.is_managed_namespace(namespace) \
-            or env.is_arbiter(request):
+    if not env.store.is_managed_namespace(namespace) or env.is_arbiter(request):
+        return ALLOW
+    # A child (an LWS's StatefulSets carry no queue label of their own).
+    root = held_root(env, namespace, old_meta, "request.oldObject.metadata")
+    if not old_queue and root is None:
         return ALLOW
     waiting = not_ready(env, ("Queue", "Namespace", "QueueUnit"))
     if waiting is not None:
@@ -288,8 +323,9 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv,
     joined = joins_held_root(env, namespace, old_meta, new_meta)
     if joined is not None:
         return deny(joins_message(subject, joined))
-    if held_root(env, namespace, old_meta, "request.oldObject.metadata") is not None:
-        return ALLOW  # a child: its root's controller writes it
+    if root is not None:
+        # No unit of its own: it may not ask for more than its root does.
+        return _as_child(request, env, integration, target, root, old, new)
     if integration.holds(old) and not integration.holds(new):
         # Its unit would vanish while its pods (admitted or not) stay.
         return deny(f'{subject} belongs to queue "{old_queue}": it cannot be changed to '
@@ -316,7 +352,7 @@ def _validate_update(request: AdmissionRequest, env: AdmissionEnv,
         # Suspended before, so `admitted` means one of its units is.
         return deny(
             f'{subject} is waiting for queue "{old_queue}" to admit it: only kube-arbiter may '
-            f"set {_where(integration.suspend_path, '')[1:]} to false"
+            f"set {where(integration.suspend_path, '')[1:]} to false"
         )
     problem = _claims(integration, new)
     return deny(f"{subject}: {problem}") if problem is not None else ALLOW

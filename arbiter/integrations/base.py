@@ -36,6 +36,8 @@ Hold = Literal["suspend", "gate"]
 Outcome = Literal["Complete", "Failed"]
 # A path into an object: map keys and list indexes.
 Path = tuple[str | int, ...]
+# How many pods, and the most one of them requests: a pod set's bound.
+Limit = tuple[int, Resources]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,8 @@ class Integration:
     gated_pods: bool = False
     # What makes an object of the kind one arbiter does not hold (`holds`).
     unheld: str = ""
+    # The fields a pod set's size comes from (a denial names them).
+    sized_by: str = ""
     # What a spec must be for `units` to read it (the webhook's denial).
     readable: str = "spec.replicas a whole number and spec.template a pod template"
 
@@ -193,6 +197,18 @@ class Integration:
     def unit_of_pod(self, labels: Mapping[str, str]) -> str:
         """Which of the workload's units a pod of it belongs to (its suffix)."""
         return ""
+
+    def child_limits(self, pod_sets: Mapping[str, Limit], groups: int, child_kind: str,
+                     direct: bool) -> Mapping[str, Limit] | None:
+        """The most a child of `child_kind` that this workload's controller
+        makes may ask for, by the child's own pod set names (as its kind's
+        `units` names them), read from this workload's spec: `pod_sets` are
+        one of its units' (all of a workload's units are alike), `groups`
+        how many units it has, `direct` whether the child's controller is
+        this workload itself (else an object between them: an LWS's leader
+        pod). None when a child of that kind cannot be matched to its pod
+        sets: such a child may then not grow at all (webhook.children)."""
+        return None
 
     # -- writing -----------------------------------------------------------------------
     def suspend_ops(self, value: bool) -> list[dict[str, Any]]:

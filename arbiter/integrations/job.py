@@ -28,6 +28,7 @@ class Job(Integration):
     kind = "Job"
     prefix = "job"
     children = ("Pod",)
+    sized_by = "spec.parallelism and spec.completions"
 
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
         count = pods_at_once(obj, ("spec",))

@@ -34,6 +34,7 @@ class JobSet(Integration):
     kind = "JobSet"
     prefix = "jobset"
     children = ("Job",)
+    sized_by = "its replicatedJob's replicas, parallelism and completions"
     readable = (f"spec.replicatedJobs: 1 to {MAX_POD_SETS} replicated Jobs, each with whole-number "
                 "replicas, parallelism and completions and a pod template")
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from arbiter.core.model import MAIN_POD_SET
+from arbiter.core.resources import Resources
 from arbiter.integrations.base import (
     Integration,
+    Limit,
     Obj,
     Path,
     PodSetSpec,
@@ -62,3 +65,15 @@ class LeaderWorkerSet(Integration):
 
     def unit_of_pod(self, labels: Mapping[str, str]) -> str:
         return labels.get(GROUP_INDEX_LABEL, "")
+
+    def child_limits(self, pod_sets: Mapping[str, Limit], groups: int, child_kind: str,
+                     direct: bool) -> Mapping[str, Limit] | None:
+        # The leader StatefulSet (its controller: the LWS) has a leader pod
+        # per group; a worker StatefulSet (its controller: a leader pod) the
+        # size - 1 workers of one group.
+        if child_kind != "StatefulSet":
+            return None
+        none: Limit = (0, Resources())
+        if direct:
+            return {MAIN_POD_SET: (groups, pod_sets.get("leader", none)[1])}
+        return {MAIN_POD_SET: pod_sets.get("workers", none)}

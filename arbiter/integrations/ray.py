@@ -45,6 +45,7 @@ from arbiter.core.api import MAX_POD_SETS
 from arbiter.core.podrequests import effective_pod_requests
 from arbiter.integrations.base import (
     Integration,
+    Limit,
     Obj,
     Outcome,
     Path,
@@ -176,6 +177,7 @@ class RayCluster(Integration):
     kind = "RayCluster"
     prefix = "raycluster"
     children = ("Pod",)
+    sized_by = "its worker group's replicas, minReplicas, maxReplicas and numOfHosts"
     readable = "spec: " + CLUSTER_READABLE.format(groups=MAX_POD_SETS - 1, extra="", path="")
     # KubeRay makes the pods itself: they arrive gated, and the loop lets
     # go as many as the admitted unit counts.
@@ -251,6 +253,14 @@ class RayJob(Integration):
                 return None
             sets.append(PodSetSpec(SUBMITTER, 1, requests, custom))
         return (UnitSpec("", tuple(sets)),)
+
+    def child_limits(self, pod_sets: Mapping[str, Limit], groups: int, child_kind: str,
+                     direct: bool) -> Mapping[str, Limit] | None:
+        # KubeRay makes its RayCluster from `rayClusterSpec`: the same head
+        # and worker group pod sets (a SidecarMode head counts its submitter).
+        if child_kind != "RayCluster":
+            return None
+        return {name: limit for name, limit in pod_sets.items() if name != SUBMITTER}
 
     def outcome(self, obj: Obj) -> Outcome | None:
         deployment = dig(obj, ("status", "jobDeploymentStatus"))

@@ -30,6 +30,7 @@ class StatefulSet(Integration):
     prefix = "sts"
     hold = "gate"
     children = ("Pod",)
+    sized_by = "spec.replicas"
 
     def units(self, obj: Obj) -> tuple[UnitSpec, ...] | None:
         replicas = count_at(obj, ("spec", "replicas"))

@@ -153,6 +153,19 @@ def create_tenant(sandbox: Sandbox, ns: str, queue_name: str, *,
     apply_queue(sandbox, queue_name, settle=settle, namespaces=[ns], **spec)
 
 
+def grant(sandbox: Sandbox, ns: str, user: str, rules: list[dict[str, Any]]) -> None:
+    """A Role of `rules` in `ns`, bound to `user` (a tenant's verbs there, for `--as`)."""
+    create(sandbox,
+           {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "tenant", "namespace": ns}, "rules": rules},
+           {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "tenant", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "tenant"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": user}]})
+
+
 def delete_tenants(sandbox: Sandbox, namespaces: Iterable[str], queues: Iterable[str], *,
                    wait: float = 0.0) -> None:
     """Delete namespaces, then queues, whatever is left of them. With `wait`,

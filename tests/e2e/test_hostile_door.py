@@ -24,7 +24,7 @@ from arbiter.core.api import (
     QUEUE_LABEL,
 )
 from arbiter.sandbox import Sandbox
-from tests.e2e.helpers import create, get, job, pod, tenant, unique_name, wait_for
+from tests.e2e.helpers import get, grant, job, pod, tenant, unique_name, wait_for
 
 TENANT = "mallory"
 # Verbs a tenant has in its own namespace, and nothing cluster-scoped.
@@ -43,15 +43,7 @@ def space(sandbox: Sandbox) -> Iterator[tuple[str, str, str]]:
     """(namespace, its queue, another team's queue); the tenant may write
     pods, Jobs and QueueUnits in the namespace."""
     with tenant(sandbox, "hostile") as (ns, queue), tenant(sandbox, "victim") as (_, other):
-        create(sandbox,
-               {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                "metadata": {"name": "tenant", "namespace": ns}, "rules": TENANT_RULES},
-               {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "tenant", "namespace": ns},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                            "name": "tenant"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                              "name": TENANT}]})
+        grant(sandbox, ns, TENANT, TENANT_RULES)
         yield ns, queue, other
 
 

@@ -100,7 +100,7 @@ def test_a_rayjobs_cluster_passes_untouched_but_a_forged_reference_does_not() ->
                    validating=True)
     store = _store(job, other)
     # KubeRay's RayCluster for the RayJob (its labels copied, no suspend).
-    child = owned_by(raycluster("rj-x", labels=QUEUED, validating=True), job)
+    child = owned_by(raycluster("rj-x", labels=QUEUED, validating=True, workers=2), job)
     assert _mutate(child, store).patch == ()
     assert _create(child, store, KUBERAY).allowed
     # Pointing at another team's RayJob (its uid, from team-b) reaches nothing:

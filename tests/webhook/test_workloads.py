@@ -125,7 +125,8 @@ def test_unmanaged_namespaces_pass_and_unresolvable_queues_are_held_for_validati
 def test_the_statefulsets_of_a_held_lws_pass_untouched() -> None:
     root = lws("serve", labels=QUEUED, validating=True)
     store = _store(root)
-    child = owned_by(statefulset("serve", namespace="team-a", validating=True), root)
+    # Its leader StatefulSet: a leader pod per group.
+    child = owned_by(statefulset("serve", namespace="team-a", replicas=2, validating=True), root)
     assert _mutate(child, store).patch == ()
     # No queue of its own needed (the LWS's was checked), in any namespace state.
     store.queue_by_namespace.clear()
@@ -319,7 +320,7 @@ def test_limits_apply_to_workloads_but_not_to_the_children_of_held_ones() -> Non
     own = statefulset("db", labels=QUEUED, validating=True)
     denial = validate(parse(review("StatefulSet", "CREATE", own, user=TENANT)), full)
     assert not denial.allowed and "holds 10 QueueUnits" in denial.message
-    child = owned_by(statefulset("serve", validating=True), root)
+    child = owned_by(statefulset("serve", replicas=2, validating=True), root)
     assert validate(parse(review("StatefulSet", "CREATE", child, user=TENANT)), full).allowed
     wide = statefulset("wide", labels=QUEUED, validating=True)
     wide["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {

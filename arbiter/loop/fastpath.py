@@ -148,7 +148,9 @@ class FastPath:
         pending), so no later Job passes it. One whose unit is not known (no
         name yet: generateName) keeps its queue off the fast path a while."""
         now = self.clock()
+        self._expire_held(now)  # here too: what is kept stays bounded by the TTLs
         if desired is None or not name:
+            self.blocked(queue)
             self._nameless.setdefault(queue, deque()).append(now + NAMELESS_TTL)
             return
         consumer = ConsumerKey("Job", namespace, name)

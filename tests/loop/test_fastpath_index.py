@@ -72,3 +72,20 @@ async def test_the_webhook_question_does_not_walk_the_jobs_held() -> None:
     clock.advance(HELD_UNSEEN_TTL)
     assert fast.creating_in("q")
     assert not fast._held  # all let go, in order
+
+
+async def test_what_is_kept_of_held_jobs_stays_bounded_by_their_time() -> None:
+    """Held Jobs are let go after their time even when no question reaches
+    the engine (every Job held meanwhile): holding one more prunes."""
+    c = await ready()
+    parsed = c.controller.fast.parse("ns", "x", "q", job_obj("ns", "x", "q"))
+    assert parsed is not None
+    clock, creating = Clock(), Creations()
+    fast = fast_path(clock, creating, [])
+    for index in range(100):
+        fast.held("ns", f"j{index}", "q", parsed[0])
+        fast.held("ns", "", "q", None)
+    clock.advance(HELD_UNSEEN_TTL + 1)
+    fast.held("ns", "last", "q", parsed[0])
+    fast.held("ns", "", "q", None)
+    assert list(fast._held) == [job("last")] and len(fast._nameless["q"]) == 1

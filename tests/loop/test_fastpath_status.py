@@ -5,11 +5,13 @@ the web view and every other reader of the object see)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from arbiter.base.kubeapi import ApiError, job_path, unit_path
 from arbiter.cache.convert import unit_from_api, unit_status
 from arbiter.core.api import ADMITTED_STATUS_ANNOTATION
+from arbiter.loop.controller import LoopSettings
 from tests.loop.harness import Cluster
 from tests.loop.test_fastpath import KEY, create, ready
 from tests.loop.test_placement import node, pool, publish
@@ -134,3 +136,33 @@ async def test_a_status_write_that_failed_is_done_on_the_units_next_look() -> No
     status = written(c, "ns", "job-train")
     assert status["phase"] == "Running" and len(status["admissions"]) == 1, status
     assert status["lastAllocateTime"] and status["allocated"] == {"cpu": "1"}, status
+
+
+async def test_a_job_admitted_at_creation_times_out_and_is_admitted_again_elsewhere() -> None:
+    """Pool a's node turns out unusable: the Job admitted into a at
+    creation times out, is suspended and requeued, and is admitted again
+    into pool b, its template given b's selector in place of a's."""
+    c = Cluster(LoopSettings(debounce=0.0, admit_on_create=True, admission_timeout=10.0,
+                             backoff_base=1.0, backoff_max=1.0), fast_path_key=KEY)
+    await node(c, "a0", tier="a")
+    await node(c, "b0", tier="b")
+    await pool(c, "a", {"tier": "a"})
+    await pool(c, "b", {"tier": "b"})
+    await c.queue("q", pools=["a", "b"])
+    await c.settle()
+    assert await create(c, "ns", "train", "q") is not None
+    await c.settle()
+    assert written(c, "ns", "job-train")["admission"]["pool"] == "a"
+    await c.api.merge_patch("/api/v1/nodes/a0", {"spec": {"unschedulable": True}})
+    for seconds in (11.0, 2.0):  # the admission times out; its backoff ends: admitted again
+        c.clock.advance(seconds)
+        c.controller.wake()
+        await c.settle()
+    status = written(c, "ns", "job-train")
+    assert status["phase"] == "Dequeued" and status["admission"]["pool"] == "b", status
+    assert len(status["admissions"]) == 2 and status["attempts"] == 2, status
+    job = c.api.objects[job_path("ns", "train")]
+    assert not job["spec"].get("suspend")
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"tier": "b"}
+    placed = json.loads(job["metadata"]["annotations"]["arbiter.dev/placed"])
+    assert placed["nodeSelector"] == {"tier": "b"}, placed

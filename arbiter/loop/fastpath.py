@@ -22,9 +22,10 @@ A reservation stands in the engine as admitted until the Job's unit is
 created (admitted, in one write: `Actions.create_unit`; its status is
 written right after, from what that write carried); one whose Job never
 appears (another webhook denied it, the client went away) is let go after
-`ASSUME_TTL`, one whose Job finished before its unit was written at once. A Job let through by an earlier leader whose unit was
-not written is adopted from its token (arbiter.core.fastpath): admitted
-from the moment it is seen.
+`ASSUME_TTL`, one whose Job finished before its unit was written at once.
+A Job let through by an earlier leader whose unit was not written is
+adopted from its token (arbiter.core.fastpath): admitted from the moment
+it is seen.
 """
 
 from __future__ import annotations

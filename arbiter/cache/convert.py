@@ -451,27 +451,46 @@ def pod_sets_from_spec(spec: Obj, field: str = "spec") -> tuple[PodSet, ...]:
         raise ConversionError(str(error)) from error
 
 
+def _recorded_status(obj: Obj) -> Obj | None:
+    """The admission a unit created admitted (the fast path, DESIGN §16)
+    carries in its `arbiter.dev/admitted-status` annotation while its
+    status has not been written from it (a written status has
+    `admissions`); None otherwise."""
+    status = obj.get("status")
+    if isinstance(status, dict) and status.get("admissions"):
+        return None
+    text = _annotations(obj).get(ADMITTED_STATUS_ANNOTATION)
+    if not text:
+        return None
+    try:
+        recorded = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return recorded if isinstance(recorded, dict) and recorded.get("admissions") else None
+
+
 def unit_status(obj: Obj) -> Obj:
     """A unit's status. One the loop created admitted (the fast path, DESIGN
     §16) records that admission in its `arbiter.dev/admitted-status`
     annotation (a status cannot be written with the object): its fields
-    stand where the status has none yet. Only arbiter may set it (the
+    stand where the status has none, until the loop writes them into the
+    status (then the annotation is only history: a field a later write
+    removed must not come back from it). Only arbiter may set it (the
     QueueUnit webhook)."""
-    status = cast(Obj, obj.get("status") or {})
-    text = _annotations(obj).get(ADMITTED_STATUS_ANNOTATION)
-    if not text:
-        return status
-    try:
-        recorded = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return status
-    return {**recorded, **status} if isinstance(recorded, dict) else status
+    return _status_with(obj, _recorded_status(obj))
+
+
+def _status_with(obj: Obj, recorded: Obj | None) -> Obj:
+    status = obj.get("status")
+    status = status if isinstance(status, dict) else {}
+    return status if recorded is None else {**recorded, **status}
 
 
 def unit_from_api(obj: Obj) -> UnitRecord:
     meta = _meta(obj)
     spec = cast(Obj, obj.get("spec") or {})
-    status = unit_status(obj)
+    recorded = _recorded_status(obj)
+    status = _status_with(obj, recorded)
     consumer_raw = spec.get("consumerRef")
     consumer = None
     if consumer_raw:
@@ -501,6 +520,7 @@ def unit_from_api(obj: Obj) -> UnitRecord:
         requeue_at=parse_rfc3339(status.get("requeueAt")),
         replicas=replicas_from_status(status),
         members=_uids(status.get("admittedPods")),
+        unwritten=recorded is not None,
     )
 
 

@@ -311,6 +311,9 @@ class UnitRecord:
     # status.admittedPods: the uids of a pod group's pods at its admission;
     # only these are released, and only these are its (DESIGN §13).
     members: tuple[str, ...] = ()
+    # Created admitted (the fast path, DESIGN §16): its admission is in the
+    # `arbiter.dev/admitted-status` annotation, not in its status yet.
+    unwritten: bool = False
 
     @property
     def demand(self) -> Resources:

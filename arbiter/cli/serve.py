@@ -264,8 +264,8 @@ def add_parser(subparsers: Any) -> None:
         default=_boolean(_env("admit_on_create") or str(defaults.admit_on_create)),
         metavar="true|false",
         help="admission at creation: the leader's webhook lets a Job through admitted "
-             "(never suspended) when its queue would admit it next; =false holds every "
-             "Job until the admission loop admits it")
+             "(never suspended) when its queue would admit it next (the default); =false "
+             "holds every Job until the admission loop admits it")
     number("--test-fast-path-unit-delay", float, defaults.fast_path_unit_delay,
         help="tests only: seconds the loop waits before writing the unit of a Job admitted "
              "at creation (the e2e kill between the webhook's answer and that write)")

@@ -255,6 +255,29 @@ class Actions:
                     return None
         return None
 
+    async def write_recorded(self, unit: UnitRecord, obj: Obj | None = None) -> Written | None:
+        """Write the admission a unit created admitted carries in its
+        `arbiter.dev/admitted-status` annotation into its status (the fast
+        path, DESIGN §16), with whatever its status says already on top.
+        `obj`: the unit as just created; else it is read (the record has
+        the merged view, not the two parts). None when the unit is gone,
+        another one, or written already."""
+        fresh = obj
+        if fresh is None:
+            try:
+                fresh = await self.api.get(unit_path(unit.namespace, unit.name))
+            except NotFound:
+                return None
+        record = convert.unit_from_api(fresh)
+
+        def expect(r: UnitRecord) -> bool:
+            return r.unwritten and r.uid == unit.uid
+
+        if not expect(record):
+            return None
+        return await self.write_status(record, lambda _, current: dict(current or {}), expect,
+                                       current=convert.unit_status(fresh))
+
     async def admit(self, unit: UnitRecord, now: float, plan: Placement | None = None, *,
                     checks: Sequence[str] = (),
                     replicas: Mapping[str, int] | None = None,

@@ -116,7 +116,7 @@ class LoopSettings:
     reclaim_pdb_timeout: float = 300.0
     # Admission at creation (DESIGN §16, arbiter.loop.fastpath): the leader's
     # webhook lets a Job through admitted when it would be the next admitted.
-    admit_on_create: bool = False
+    admit_on_create: bool = True
     # Tests only (the e2e kill between the webhook's answer and the unit's
     # write): seconds the write of a unit admitted at creation waits.
     fast_unit_delay: float = 0.0
@@ -197,7 +197,7 @@ class AdmissionController:
             # admissions' writes are not held behind it.
             self.reclaimer.next_look = clock() + self.reclaimer.settings.interval
         self.fast = FastPath(store=store, mirror=lambda: self.mirror, writes=self.writes,
-                             creating=self.writer.creating,
+                             creating=self.writer.creating, known=self._in_engine,
                              key=fast_path_key if self.settings.admit_on_create else None,
                              identity=identity, clock=clock)
         self.reclaim_access = LoopAccess(
@@ -306,7 +306,7 @@ class AdmissionController:
                            limit=self.settings.batch if budget is not None else None)
 
         if self.fast.reservations:  # room reserved for Jobs that never came is free again
-            self.fast.expire(now, self._reserved_job_exists,
+            self.fast.expire(now, self._reserved_job,
                              lambda key: self.unit(key) is not None)
         chosen = [] if self.warming else self.mirror.admit_all()
         self._admit_chosen(chosen)
@@ -356,7 +356,7 @@ class AdmissionController:
             if self.queued():
                 return None
         if self.fast.creating_in(desired.queue) \
-                or self.fast.blocked(desired.queue, self._in_engine):
+                or self.fast.blocked(desired.queue):
             return None
         others, reservation = self.fast.try_reserve(desired)
         self._admit_chosen(others)
@@ -369,10 +369,10 @@ class AdmissionController:
     def _in_engine(self, consumer: ConsumerKey) -> bool:
         return any(self.mirror.state(key) is not None for key in self.index.units_for(consumer))
 
-    def _reserved_job_exists(self, consumer: ConsumerKey, reservation: Reservation) -> bool:
+    def _reserved_job(self, consumer: ConsumerKey, reservation: Reservation) -> JobRecord | None:
         job = self.store.jobs.get(f"{consumer.namespace}/{consumer.name}")
-        return job is not None and \
-            dict(job.annotations).get(FAST_PATH_ANNOTATION) == reservation.token
+        return job if job is not None and \
+            dict(job.annotations).get(FAST_PATH_ANNOTATION) == reservation.token else None
 
     async def resync(self, *, reindex: bool = False, chunk: int = 1000) -> None:
         """Queue every consumer and unit for a look, in slices, yielding

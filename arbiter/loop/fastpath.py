@@ -19,18 +19,21 @@ while a Job this webhook held (or whose unit is being created) is not in
 the engine yet: it came first.
 
 A reservation stands in the engine as admitted until the Job's unit is
-created (admitted, in one write: `Actions.create_unit`); one whose Job
-never appears (another webhook denied it, the client went away) is let go
-after `ASSUME_TTL`. A Job let through by an earlier leader whose unit was
-not written is adopted from its token (arbiter.core.fastpath): admitted
-from the moment it is seen.
+created (admitted, in one write: `Actions.create_unit`; its status is
+written right after, from what that write carried); one whose Job never
+appears (another webhook denied it, the client went away) is let go after
+`ASSUME_TTL`, one whose Job finished before its unit was written at once.
+A Job let through by an earlier leader whose unit was not written is
+adopted from its token (arbiter.core.fastpath): admitted from the moment
+it is seen.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -67,13 +70,61 @@ class Reservation:
     since: float
 
 
+class Creations:
+    """Units being created that will wait (the writer's creations), and per
+    queue how many of them the fast path does not count pending already
+    (not of a Job its webhook held): kept as counts, so the webhook's
+    question costs the same whatever is being created."""
+
+    def __init__(self) -> None:
+        self._queue: dict[ConsumerKey, str] = {}  # consumer -> its unit's queue
+        self._counted: set[ConsumerKey] = set()  # held by the webhook, counted pending
+        self._uncounted: dict[str, int] = {}  # queue -> creations not counted
+
+    def start(self, consumer: ConsumerKey, queue: str) -> None:
+        self._queue[consumer] = queue
+        if consumer not in self._counted:
+            self._add(queue, 1)
+
+    def end(self, consumer: ConsumerKey) -> None:
+        queue = self._queue.pop(consumer, None)
+        if queue is not None and consumer not in self._counted:
+            self._add(queue, -1)
+
+    def count(self, consumer: ConsumerKey, counted: bool) -> None:
+        """The fast path counts `consumer`'s unit pending now, or no longer."""
+        if counted == (consumer in self._counted):
+            return
+        if counted:
+            self._counted.add(consumer)
+        else:
+            self._counted.discard(consumer)
+        queue = self._queue.get(consumer)
+        if queue is not None:
+            self._add(queue, -1 if counted else 1)
+
+    def uncounted(self, queue: str) -> bool:
+        return self._uncounted.get(queue, 0) > 0
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def _add(self, queue: str, by: int) -> None:
+        count = self._uncounted.get(queue, 0) + by
+        if count > 0:
+            self._uncounted[queue] = count
+        else:
+            self._uncounted.pop(queue, None)
+
+
 class FastPath:
     """The leader's reservations made at creation, and the Jobs its webhook
     held that the engine has not seen yet."""
 
     def __init__(self, *, store: ClusterStore, mirror: Callable[[], EngineMirror],
-                 writes: InFlightWrites, creating: Mapping[str, str], key: bytes | None,
-                 identity: str, clock: Callable[[], float]) -> None:
+                 writes: InFlightWrites, creating: Creations, key: bytes | None,
+                 identity: str, clock: Callable[[], float],
+                 known: Callable[[ConsumerKey], bool] = lambda _: False) -> None:
         self.store = store
         self.mirror = mirror
         self.writes = writes
@@ -81,10 +132,15 @@ class FastPath:
         self.key = key
         self.identity = identity
         self.clock = clock
+        self.known = known  # whether a consumer's unit is in the engine
         self.reservations: dict[ConsumerKey, Reservation] = {}
-        # Jobs held, not in the engine yet -> (queue, until, their unit if known)
-        self._held: dict[ConsumerKey, tuple[str, float, Unit | None]] = {}
-        self._nameless = 0
+        # Jobs held, not in the engine yet -> (queue, until, their unit), and
+        # when each is let go (in that order: one TTL).
+        self._held: dict[ConsumerKey, tuple[str, float, Unit]] = {}
+        self._until: deque[tuple[float, ConsumerKey]] = deque()
+        # Per queue: until when each Job held whose unit is not known (no
+        # name yet: generateName) keeps it off the fast path.
+        self._nameless: dict[str, deque[float]] = {}
         self._expired: dict[str, float] = {}  # tokens of reservations expired -> when
 
     # -- the webhook's question ---------------------------------------------------------
@@ -94,29 +150,44 @@ class FastPath:
         pending), so no later Job passes it. One whose unit is not known (no
         name yet: generateName) keeps its queue off the fast path a while."""
         now = self.clock()
-        self._nameless += 0 if name else 1
-        consumer = ConsumerKey("Job", namespace, name or f"\0{self._nameless}")
-        unit = desired_engine_unit(desired, now) if desired is not None and name else None
-        self._held[consumer] = (queue, now + (HELD_UNSEEN_TTL if unit else NAMELESS_TTL), unit)
+        self._expire_held(now)  # here too: what is kept stays bounded by the TTLs
+        if desired is None or not name:
+            self.blocked(queue)
+            self._nameless.setdefault(queue, deque()).append(now + NAMELESS_TTL)
+            return
+        consumer = ConsumerKey("Job", namespace, name)
+        until = now + HELD_UNSEEN_TTL
+        self._held[consumer] = (queue, until, desired_engine_unit(desired, now))
+        self._until.append((until, consumer))
+        self.creating.count(consumer, True)
 
-    def blocked(self, queue: str, known: Callable[[ConsumerKey], bool]) -> bool:
-        """Whether `queue` waits for a Job held earlier whose unit is not
-        known; forgets held Jobs now in the engine (or never seen)."""
+    def _forget(self, consumer: ConsumerKey) -> None:
+        if self._held.pop(consumer, None) is not None:
+            self.creating.count(consumer, False)
+
+    def _expire_held(self, now: float) -> None:
+        while self._until and self._until[0][0] < now:
+            until, consumer = self._until.popleft()
+            entry = self._held.get(consumer)
+            if entry is not None and entry[1] == until:  # not held again since
+                self._forget(consumer)
+
+    def blocked(self, queue: str) -> bool:
+        """Whether `queue` waits for a Job held earlier whose unit is not known."""
         now = self.clock()
-        blocked = False
-        for consumer, (held_queue, until, unit) in list(self._held.items()):
-            if until < now or known(consumer):
-                del self._held[consumer]
-            elif held_queue == queue and unit is None:
-                blocked = True
-        return blocked
+        waiting = self._nameless.get(queue)
+        while waiting and waiting[0] < now:
+            waiting.popleft()
+        if waiting is not None and not waiting:
+            del self._nameless[queue]
+        return bool(waiting)
 
     def creating_in(self, queue: str) -> bool:
         """A unit of `queue` that will wait is being created for a consumer
         the fast path does not count pending already (not one this webhook
         held): it is not in the engine yet, and may be ahead."""
-        counted = {f"create:{consumer}" for consumer, held in self._held.items() if held[2]}
-        return any(q == queue and key not in counted for key, q in self.creating.items())
+        self._expire_held(self.clock())
+        return self.creating.uncounted(queue)
 
     def parse(self, namespace: str, name: str, queue_name: str,
               obj: dict[str, Any]) -> tuple[DesiredUnit, JobRecord] | None:
@@ -150,9 +221,14 @@ class FastPath:
         Jobs' units are taken out again: their own cycle admits them."""
         mirror = self.mirror()
         now = self.clock()
+        self._expire_held(now)
         unit = desired_engine_unit(desired, now)
-        ahead = [u for _, _, u in self._held.values()
-                 if u is not None and mirror.state(u.key) is None and u.key != unit.key]
+        ahead = []
+        for consumer, (_, _, held) in list(self._held.items()):
+            if self.known(consumer):
+                self._forget(consumer)  # in the engine now: counted there
+            elif mirror.state(held.key) is None and held.key != unit.key:
+                ahead.append(held)
         for pending in (*ahead, unit):
             mirror.set(pending.key, "pending", pending)
         chosen = mirror.admit_all()
@@ -230,26 +306,31 @@ class FastPath:
     def reserved_key(self, key: str) -> bool:
         return any(r.unit_key == key for r in self.reservations.values())
 
-    def expire(self, now: float, exists: Callable[[ConsumerKey, Reservation], bool],
+    def expire(self, now: float, job: Callable[[ConsumerKey, Reservation], JobRecord | None],
                written: Callable[[str], bool]) -> None:
-        """Let go of reservations whose Job never came (`exists`: the Job
-        is in the store with its token, its unit perhaps being created;
-        `written`: its unit exists, and the engine has it as that unit)."""
+        """Let go of reservations whose Job never came, or finished before
+        its unit was written (a finished Job needs no unit: its room is
+        free). `job`: the Job in the store with its token, its unit perhaps
+        being created; `written`: its unit exists, and the engine has it as
+        that unit."""
         mirror = self.mirror()
         for token, when in list(self._expired.items()):
             if now - when > TOKEN_TTL + ASSUME_TTL:
                 del self._expired[token]  # its Job can no longer be created
         for consumer, reservation in list(self.reservations.items()):
-            if now - reservation.since <= ASSUME_TTL or exists(consumer, reservation):
+            came = job(consumer, reservation)
+            finished = came is not None and came.outcome is not None
+            if not finished and (now - reservation.since <= ASSUME_TTL or came is not None):
                 continue
             del self.reservations[consumer]
             self._expired[reservation.token] = now
             if written(reservation.unit_key):
                 continue
             mirror.set(reservation.unit_key, None, None)
-            log.info("reservation at creation of %s expired: its Job was not seen within "
-                     "%gs", reservation.unit_key, ASSUME_TTL, extra={"unit": reservation.unit_key,
-                                                  "queue": reservation.queue})
+            why = "its Job finished before its unit was written" if finished \
+                else f"its Job was not seen within {ASSUME_TTL:g}s"
+            log.info("reservation at creation of %s let go: %s", reservation.unit_key, why,
+                     extra={"unit": reservation.unit_key, "queue": reservation.queue})
 
 
 def record_admitted(record: UnitRecord, why: str, created: float) -> None:

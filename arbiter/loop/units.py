@@ -402,14 +402,16 @@ Disposition = Literal["pending", "admitted"] | None
 # "rehold": a serving workload resized while admitted goes back to Enqueued
 # and its pods are made again (arbiter.loop.workloads).
 StepKind = Literal["none", "phase", "release", "hold", "backoff", "checked", "requeue",
-                   "reject", "rehold"]
+                   "reject", "rehold", "record"]
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     """One write a unit needs. `phase`: set status.phase; `release`: finish
     an admission (unsuspend / ungate); `hold`: re-suspend a Job whose unit
-    is no longer admitted; `backoff`: Dequeued → TimeoutBackoff, then hold."""
+    is no longer admitted; `backoff`: Dequeued → TimeoutBackoff, then hold;
+    `record`: write the admission a unit created admitted carries in an
+    annotation into its status."""
 
     kind: StepKind
     phase: UnitPhase | None = None
@@ -512,6 +514,11 @@ def decide(
     """The one transition rule table (DESIGN §2 phases)."""
     phase = unit.phase
     consumer = held(unit, consumer)
+    if unit.unwritten and consumer is not Consumer.MISSING:
+        # Created admitted (the fast path, DESIGN §16): its status says so
+        # first, whatever comes next (a Job may finish before the watch
+        # brings its unit).
+        return Step("record")
     if consumer is Consumer.MISSING or phase in ("Succeed", "Failed"):
         return NOTHING  # garbage collection follows the owner
     if consumer is Consumer.SUCCEEDED:

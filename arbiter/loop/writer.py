@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from arbiter.base import metrics
-from arbiter.base.kubeapi import ApiError
+from arbiter.base.kubeapi import ApiError, Obj
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
 from arbiter.core.api import UnitPhase
@@ -28,7 +28,7 @@ from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
 from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision, remember
 from arbiter.loop.events import EventSink
-from arbiter.loop.fastpath import record_admitted
+from arbiter.loop.fastpath import Creations, record_admitted
 from arbiter.loop.inflight import TERMINATING_HOLD, InFlightWrites
 from arbiter.loop.units import (
     POD_KINDS,
@@ -115,9 +115,9 @@ class UnitWriter:
         self.events = events
         self.clock = clock
         self.admitted_delay = admitted_delay
-        # Creations running of units that will wait (busy key -> queue): not
-        # in the engine yet, and perhaps ahead of a Job being created.
-        self.creating: dict[str, str] = {}
+        # Creations running of units that will wait: not in the engine yet,
+        # and perhaps ahead of a Job being created.
+        self.creating = Creations()
 
     # -- starting writes (from a cycle) -------------------------------------------------
     def create(self, desired: DesiredUnit,
@@ -133,7 +133,7 @@ class UnitWriter:
             # (retried, backed off) per Job while it is being emptied.
             return
         if admitted is None:
-            self.creating[busy] = desired.queue
+            self.creating.start(desired.consumer, desired.queue)
         self.writes.spawn(functools.partial(self._create, busy, desired, admitted), key=busy)
 
     def update_spec(self, unit: UnitRecord, spec: dict[str, Any]) -> None:
@@ -172,6 +172,7 @@ class UnitWriter:
                 self.stats.created += 1
                 if admitted is not None:
                     self._admitted_at_creation(written.record, admitted[1], admitted[2])
+                    await self._record_created(written)
             self.writes.succeeded(busy)
         except ApiError as error:
             if namespace_terminating(error):
@@ -183,7 +184,7 @@ class UnitWriter:
             self.writes.retry_creation(busy, desired.consumer)
             self._failed(busy, error)
         finally:
-            self.creating.pop(busy, None)
+            self.creating.end(desired.consumer)
             self.touch_consumer(desired.consumer)
 
     def _admitted_at_creation(self, record: UnitRecord, why: str, created: float) -> None:
@@ -313,6 +314,8 @@ class UnitWriter:
                 written = await self._set_phase(unit, step.phase, step.message)
                 if written is not None and step.phase == "Enqueued":
                     log_decision("requeue", written.record, step.message)
+            elif step.kind == "record":
+                await self._record(unit)
             elif step.kind in ("checked", "requeue", "reject"):
                 await self._checks_done(unit, step)
             elif step.kind == "backoff":
@@ -368,6 +371,30 @@ class UnitWriter:
                 record, "Warning",
                 "AdmissionCheckRetry" if step.kind == "requeue" else "AdmissionCheckRejected",
                 step.message)
+
+    async def _record(self, unit: UnitRecord, obj: Obj | None = None) -> None:
+        """A unit created admitted gets its admission into its status
+        (`obj`: the unit as just created; else it is read again)."""
+        async with self.writes.locked(unit.key):
+            if obj is None and not (self.unit(unit.key) or unit).unwritten:
+                return  # written meanwhile, by its creation's own write
+            written = await self.actions.write_recorded(unit, obj)
+        if written is None:
+            self.writes.conflicted(unit)
+            return
+        self.writes.assume(written.record)
+        self.writes.succeeded(unit.key)
+
+    async def _record_created(self, created: Written) -> None:
+        """Right after its creation (the Job runs already): one status
+        write, from the object the apiserver returned. Failed, it is done
+        on the unit's next look (`units.decide`: a unit unwritten records
+        first)."""
+        try:
+            await self._record(created.record, created.raw)
+        except ApiError as error:
+            log.info("status of %s not written with its creation (%s); written next",
+                     created.record.key, error)
 
     async def _record_let_go(self, unit: UnitRecord, phase: UnitPhase, message: str) -> None:
         """A waiting unit whose consumer runs (let go outside arbiter, or by

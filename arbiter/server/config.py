@@ -106,8 +106,9 @@ class ServeConfig:
     # API writes the admission loop keeps in flight at once.
     loop_concurrency: int = 100
     # Admission at creation (DESIGN §16): the leader's webhook lets a Job
-    # through admitted when its queue would admit it next.
-    admit_on_create: bool = False
+    # through admitted when its queue would admit it next (--admit-on-create=false:
+    # every Job is held).
+    admit_on_create: bool = True
     # Tests only: seconds before the unit of a Job admitted at creation is written.
     fast_path_unit_delay: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)

@@ -1,16 +1,14 @@
 """Admission at creation (DESIGN §16) on the real control plane: a Job into
 an empty queue runs without ever being suspended; behind a waiting unit it
-is held as before; and a leader SIGKILLed between the webhook's answer and
-the unit's write loses nothing and admits nothing twice."""
+is held as before; it is on by default (`--admit-on-create=false` holds
+every Job); and a leader SIGKILLed between the webhook's answer and the
+unit's write loses nothing and admits nothing twice."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from arbiter.cache.convert import unit_status
 from arbiter.core.fastpath import FAST_PATH_ANNOTATION
@@ -58,15 +56,16 @@ def leads(sandbox: Sandbox) -> bool:
         return False
 
 
+# The default (`--admit-on-create`): said where the arbiter is restarted.
 FAST_PATH = "--admit-on-create=true"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fast_path_on(sandbox: Sandbox) -> Iterator[None]:
-    """The fast path is off by default (`--admit-on-create`): on for this
-    file's tests, the shared sandbox's arbiter restored afterwards."""
-    with arbiter_with(sandbox, [FAST_PATH]):
-        yield
+def admitted_on_record(sandbox: Sandbox, ns: str, name: str) -> dict[str, Any] | None:
+    """The unit's status as stored, once the loop wrote its admission there
+    (the fields a held admission writes)."""
+    status = get(sandbox, "queueunit", name, "-n", ns).get("status") or {}
+    return status if status.get("admissions") and status.get("lastAllocateTime") \
+        and status.get("allocated") and status.get("admission") else None
 
 
 def test_a_job_into_an_empty_queue_runs_without_ever_being_suspended(sandbox: Sandbox) -> None:
@@ -79,6 +78,9 @@ def test_a_job_into_an_empty_queue_runs_without_ever_being_suspended(sandbox: Sa
             timeout=30)
         assert unit["metadata"]["name"] == "job-train"
         assert len(unit_status(unit)["admissions"]) == 1
+        status = wait_for("its admission in its status", lambda: admitted_on_record(
+            sandbox, ns, "job-train"), timeout=30)
+        assert len(status["admissions"]) == 1 and status["allocated"] == {"cpu": "1"}, status
         done = wait_for("the Job complete", lambda: (
             lambda j: j if job_complete(j) else None)(get(sandbox, "job", "train", "-n", ns)),
             timeout=30)
@@ -110,6 +112,16 @@ def test_behind_a_waiting_unit_a_job_is_held_as_before(sandbox: Sandbox) -> None
         assert suspend_writers(sandbox, ns, "behind") == ["kube-arbiter"]
 
 
+def test_the_fast_path_is_on_by_default(sandbox: Sandbox) -> None:
+    with tenant(sandbox, "default") as (ns, _):
+        assert created(sandbox, job("quick", ns, runs_for="1s"))["spec"]["suspend"] is False
+    with arbiter_with(sandbox, ["--admit-on-create=false"]), tenant(sandbox, "off") as (ns, _):
+        held = created(sandbox, job("held", ns, runs_for="1s"))
+        assert held["spec"]["suspend"] is True
+        wait_for("held, then admitted by the loop", lambda: job_complete(
+            get(sandbox, "job", "held", "-n", ns)), timeout=45)
+
+
 def test_a_leader_killed_after_the_webhook_answered_loses_and_doubles_nothing(
         sandbox: Sandbox) -> None:
     with tenant(sandbox, "crash") as (ns, _):
@@ -133,6 +145,8 @@ def test_a_leader_killed_after_the_webhook_answered_loses_and_doubles_nothing(
             u for u in units(sandbox, ns) if phase(u) in ("Dequeued", "Running")], timeout=30)
         assert [u["metadata"]["name"] for u in found] == ["job-survivor"]
         assert len(unit_status(found[0])["admissions"]) == 1
+        wait_for("its admission in its status", lambda: admitted_on_record(
+            sandbox, ns, "job-survivor"), timeout=30)
         wait_for("its pod running", lambda: [
             p for p in get(sandbox, "pods", "-n", ns)["items"]
             if p["status"].get("phase") == "Running"], timeout=30)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from arbiter.core.fastpath import FAST_PATH_ANNOTATION
 from arbiter.sandbox import Sandbox, process
 from arbiter.sandbox.components import repo_root
 from arbiter.sandbox.config import POD_COMPLETE_DELAY_ANNOTATION
@@ -308,14 +309,21 @@ def test_arbiter_admits_work_under_the_service_account(
 
         create_tenant(sandbox, namespace, queue)
 
+        # Admitted at creation (the default; the token's key read from the
+        # certificate Secret): let through unsuspended, its unit created admitted.
         created = json.loads(sandbox.kubectl(
             "create", "-f", "-", "-o", "json", input=json.dumps(_job("train", namespace))).stdout)
-        assert created["spec"]["suspend"] is True  # held by the webhook
+        assert created["spec"]["suspend"] is False, created["spec"]
+        assert FAST_PATH_ANNOTATION in created["metadata"]["annotations"]
+        # Created suspended by its user: held; admitted, arbiter unsuspends it (patch jobs).
+        held = _job("held", namespace)
+        held["spec"]["suspend"] = True
+        create(sandbox, held)
         create(sandbox, _pod("web", namespace))
 
-        # Admitted: the Job unsuspended (patch jobs), ran and completed.
-        wait_for("the Job to complete",
-                 lambda: job_complete(get(sandbox, "job", "train", "-n", namespace)), 90)
+        for name in ("train", "held"):
+            wait_for(f"Job {name} to complete", lambda: job_complete(
+                get(sandbox, "job", name, "-n", namespace)), 90)  # noqa: B023 (waited here)
 
         # Admitted: the pod's gate removed (patch pods) and the pod bound.
         def ungated_and_bound() -> bool:
@@ -325,7 +333,7 @@ def test_arbiter_admits_work_under_the_service_account(
         wait_for("the pod to be ungated and bound", ungated_and_bound, 60)
         # QueueUnits created and their status written (queueunits, /status).
         units = get(sandbox, "queueunits", "-n", namespace)["items"]
-        assert len(units) == 2
+        assert len(units) == 3
         assert all(u.get("status", {}).get("phase") in ("Dequeued", "Running", "Succeed")
                    for u in units), [u.get("status") for u in units]
         # Queue status written (queues/status).

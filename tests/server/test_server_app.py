@@ -95,6 +95,19 @@ def test_serve_flags_default_from_environment(monkeypatch: pytest.MonkeyPatch) -
     assert config.managed_namespaces == "all"
 
 
+def test_admission_at_creation_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    def parsed(*flags: str) -> bool:
+        argv = ["serve", *flags]
+        return config_from_args(build_parser(argv).parse_args(argv)).admit_on_create
+
+    assert parsed() is True
+    assert parsed("--admit-on-create=false") is False
+    assert parsed("--admit-on-create") is True
+    monkeypatch.setenv("ARBITER_ADMIT_ON_CREATE", "false")
+    assert parsed() is False
+    assert parsed("--admit-on-create=true") is True
+
+
 def test_managed_namespaces_flag_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ARBITER_MANAGED_NAMESPACES", "listed")
     argv = ["serve"]

@@ -4,6 +4,7 @@ the per-user cap on event streams (DESIGN §15)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import time
@@ -14,6 +15,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from arbiter.base.kubeapi import unit_path
+from arbiter.core.api import ADMITTED_STATUS_ANNOTATION
 from arbiter.loop import decisions
 from arbiter.loop.decisions import Recorded
 from arbiter.loop.runtime import Leadership
@@ -232,3 +235,17 @@ async def test_one_user_cannot_take_every_event_stream(monkeypatch: pytest.Monke
                 response.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_unit_created_admitted_shows_its_admission_before_its_status_has_it() -> None:
+    """Created admitted (the fast path, DESIGN §16), its admission is in an
+    annotation until the loop writes its status: the page reads it there."""
+    c = await _cluster()
+    stored = c.api.objects[unit_path("alpha", "pod-p-000")]
+    stored["metadata"].setdefault("annotations", {})[ADMITTED_STATUS_ANNOTATION] = \
+        json.dumps(stored["status"])
+    stored["status"] = {"phase": "Running"}
+    async with TestClient(TestServer(_app(c))) as client:
+        page = await (await client.get("/view/units/alpha/pod-p-000")).text()
+        timeline = page[page.index("<h2>Timeline"):page.index("<h2>Pod sets")]
+        assert "attempt 1 · queue qa" in timeline

@@ -145,7 +145,8 @@ def test_only_arbiter_records_an_admission_on_a_unit() -> None:
     obj = unit_obj("mine", "team-a", {"queue": "team-a", "podSets": [
         {"name": "main", "count": 1, "requests": {"cpu": "1"}}]},
         labels={QUEUE_LABEL: "team-a"})
-    obj["metadata"]["annotations"] = {ADMITTED_STATUS_ANNOTATION: '{"phase": "Dequeued"}'}
+    obj["metadata"]["annotations"] = {
+        ADMITTED_STATUS_ANNOTATION: '{"phase": "Dequeued", "admissions": [{"attempt": 1}]}'}
     decision = queueunits.validate(parse(review("QueueUnit", "CREATE", obj, user=TENANT)),
                                    env_for(store))
     assert not decision.allowed and ADMITTED_STATUS_ANNOTATION in decision.message

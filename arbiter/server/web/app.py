@@ -29,6 +29,7 @@ from pathlib import Path
 from aiohttp import web
 
 from arbiter.base.kubeapi import ClusterApi, unit_path
+from arbiter.cache import convert
 from arbiter.cache.store import ClusterStore
 from arbiter.core.engine.flat import dominant_share_of
 from arbiter.loop import decisions
@@ -157,8 +158,9 @@ def web_app(*, store: ClusterStore, overcommit: float, leadership: Leadership,
             return None
         if (obj.get("metadata") or {}).get("uid") != uid:
             return None
-        status = obj.get("status")
-        return status if isinstance(status, dict) else {}
+        # With the admission a unit created admitted carries until its
+        # status is written (the fast path, DESIGN §16).
+        return convert.unit_status(obj)
 
     async def unit_view(request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]

@@ -130,8 +130,7 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
                 f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as '
                 f"its controller, but it already has {active} active pods, as many as its "
                 f"spec.parallelism ({job.parallelism}) that queue \"{job.queue}\" admitted")
-        full = None if root is None else _full(env, root)
-        if root is None or full is None:
+        if root is None or (full := _full(env, root)) is None:
             return True
         # A Job a tenant made with its JobSet as controller is no more the
         # JobSet's admitted pods than a raised parallelism would be.

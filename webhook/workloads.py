@@ -189,9 +189,9 @@ def _as_child(request: AdmissionRequest, env: AdmissionEnv, integration: Integra
               target: Namespaced, root: WorkloadRecord, old: Obj | None, new: Obj) -> Decision:
     """A held workload's child (`target`: the object as it was, on UPDATE)
     may not ask for more than its workload (`webhook.children`)."""
-    where = "request.oldObject.metadata" if old is not None else "request.object.metadata"
+    meta_field = "request.oldObject.metadata" if old is not None else "request.object.metadata"
     problem = child_problem(env, root, integration.kind, old, new,
-                            controller_ref(target.meta, where))
+                            controller_ref(target.meta, meta_field))
     if problem is None:
         return ALLOW
     return deny(f"{_subject(request, integration, target)}: {problem}")

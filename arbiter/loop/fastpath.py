@@ -152,7 +152,7 @@ class FastPath:
         now = self.clock()
         self._expire_held(now)  # here too: what is kept stays bounded by the TTLs
         if desired is None or not name:
-            self.blocked(queue)
+            self._nameless_waiting(queue, now)  # drop the expired ones first
             self._nameless.setdefault(queue, deque()).append(now + NAMELESS_TTL)
             return
         consumer = ConsumerKey("Job", namespace, name)
@@ -174,7 +174,11 @@ class FastPath:
 
     def blocked(self, queue: str) -> bool:
         """Whether `queue` waits for a Job held earlier whose unit is not known."""
-        now = self.clock()
+        return self._nameless_waiting(queue, self.clock())
+
+    def _nameless_waiting(self, queue: str, now: float) -> bool:
+        """Whether Jobs held without a name still keep `queue` off the fast
+        path; forgets those whose time is up."""
         waiting = self._nameless.get(queue)
         while waiting and waiting[0] < now:
             waiting.popleft()

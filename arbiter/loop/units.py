@@ -401,8 +401,11 @@ Disposition = Literal["pending", "admitted"] | None
 # passed, asked for a retry, or rejected it (arbiter.loop.checks).
 # "rehold": a serving workload resized while admitted goes back to Enqueued
 # and its pods are made again (arbiter.loop.workloads).
+# "adopt": a waiting unit whose consumer runs all the same (released outside
+# arbiter, or by an admission whose status write did not land) is counted
+# admitted from now, with an admission on record, in `phase`.
 StepKind = Literal["none", "phase", "release", "hold", "backoff", "checked", "requeue",
-                   "reject", "rehold", "record"]
+                   "reject", "rehold", "record", "adopt"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,9 +532,9 @@ def decide(
         return NOTHING  # a reservation only moves when admitted
     if phase in ("Enqueued", "Reserved"):
         if consumer is Consumer.RELEASED:
-            return Step("phase", "Dequeued", "released outside arbiter; counted as admitted")
+            return Step("adopt", "Dequeued", "released outside arbiter; counted as admitted")
         if consumer is Consumer.RUNNING:
-            return Step("phase", "Running", "running; released outside arbiter")
+            return Step("adopt", "Running", "running; released outside arbiter")
         return NOTHING
     if phase == "Dequeued":
         if consumer is Consumer.RUNNING:

@@ -307,9 +307,8 @@ class UnitWriter:
                 if written is not None:
                     log_decision("requeue", written.record, step.message)
                     await self._hold(written.record)
-            elif step.kind == "phase" and step.phase in ("Dequeued", "Running") \
-                    and unit.phase in ("Enqueued", "Reserved"):
-                await self._record_let_go(unit, step.phase, step.message)
+            elif step.kind == "adopt" and step.phase is not None:
+                await self._adopt(unit, step.phase, step.message)
             elif step.kind == "phase" and step.phase is not None:
                 written = await self._set_phase(unit, step.phase, step.message)
                 if written is not None and step.phase == "Enqueued":
@@ -346,13 +345,10 @@ class UnitWriter:
             status = requeued_status(step.message, now, step.delay)
         else:
             status = rejected_status(step.message, now)
-        written = await self.actions.write_status(
-            unit, lambda _, __: status, in_phase("Reserved"))
+        written = self._landed(unit, await self.actions.write_status(
+            unit, lambda _, __: status, in_phase("Reserved")))
         if written is None:
-            self.writes.conflicted(unit)
             return
-        self.writes.assume(written.record)
-        self.writes.succeeded(unit.key)
         record = written.record
         if step.kind == "checked":
             log_decision("admit", record, step.message, attempt=record.attempts)
@@ -379,11 +375,7 @@ class UnitWriter:
             if obj is None and not (self.unit(unit.key) or unit).unwritten:
                 return  # written meanwhile, by its creation's own write
             written = await self.actions.write_recorded(unit, obj)
-        if written is None:
-            self.writes.conflicted(unit)
-            return
-        self.writes.assume(written.record)
-        self.writes.succeeded(unit.key)
+        self._landed(unit, written)
 
     async def _record_created(self, created: Written) -> None:
         """Right after its creation (the Job runs already): one status
@@ -396,23 +388,25 @@ class UnitWriter:
             log.info("status of %s not written with its creation (%s); written next",
                      created.record.key, error)
 
-    async def _record_let_go(self, unit: UnitRecord, phase: UnitPhase, message: str) -> None:
+    async def _adopt(self, unit: UnitRecord, phase: UnitPhase, message: str) -> None:
         """A waiting unit whose consumer runs (let go outside arbiter, or by
         an admission whose status write did not land): counted as admitted
         from now, with an admission on record like any other."""
         plan = unit.admission.placement() if unit.admission is not None else None
-        written = await self.actions.admit(unit, self.clock(), plan, let_go=(phase, message))
+        written = self._landed(unit, await self.actions.admit(unit, self.clock(), plan,
+                                                               let_go=(phase, message)))
         if written is None:
-            self.writes.conflicted(unit)
             return
-        self.writes.assume(written.record)
-        self.writes.succeeded(unit.key)
         log_decision("admit", written.record, message, attempt=written.record.attempts,
                      path="let go")
         metrics.admitted_units_total.labels(unit.queue).inc()
 
     async def _set_phase(self, unit: UnitRecord, phase: UnitPhase, message: str) -> Written | None:
-        written = await self.actions.set_phase(unit, phase, message)
+        return self._landed(unit, await self.actions.set_phase(unit, phase, message))
+
+    def _landed(self, unit: UnitRecord, written: Written | None) -> Written | None:
+        """A status write's outcome: assumed when it landed, else `unit`'s
+        version is outdated (decide again on the newer one)."""
         if written is None:
             self.writes.conflicted(unit)
             return None

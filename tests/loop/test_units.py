@@ -224,8 +224,8 @@ def step_of(phase: UnitPhase, consumer: Consumer, backoff_until: float | None = 
     ("phase", "consumer", "expected"),
     [
         ("Enqueued", Consumer.HELD, ("none", None)),
-        ("Enqueued", Consumer.RELEASED, ("phase", "Dequeued")),
-        ("Enqueued", Consumer.RUNNING, ("phase", "Running")),
+        ("Enqueued", Consumer.RELEASED, ("adopt", "Dequeued")),
+        ("Enqueued", Consumer.RUNNING, ("adopt", "Running")),
         ("Enqueued", Consumer.MISSING, ("none", None)),
         ("Dequeued", Consumer.HELD, ("release", None)),
         ("Dequeued", Consumer.RUNNING, ("phase", "Running")),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -76,12 +77,52 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports (sockets held open together so none repeats)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+# Listening ports come from below the kernel's ephemeral range: a port from
+# inside it (what binding port 0 gives) can be taken by any outgoing
+# connection between choosing it and the server binding it ("address already
+# in use" at start-up, seen with the Trainer controller).
+_LISTEN_PORTS = (20000, 32000)
+
+
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for sock in sockets:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def listen_port_range() -> tuple[int, int]:
+    """Where free_ports picks: [20000, 32000) clipped below the ephemeral range."""
+    low, high = _LISTEN_PORTS
+    ephemeral_low, ephemeral_high = _ephemeral_range()
+    if ephemeral_low < high and ephemeral_high >= low:  # an unusual, overlapping range
+        high = max(low + 1000, min(high, ephemeral_low))
+    return low, high
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports outside the ephemeral range (sockets held
+    open together so none repeats). Chosen at random, so that parallel test
+    workers rarely try the same one."""
+    low, high = listen_port_range()
+    chooser = random.Random(os.urandom(8))
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(50 * count):
+            if len(sockets) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", chooser.randrange(low, high)))
+            except OSError:
+                sock.close()
+                continue
+            sockets.append(sock)
+        while len(sockets) < count:  # that range is crowded: let the kernel pick
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
         return [int(sock.getsockname()[1]) for sock in sockets]
     finally:
         for sock in sockets:

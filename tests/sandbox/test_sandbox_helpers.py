@@ -129,6 +129,17 @@ def test_free_ports_are_distinct() -> None:
     assert len(set(ports)) == 20
 
 
+def test_free_ports_avoid_the_ephemeral_range() -> None:
+    """Outgoing connections take ephemeral ports: a listener picked from
+    there can lose its port before it binds it."""
+    low, high = process.listen_port_range()
+    ephemeral_low, _ = process._ephemeral_range()
+    if ephemeral_low >= low + 1000:  # the usual layout (32768-60999 here)
+        assert high <= ephemeral_low
+    ports = process.free_ports(30)
+    assert all(low <= port < high for port in ports), ports
+
+
 def test_spawned_process_is_stopped_by_pid(tmp_path: Path) -> None:
     record = process.spawn(
         "sleeper",

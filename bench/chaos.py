@@ -306,13 +306,18 @@ async def _converge(api: Api, judge: Judge, shape: world.Shape, within: float,
                     regular: set[str]) -> tuple[bool, list[str]]:
     """Fill the cluster with the wave; then wait until every Queue's
     status.deserved equals the offline engine's answer."""
-    for obj in world.wave(shape):
+    slots = asyncio.Semaphore(16)  # one at a time, the wave took minutes
+
+    async def create(obj: dict[str, Any]) -> None:
         path = f"/apis/batch/v1/namespaces/{obj['metadata']['namespace']}/jobs"
-        for _ in range(20):
-            status, _body = await api.request("POST", path, obj)
-            if status in (200, 201, 409):
-                break
-            await asyncio.sleep(0.5)
+        async with slots:
+            for _ in range(20):
+                status, _body = await api.request("POST", path, obj)
+                if status in (200, 201, 409):
+                    return
+                await asyncio.sleep(0.5)
+
+    await asyncio.gather(*(create(obj) for obj in world.wave(shape)))
     wave = len(world.wave(shape))
     await _wait("the wave's units", lambda: sum(
         1 for u in judge.units.values() if u.consumer and u.consumer not in regular) >= wave,

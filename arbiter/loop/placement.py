@@ -19,8 +19,9 @@ the user set are never removed, nor a key the user changed since.
 
 The patches are built from the object as read just before (the cache keeps
 neither a template's nodeSelector nor its tolerations), guarded by `test`
-operations on its uid and resourceVersion, so nothing the user set is lost
-and nothing is written over a newer version.
+operations on its uid and its spec's and annotations' versions as read (a
+pod: its resourceVersion), so nothing the user set is lost and nothing is
+written over a newer spec.
 """
 
 from __future__ import annotations
@@ -97,6 +98,23 @@ def _guards(obj: Mapping[str, Any]) -> list[Op]:
              "value": meta.get("resourceVersion", "")}]
 
 
+def _spec_guards(obj: Mapping[str, Any]) -> list[Op]:
+    """Guards of a workload's release: its uid, its spec as read (the
+    generation: a status write does not move it) and its annotations as
+    read. Not the resourceVersion: the Job controller writes a Job's status
+    again and again while its pods go (a Job held again), and a release
+    guarded by it lost every race, four reads in a row, for minutes. With
+    no annotations the map is added whole, so then any change counts."""
+    meta = obj.get("metadata") or {}
+    generation, annotations = meta.get("generation"), meta.get("annotations")
+    if not isinstance(generation, int) or not isinstance(annotations, Mapping) \
+            or not annotations:
+        return _guards(obj)
+    return [{"op": "test", "path": "/metadata/uid", "value": meta.get("uid", "")},
+            {"op": "test", "path": "/metadata/generation", "value": generation},
+            {"op": "test", "path": "/metadata/annotations", "value": dict(annotations)}]
+
+
 @dataclass(slots=True)
 class Placed:
     """What arbiter set on a pod spec: selector keys with the value it set,
@@ -161,7 +179,7 @@ def _give(selector: dict[str, str], tolerations: list[Any], directives: PodDirec
 
 
 def _field_op(path: str, before: Any, after: Any) -> list[Op]:
-    """Set a spec field to `after` as a whole (the resourceVersion guard
+    """Set a spec field to `after` as a whole (the version guards
     makes that as safe as per-key ops); an empty result removes it."""
     if after == (before or type(after)()):
         return []
@@ -218,7 +236,7 @@ def placed_ops(obj: Mapping[str, Any], templates: Sequence[str], directives: Pod
                         "value": {PLACED_ANNOTATION: placed.to_annotation()}})
     elif PLACED_ANNOTATION in annotations:
         ops.append({"op": "remove", "path": record})
-    return [*_guards(obj), *ops, *then]
+    return [*_spec_guards(obj), *ops, *then]
 
 
 def _at(obj: Mapping[str, Any], template: str) -> Mapping[str, Any]:

@@ -200,7 +200,15 @@ class InMemoryApi:
         return len(take)
 
     def _store(self, path: str, obj: Obj, event: EventType) -> Obj:
-        obj.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(next(self._rv))
+        # As in the apiserver: the generation moves with the spec only.
+        before = self.objects.get(path)
+        if before is None:
+            meta["generation"] = 1
+        else:
+            generation = (before.get("metadata") or {}).get("generation", 1)
+            meta["generation"] = generation + (obj.get("spec") != before.get("spec"))
         self.objects[path] = obj
         self._emit(path, event, obj)
         return copy.deepcopy(obj)

@@ -8,7 +8,9 @@ import json
 import random
 from typing import Any
 
-from arbiter.base.kubeapi import job_path
+import pytest
+
+from arbiter.base.kubeapi import Invalid, job_path
 from arbiter.cache.records import Toleration
 from arbiter.core.api import PLACED_ANNOTATION
 from arbiter.loop.controller import LoopSettings
@@ -140,3 +142,33 @@ def test_tolerations_arbiter_added_are_replaced_and_a_mangled_record_undoes_noth
     job = release(mangled, PodDirectives(undo_earlier=True))
     assert selector_of(job) == {"pool": "a"}
     assert PLACED_ANNOTATION not in job["metadata"]["annotations"]
+
+
+def test_a_release_survives_status_writes_but_not_a_spec_or_annotation_change() -> None:
+    """The Job controller writes a held Job's status again and again while
+    its pods go: a release guarded by the resourceVersion lost every race
+    (the chaos run: "kept changing" for minutes). The guards are the
+    spec's generation and the annotations as read."""
+    job = suspended_job({"team": "x"}, annotations={"note": "n"})
+    job["metadata"]["generation"] = 3
+    ops = job_release_ops(job, PodDirectives((("pool", "a"),)))
+    status_written = json.loads(json.dumps(job))
+    status_written["metadata"]["resourceVersion"] = "8"
+    status_written["status"] = {"active": 0, "terminating": 2}
+    released = json_patch(status_written, ops)
+    assert released["spec"]["suspend"] is False
+    assert selector_of(released) == {"team": "x", "pool": "a"}
+    respecified = json.loads(json.dumps(job))
+    respecified["metadata"]["generation"] = 4
+    annotated = json.loads(json.dumps(job))
+    annotated["metadata"]["annotations"]["other"] = "y"
+    for changed in (respecified, annotated):
+        with pytest.raises(Invalid):
+            json_patch(changed, ops)
+    # With no annotations the map is added whole: any change counts.
+    bare = suspended_job()
+    bare["metadata"]["generation"] = 1
+    bare_ops = job_release_ops(bare, PodDirectives((("pool", "a"),)))
+    bare["metadata"]["resourceVersion"] = "8"
+    with pytest.raises(Invalid):
+        json_patch(bare, bare_ops)

@@ -203,6 +203,22 @@ async def _judge_watches(api: Api, judge: Judge) -> Watches:
     return watches
 
 
+def _create_world(sandbox: Sandbox, objects: list[dict[str, Any]]) -> None:
+    """Apply the world until it is all there: a child Queue sent right after
+    its parent can be refused while the webhook's cache has not seen the
+    parent yet ("spec.parent: queue ... does not exist")."""
+    manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    for attempt in range(30):
+        try:
+            sandbox.kubectl("apply", "-f", "-", input=manifest)
+            return
+        except process.KubectlError as error:
+            if attempt == 29:
+                raise
+            say(f"the world not applied yet ({str(error.stderr).strip()[:160]}); again")
+            time.sleep(1.0)
+
+
 async def _wait(what: str, check: Any, within: float, poll: float = 1.0) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -250,8 +266,7 @@ async def run_async(sandbox: Sandbox, options: Options, injector_box: list[Injec
                                for r in injector.replicas.values()))
         await injector.blocking(sandbox.kubectl, "label", "node", *world.pool_nodes(shape),
                                 f"{world.POOL_LABEL}={world.POOL}")
-        await injector.blocking(sandbox.kubectl, "create", "-f", "-", input=json.dumps(
-            {"apiVersion": "v1", "kind": "List", "items": world.setup_objects(shape)}))
+        await injector.blocking(_create_world, sandbox, world.setup_objects(shape))
         stop = asyncio.Event()
         peaks: dict[str, int] = {}
         async with Api(sandbox.apiserver_url, str(keys.ca_cert), str(keys.client_cert("admin")),

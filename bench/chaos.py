@@ -301,6 +301,7 @@ async def run_async(sandbox: Sandbox, options: Options, injector_box: list[Injec
                                 rejected=creator.rejected, unfinished=judge.unfinished_jobs())
                 report.converged, report.share_mismatch = await _converge(
                     api, judge, shape, options.converge_timeout, regular)
+                judge.recheck_lost()
                 report.figures = figures(judge, injector, creator.created, start, drained,
                                          last_fault, peaks)
                 report.table = table(report.figures, report.planned, report.done,

@@ -36,6 +36,7 @@ class Figures:
     run_seconds: float = 0.0
     unverifiable: int = 0
     still_running: int = 0  # Jobs released but not ended when the drain stopped
+    settled_later: int = 0  # judged lost when the drain stopped, not on a second look
 
 
 def pct(values: list[float], q: float) -> float:
@@ -49,7 +50,7 @@ def figures(judge: Judge, injector: Injector, created: dict[str, float], start: 
             drained: float, last_fault: float, peaks: dict[str, int]) -> Figures:
     out = Figures(rss_peak=dict(peaks), jobs=len(created), run_seconds=drained - start,
                   unverifiable=judge.v.unverifiable_admissions,
-                  still_running=judge.still_running)
+                  still_running=judge.still_running, settled_later=judge.settled_later)
     admissions = sorted(judge.admissions)
     for killed_at, identity in injector.kills:
         acquired = next(((t, holder) for t, holder in judge.leases
@@ -105,6 +106,7 @@ def table(fig: Figures, planned: list[str], done: list[str], violations: Violati
     rows += [(name, str(count)) for name, count in violations.counts().items()]
     rows += [("admissions unverifiable (watch gap)", str(fig.unverifiable)),
              ("Jobs still running when the drain ended", str(fig.still_running)),
+             ("between two writes at the drain's end, settled later", str(fig.settled_later)),
              ("shares converged to offline engine", "yes" if converged else "NO"),
              ("Jobs created / run seconds", f"{fig.jobs} / {fig.run_seconds:.0f}s")]
     width = max(len(name) for name, _ in rows)

@@ -138,6 +138,8 @@ class Judge:
         # position in their queue but no message saying why.
         self.still_running = 0
         self.waiting_silent = 0
+        self.lost_uids: set[str] = set()
+        self.settled_later = 0  # judged lost at the drain's end, not on a second look
 
     # -- topology --------------------------------------------------------------
     def on_node(self, kind: str, obj: dict[str, Any], _: float) -> None:
@@ -337,19 +339,46 @@ class Judge:
                     f"admission(s) of parallelism {job.get('parallelism')}")
             if uid in exempt or job.get("done") or job.get("failed"):
                 continue
-            if unit is None:
-                self.v.lost.append(f"job {job['ns']}/{job['name']}: unfinished, no QueueUnit")
-            elif unit.phase in ADMITTED and (self._job_finished(uid) or self._running(uid)
-                                             or not job.get("suspended")):
-                # Released and in the Job controller's hands (its pods to be
-                # made, running, or done and the Job not yet marked Complete).
+            if self._in_hand(uid, job, unit):
                 self.still_running += 1
-            elif unit.phase not in WAITING or not (unit.message or unit.position is not None):
-                self.v.lost.append(
-                    f"job {job['ns']}/{job['name']}: unfinished, unit phase "
-                    f"{unit.phase or 'none'!r}, message {unit.message!r}; {self._pods_of(uid)}")
-            elif not unit.message:
+                continue
+            why = self._lost(uid, job, unit)
+            if why is not None:
+                self.lost_uids.add(uid)
+                self.v.lost.append(why)
+            elif unit is not None and not unit.message:
                 self.waiting_silent += 1
+
+    def _in_hand(self, uid: str, job: dict[str, Any], unit: Unit | None) -> bool:
+        """Admitted, released and in the Job controller's hands (its pods to
+        be made, running, or done and the Job not yet marked Complete)."""
+        return unit is not None and unit.phase in ADMITTED and (
+            self._job_finished(uid) or self._running(uid) or not job.get("suspended"))
+
+    def _lost(self, uid: str, job: dict[str, Any], unit: Unit | None) -> str | None:
+        if unit is None:
+            return f"job {job['ns']}/{job['name']}: unfinished, no QueueUnit"
+        if unit.phase not in WAITING or not (unit.message or unit.position is not None):
+            return (f"job {job['ns']}/{job['name']}: unfinished, unit phase "
+                    f"{unit.phase or 'none'!r}, message {unit.message!r}; {self._pods_of(uid)}")
+        return None
+
+    def recheck_lost(self) -> None:
+        """Judge the Jobs found lost once more, a while later: a Job caught
+        between two of arbiter's writes (held again by its admission timeout,
+        its unit's TimeoutBackoff not yet seen) is not lost; one that is
+        still neither running, ended nor waiting with a reason is."""
+        by_consumer = {unit.consumer: unit for unit in self.units.values() if unit.consumer}
+        still = []
+        for uid in sorted(self.lost_uids):
+            job, unit = self.jobs[uid], by_consumer.get(uid)
+            ended = job.get("done") or job.get("failed") or self._job_finished(uid)
+            why = None if ended or self._in_hand(uid, job, unit) else self._lost(uid, job, unit)
+            if why is None:
+                self.settled_later += 1
+            else:
+                still.append(why)
+        self.v.lost[:] = still
 
     def _pods_of(self, job: str) -> str:
         pods = [p for p in self.pods.values() if p.job == job]

@@ -154,6 +154,22 @@ def test_an_unfinished_job_is_lost_unless_running_or_waiting_with_a_reason(judge
     assert judge.v.lost == [] and judge.still_running == 1
 
 
+def test_a_job_caught_between_two_writes_is_lost_only_if_it_stays_so(judge: Judge) -> None:
+    """Held again by its admission timeout, its unit not yet TimeoutBackoff
+    when the drain ends: judged once more later, it waits with a reason."""
+    job = {"metadata": {"uid": "j1", "name": "a", "namespace": "ns1"},
+           "spec": {"suspend": True}}
+    judge.on_job("ADDED", job, 0.0)
+    judge.on_unit("ADDED", unit("Dequeued", 1), 0.0)
+    judge.finish()
+    assert len(judge.v.lost) == 1
+    judge.recheck_lost()
+    assert len(judge.v.lost) == 1 and judge.settled_later == 0  # still so: lost
+    judge.on_unit("MODIFIED", unit("TimeoutBackoff", 1, message="not running 300s"), 1.0)
+    judge.recheck_lost()
+    assert judge.v.lost == [] and judge.settled_later == 1
+
+
 def test_the_fault_plan_is_seeded_and_puts_other_faults_between_kills() -> None:
     plan = fault_plan(7, first=10, gap=(40, 45), leader_kills=2, others=["apiserver-restart"])
     assert plan == fault_plan(7, first=10, gap=(40, 45), leader_kills=2,

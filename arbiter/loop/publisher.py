@@ -165,7 +165,16 @@ class StatusPublisher:
 
     def _publish_positions(self, where: dict[str, int], messages: dict[str, str],
                            now: float) -> None:
-        for key, position in sorted(where.items(), key=lambda item: item[1]):
+        def order(item: tuple[str, int]) -> tuple[bool, int]:
+            # A unit with no position yet first: its first status beats a
+            # shift of one already shown. By position alone, the shallow
+            # units' shifts (every admission moves them all) took the whole
+            # write budget and units deeper in a busy queue stayed with no
+            # status at all for minutes (the chaos run: 65 units).
+            unit = self.unit(item[0])
+            return unit is not None and unit.position is not None, item[1]
+
+        for key, position in sorted(where.items(), key=order):
             if self.writes.busy(key):
                 continue
             unit = self.unit(key)

@@ -139,6 +139,28 @@ async def test_all_status_writes_together_stay_under_the_rate() -> None:
     assert status_writes(c, "/") == first_round + 2
 
 
+async def test_a_unit_with_no_position_yet_is_written_before_shifts() -> None:
+    """Every admission shifts the positions of all behind it; under the
+    write budget those shifts must not starve a unit's first status."""
+    c = Cluster(LoopSettings(debounce=0.0, status_qps=2.0))
+    await c.nodes(1)
+    await c.queue("q")
+    await c.pods("ns", "q", 12)
+    await c.settle()
+    for _ in range(3):  # a few rounds: more positions shown than one round's budget
+        await publish(c)
+        c.clock.advance(1.0)
+    unwritten = [f"pod-p-{i:03d}" for i in range(1, 12)
+                 if "position" not in (c.unit_obj("ns", f"pod-p-{i:03d}").get("status") or {})]
+    assert unwritten  # the budget did not reach them all
+    c.set_pod_phase("ns", "p-000", "Succeeded")  # the rest move up one
+    await c.settle()
+    c.clock.advance(5)
+    await publish(c)
+    assert len(unwritten) < 10
+    assert "position" in (c.unit_obj("ns", unwritten[0]).get("status") or {})
+
+
 async def test_closed_queue_says_so_in_its_condition() -> None:
     c = Cluster()
     await c.nodes(1)

@@ -333,8 +333,9 @@ async def _converge(api: Api, judge: Judge, shape: world.Shape, within: float,
                     return
                 await asyncio.sleep(0.5)
 
-    await asyncio.gather(*(create(obj) for obj in world.wave(shape)))
-    wave = len(world.wave(shape))
+    jobs = world.wave(shape)
+    await asyncio.gather(*(create(obj) for obj in jobs))
+    wave = len(jobs)
     await _wait("the wave's units", lambda: sum(
         1 for u in judge.units.values() if u.consumer and u.consumer not in regular) >= wave,
         60, 0.5)

@@ -328,7 +328,7 @@ class Judge:
     def finish(self, exempt: Collection[str] = ()) -> None:
         """The end-of-run checks: double runs and lost Jobs (`exempt`: Job
         uids not judged for loss, e.g. work still meant to be running)."""
-        by_consumer = {unit.consumer: unit for unit in self.units.values() if unit.consumer}
+        by_consumer = self._by_consumer()
         for uid, job in self.jobs.items():
             unit = by_consumer.get(uid)
             admissions = unit.admissions if unit is not None else 0
@@ -349,6 +349,9 @@ class Judge:
             elif unit is not None and not unit.message:
                 self.waiting_silent += 1
 
+    def _by_consumer(self) -> dict[str, Unit]:
+        return {unit.consumer: unit for unit in self.units.values() if unit.consumer}
+
     def _in_hand(self, uid: str, job: dict[str, Any], unit: Unit | None) -> bool:
         """Admitted, released and in the Job controller's hands (its pods to
         be made, running, or done and the Job not yet marked Complete)."""
@@ -368,7 +371,7 @@ class Judge:
         between two of arbiter's writes (held again by its admission timeout,
         its unit's TimeoutBackoff not yet seen) is not lost; one that is
         still neither running, ended nor waiting with a reason is."""
-        by_consumer = {unit.consumer: unit for unit in self.units.values() if unit.consumer}
+        by_consumer = self._by_consumer()
         still = []
         for uid in sorted(self.lost_uids):
             job, unit = self.jobs[uid], by_consumer.get(uid)

@@ -91,28 +91,32 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def _uid_test(meta: Mapping[str, Any]) -> Op:
+    return {"op": "test", "path": "/metadata/uid", "value": meta.get("uid", "")}
+
+
 def _guards(obj: Mapping[str, Any]) -> list[Op]:
     meta = obj.get("metadata") or {}
-    return [{"op": "test", "path": "/metadata/uid", "value": meta.get("uid", "")},
-            {"op": "test", "path": "/metadata/resourceVersion",
-             "value": meta.get("resourceVersion", "")}]
+    return [_uid_test(meta), {"op": "test", "path": "/metadata/resourceVersion",
+                              "value": meta.get("resourceVersion", "")}]
 
 
 def _spec_guards(obj: Mapping[str, Any]) -> list[Op]:
     """Guards of a workload's release: its uid, its spec as read (the
-    generation: a status write does not move it) and its annotations as
-    read. Not the resourceVersion: the Job controller writes a Job's status
-    again and again while its pods go (a Job held again), and a release
-    guarded by it lost every race, four reads in a row, for minutes. With
-    no annotations the map is added whole, so then any change counts."""
+    generation: a status write does not move it), its labels (the queue)
+    and annotations as read. Not the resourceVersion: the Job controller
+    rewrites a held Job's status while its pods go, and a release guarded
+    by it lost every race for minutes. With no labels or annotations (the
+    annotation map is then added whole) the resourceVersion it is."""
     meta = obj.get("metadata") or {}
-    generation, annotations = meta.get("generation"), meta.get("annotations")
-    if not isinstance(generation, int) or not isinstance(annotations, Mapping) \
-            or not annotations:
+    generation = meta.get("generation")
+    maps = {key: meta.get(key) for key in ("labels", "annotations")}
+    if not isinstance(generation, int) or not all(
+            isinstance(value, Mapping) and value for value in maps.values()):
         return _guards(obj)
-    return [{"op": "test", "path": "/metadata/uid", "value": meta.get("uid", "")},
-            {"op": "test", "path": "/metadata/generation", "value": generation},
-            {"op": "test", "path": "/metadata/annotations", "value": dict(annotations)}]
+    return [_uid_test(meta), {"op": "test", "path": "/metadata/generation", "value": generation},
+            *({"op": "test", "path": f"/metadata/{key}", "value": dict(value)}
+              for key, value in maps.items() if isinstance(value, Mapping))]
 
 
 @dataclass(slots=True)

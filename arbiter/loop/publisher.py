@@ -167,10 +167,9 @@ class StatusPublisher:
                            now: float) -> None:
         def order(item: tuple[str, int]) -> tuple[bool, int]:
             # A unit with no position yet first: its first status beats a
-            # shift of one already shown. By position alone, the shallow
-            # units' shifts (every admission moves them all) took the whole
-            # write budget and units deeper in a busy queue stayed with no
-            # status at all for minutes (the chaos run: 65 units).
+            # shift of one already shown. Every admission shifts them all,
+            # and by position alone those shifts took the whole write
+            # budget: units deep in a busy queue had no status for minutes.
             unit = self.unit(item[0])
             return unit is not None and unit.position is not None, item[1]
 

@@ -66,17 +66,6 @@ class KubectlError(subprocess.CalledProcessError):
         return f"{super().__str__()}\n{self.stderr or ''}".rstrip()
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now.
-
-    The kernel picks it from the ephemeral range; a small race with other
-    programs remains, so callers check that the process came up healthy.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # Listening ports come from below the kernel's ephemeral range: a port from
 # inside it (what binding port 0 gives) can be taken by any outgoing
 # connection between choosing it and the server binding it ("address already
@@ -99,6 +88,13 @@ def listen_port_range() -> tuple[int, int]:
     if ephemeral_low < high and ephemeral_high >= low:  # an unusual, overlapping range
         high = max(low + 1000, min(high, ephemeral_low))
     return low, high
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (see
+    free_ports; a small race with other programs remains, so callers check
+    that the process came up healthy)."""
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:

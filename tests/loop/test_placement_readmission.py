@@ -12,7 +12,7 @@ import pytest
 
 from arbiter.base.kubeapi import Invalid, job_path
 from arbiter.cache.records import Toleration
-from arbiter.core.api import PLACED_ANNOTATION
+from arbiter.core.api import PLACED_ANNOTATION, QUEUE_LABEL
 from arbiter.loop.controller import LoopSettings
 from arbiter.loop.placement import PodDirectives, job_release_ops
 from arbiter.testing.memory import json_patch
@@ -151,6 +151,7 @@ def test_a_release_survives_status_writes_but_not_a_spec_or_annotation_change() 
     spec's generation and the annotations as read."""
     job = suspended_job({"team": "x"}, annotations={"note": "n"})
     job["metadata"]["generation"] = 3
+    job["metadata"]["labels"] = {QUEUE_LABEL: "q"}  # as the webhook labels a managed Job
     ops = job_release_ops(job, PodDirectives((("pool", "a"),)))
     status_written = json.loads(json.dumps(job))
     status_written["metadata"]["resourceVersion"] = "8"
@@ -162,7 +163,9 @@ def test_a_release_survives_status_writes_but_not_a_spec_or_annotation_change() 
     respecified["metadata"]["generation"] = 4
     annotated = json.loads(json.dumps(job))
     annotated["metadata"]["annotations"]["other"] = "y"
-    for changed in (respecified, annotated):
+    moved = json.loads(json.dumps(job))  # another queue: a label, not the spec
+    moved["metadata"]["labels"][QUEUE_LABEL] = "other"
+    for changed in (respecified, annotated, moved):
         with pytest.raises(Invalid):
             json_patch(changed, ops)
     # With no annotations the map is added whole: any change counts.

@@ -152,12 +152,11 @@ async def test_a_unit_with_no_position_yet_is_written_before_shifts() -> None:
         c.clock.advance(1.0)
     unwritten = [f"pod-p-{i:03d}" for i in range(1, 12)
                  if "position" not in (c.unit_obj("ns", f"pod-p-{i:03d}").get("status") or {})]
-    assert unwritten  # the budget did not reach them all
+    assert unwritten and len(unwritten) < 10  # some shown, not all: the budget
     c.set_pod_phase("ns", "p-000", "Succeeded")  # the rest move up one
     await c.settle()
     c.clock.advance(5)
     await publish(c)
-    assert len(unwritten) < 10
     assert "position" in (c.unit_obj("ns", unwritten[0]).get("status") or {})
 
 

@@ -9,10 +9,12 @@ label into the Job's pod template, the Job is the unit of admission, and
 its pods exist only once arbiter has unsuspended it. Both facts are on the
 pod and anyone may write them, so the owner is checked against the cache:
 the Job must be there, with the same uid, managed (its queue label set)
-and admitted (`managed_job_pod`). A pod that claims a Job arbiter does not
-know is gated like a plain pod, and the loop admits it as one (its own
-QueueUnit; see `arbiter.cache.ownership`). Until the cache has listed Jobs
-and units, such pods get a retryable denial instead of a guess.
+and admitted (`managed_job_pod`). A pod of a Job arbiter does not hold
+(the Job carries no queue) is gated like a plain pod, and the loop admits
+it as one (its own QueueUnit; see `arbiter.cache.ownership`). Until the
+cache has listed Jobs and units, and while it has not seen the Job the pod
+names (by uid: a Job admitted at creation makes pods at once), such pods
+get a retryable denial instead of a guess.
 
 Validating, in a managed namespace (a kubelet's mirror pods aside):
 CREATE is denied with `spec.nodeName` set (past the queue and the
@@ -111,7 +113,15 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
         return waiting
     name, uid = owner
     job = env.store.jobs.get(f"{namespace}/{name}")
-    if job is None or not uid or job.uid != uid or job.queue != labels.get(QUEUE_LABEL):
+    if uid and (job is None or job.uid != uid):
+        # A Job let through at creation (the fast path) or a JobSet's child
+        # Job makes pods before its watch event reaches this cache; gated,
+        # such a pod would be queued again as a plain pod beside its Job.
+        return deny(
+            f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job '
+            f"(uid {uid}) as its controller, but kube-arbiter has not seen it yet; retry in "
+            "a few seconds", code=503)
+    if job is None or not uid or job.queue != labels.get(QUEUE_LABEL):
         return False
     root = env.store.root_workload(namespace, "Job", uid)
     if root is not None:

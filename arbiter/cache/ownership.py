@@ -8,11 +8,12 @@ group, any other pod to itself; each consumer has one unit, named by
 
 A gated pod is the exception: its gate is lifted by its pod group's unit,
 else by its own, even when a Job controls it. A Job arbiter holds is
-released by unsuspending it, so the webhook never gates its pods; a Job's
-pod that is gated belongs to a Job arbiter does not hold (created before
-arbiter, while its namespace was opted out, or while the webhook was
-removed: the Job carries no queue and was never suspended). Holding such a
-pod until a Job unit that will never exist is admitted would keep it gated
+released by unsuspending it (or let through at creation), so the webhook
+never gates its pods (a pod of a Job its cache has not seen yet is refused,
+retryably); a Job's pod that is gated belongs to a Job arbiter does not
+hold (created before arbiter, while its namespace was opted out, or while
+the webhook was removed: the Job carries no queue and was never suspended).
+Holding such a pod until a Job unit that will never exist is admitted would keep it gated
 forever; admitting it as the plain pod the webhook took it for queues it
 fairly, and an eviction (reclaim) makes the Job controller create a new
 pod, gated and queued again.

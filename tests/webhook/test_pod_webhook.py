@@ -106,22 +106,45 @@ def test_pod_claiming_a_job_arbiter_does_not_hold_is_gated() -> None:
     store = _store([train, legacy])
     no_uid = _pod_of(train)
     no_uid["metadata"]["ownerReferences"][0]["uid"] = ""
-    spoofed = {
-        "no such Job": job_pod("ghost", "team-a", queue="team-a"),
-        "another Job's uid": job_pod("train", "team-a", queue="team-a"),
-        "no uid": no_uid,
-        "an unmanaged Job": _pod_of(legacy),
-        "a Job of another namespace": _pod_of(train) | {"metadata": {
-            **_pod_of(train)["metadata"], "namespace": "team-b"}},
-    }
-    for what, pod in spoofed.items():
+    for what, pod in {"no uid": no_uid, "an unmanaged Job": _pod_of(legacy)}.items():
         result = patched(pod, pods.mutate(parse(review("Pod", "CREATE", pod)), env_for(store)))
         assert gates(result) == [ADMISSION_GATE], what
 
 
-def test_validate_checks_the_queue_of_a_pod_claiming_an_unknown_job() -> None:
-    pod = job_pod("ghost", "shut", queue="closed")
-    decision = pods.validate(parse(review("Pod", "CREATE", pod)), env_for(_store()))
+def test_a_pod_of_a_job_the_cache_has_not_seen_is_refused_until_it_has() -> None:
+    """A Job let through at creation makes its pods before its watch event
+    reaches the cache: gated, such a pod would be queued a second time as a
+    plain pod beside its admitted Job (the crash test saw `pod-j08-…` admitted
+    next to `job-j08`). A retryable denial, by uid, until the cache has it; a
+    forged claim stays refused."""
+    train = _managed_job("train", "team-a")
+    store = _store([train])
+    unseen = {
+        "no such Job yet": job_pod("fresh", "team-a", queue="team-a"),
+        "a newer Job of a known name": job_pod("train", "team-a", queue="team-a"),
+        "a Job of another namespace": _pod_of(train) | {"metadata": {
+            **_pod_of(train)["metadata"], "namespace": "team-b"}},
+    }
+    for what, pod in unseen.items():
+        for decide in (pods.mutate, pods.validate):
+            decision = decide(parse(review("Pod", "CREATE", pod, user=JOB_CONTROLLER)),
+                              env_for(store))
+            assert not decision.allowed and decision.code == 503, what
+            assert "has not seen it yet" in decision.message, what
+    fresh = unseen["no such Job yet"]
+    fresh_job = _managed_job("fresh", "team-a")
+    fresh_job["metadata"]["uid"] = fresh["metadata"]["ownerReferences"][0]["uid"]
+    fresh_job["spec"]["suspend"] = False  # let through at creation
+    seen = _store([train, fresh_job])
+    decision = pods.mutate(parse(review("Pod", "CREATE", fresh, user=JOB_CONTROLLER)),
+                           env_for(seen))
+    assert decision.allowed and gates(patched(fresh, decision)) == []
+
+
+def test_validate_checks_the_queue_of_a_pod_of_a_job_arbiter_does_not_hold() -> None:
+    legacy = _managed_job("legacy", "shut", queue=None)
+    pod = _pod_of(legacy, queue="closed")
+    decision = pods.validate(parse(review("Pod", "CREATE", pod)), env_for(_store([legacy])))
     assert not decision.allowed and "is Closed" in decision.message
 
 

@@ -145,6 +145,13 @@ admission_cycle_duration_seconds = Histogram(
     buckets=_FAST_BUCKETS,
     registry=REGISTRY,
 )
+event_loop_lag_seconds = Histogram(
+    "arbiter_event_loop_lag_seconds",
+    "How late a timer fires on the event loop: what a webhook or extender "
+    "request waits before its handler starts",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
 cache_objects = Gauge(
     "arbiter_cache_objects", "Objects held in the cluster cache", ["kind"], registry=REGISTRY
 )

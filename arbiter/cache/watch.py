@@ -41,6 +41,10 @@ from arbiter.integrations import BY_KIND, held_kinds
 log = logging.getLogger(__name__)
 
 
+# Watch events applied between returns to the event loop.
+YIELD_EVERY = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Resource:
     kind: Kind
@@ -86,19 +90,28 @@ def _stub(kind: Kind, key: str) -> dict[str, Any]:
 
 
 async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """Newline-delimited frames of any size (StreamReader.readline caps them)."""
-    buffer = b""
+    """Newline-delimited frames of any size (StreamReader.readline caps them).
+    Each chunk is split once, and a frame spanning chunks is joined once:
+    under load a chunk holds hundreds of events, and cutting the rest of
+    the buffer after every line copied it once per line."""
+    partial: list[bytes] = []
     async for chunk in response.content.iter_any():
-        buffer += chunk
-        while True:
-            end = buffer.find(b"\n")
-            if end < 0:
-                break
-            line, buffer = buffer[:end], buffer[end + 1:]
+        if b"\n" not in chunk:
+            partial.append(chunk)
+            continue
+        lines = chunk.split(b"\n")
+        if partial:
+            lines[0] = b"".join((*partial, lines[0]))
+            partial = []
+        tail = lines.pop()
+        if tail:
+            partial.append(tail)
+        for line in lines:
             if line.strip():
                 yield line
-    if buffer.strip():
-        yield buffer
+    rest = b"".join(partial)
+    if rest.strip():
+        yield rest
 
 
 class Watcher:
@@ -177,7 +190,14 @@ class Watcher:
                 raise Gone(error.message) from None
             raise
         try:
+            applied = 0
             async for line in _lines(response):
+                applied += 1
+                if applied % YIELD_EVERY == 0:
+                    # A chunk read under load holds hundreds of events, and
+                    # reading the next line does not return to the event
+                    # loop: let the webhook and the extender answer between.
+                    await asyncio.sleep(0)
                 event = orjson.loads(line)
                 event_type = event.get("type")
                 obj = event.get("object") or {}

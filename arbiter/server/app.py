@@ -65,6 +65,7 @@ from arbiter.server.context import (
     learn_usernames,
     maintain_certificates,
     run_while_serving,
+    sample_loop_lag,
     serving_names,
     watch_cluster,
 )
@@ -209,6 +210,7 @@ def background_tasks(ctx: ServerContext, leadership: Leadership) -> dict[str, Ta
         "certificates": partial(maintain_certificates, ctx),
         "webhook-configurations": partial(install_webhook_configurations, ctx),
         "heap-freeze": partial(freeze_after_first_sync, ctx),
+        "loop-lag": sample_loop_lag,
         # Declared kinds whose CRD was missing at startup: checked when it appears.
         "declared-crds": partial(declared.run_waiting, ctx.api, ctx.store),
         # Leader election, and while leading the admission loop and leader_tasks.

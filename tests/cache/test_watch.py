@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 
 from arbiter.base import metrics
 from arbiter.cache.store import ClusterStore
-from arbiter.cache.watch import Resource, Watcher, run_watchers
+from arbiter.cache.watch import Resource, Watcher, _lines, run_watchers
 from tests.loop.harness import eventually
 
 PODS = "/api/v1/pods"
@@ -233,3 +233,25 @@ async def test_a_bad_object_does_not_stall_the_watch(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+class _Chunks:
+    """What `_lines` reads of a response: its content's chunks as they came."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.content = self
+        self._chunks = chunks
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks:
+            yield chunk
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 7, 64, 10_000])
+async def test_frames_survive_any_chunking(cut: int) -> None:
+    frames = [orjson.dumps({"type": "ADDED", "n": n, "pad": "x" * (n * 13 % 50)})
+              for n in range(40)]
+    stream = b"\n".join(frames[:20]) + b"\n\n" + b"\n".join(frames[20:])  # no final newline
+    chunks = [stream[i:i + cut] for i in range(0, len(stream), cut)]
+    got = [line async for line in _lines(_Chunks(chunks))]  # type: ignore[arg-type]
+    assert got == frames

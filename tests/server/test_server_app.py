@@ -8,12 +8,14 @@ import functools
 import gc
 import json
 import logging
+import time
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 import arbiter.server.context as server
+from arbiter.base import metrics
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.cli.main import build_parser
 from arbiter.cli.serve import JsonFormatter, config_from_args
@@ -21,7 +23,7 @@ from arbiter.loop.runtime import Leadership
 from arbiter.server import app
 from arbiter.server.app import build_app, build_extender_app, build_metrics_app
 from arbiter.server.config import ServeConfig
-from arbiter.server.context import ServerContext
+from arbiter.server.context import ServerContext, sample_loop_lag
 
 
 async def test_every_surface_is_served() -> None:
@@ -54,7 +56,7 @@ def test_everything_that_runs_is_named() -> None:
     ctx = ServerContext(config=ServeConfig(), store=ClusterStore())
     tasks = app.background_tasks(ctx, Leadership())
     assert list(tasks) == ["cluster-watch", "certificates", "webhook-configurations",
-                           "heap-freeze", "declared-crds", "admission"]
+                           "heap-freeze", "loop-lag", "declared-crds", "admission"]
     assert list(app.leader_tasks(ctx)) == ["jobflow-controller", "managed-namespace-labels"]
 
 
@@ -186,3 +188,23 @@ async def test_heap_is_frozen_once_after_the_first_cache_sync(
     # Another server in the same process (or a restarted task): not again.
     await server.freeze_after_first_sync(ServerContext(config=ServeConfig(), store=store))
     assert calls == ["collect", "freeze"]
+
+
+async def test_loop_lag_is_observed_when_the_loop_is_held() -> None:
+    def observed() -> float:
+        value = metrics.REGISTRY.get_sample_value("arbiter_event_loop_lag_seconds_count")
+        return value or 0.0
+
+    def held_over_100ms() -> float:
+        value = metrics.REGISTRY.get_sample_value(
+            "arbiter_event_loop_lag_seconds_bucket", {"le": "0.1"})
+        return observed() - (value or 0.0)
+
+    before, late_before = observed(), held_over_100ms()
+    sampler = asyncio.create_task(sample_loop_lag(interval=0.01))
+    await asyncio.sleep(0.05)
+    time.sleep(0.3)  # noqa: ASYNC251 (a handler that blocks the loop)
+    await asyncio.sleep(0.05)
+    sampler.cancel()
+    assert observed() > before
+    assert held_over_100ms() >= late_before + 1  # the timer it held

@@ -125,6 +125,10 @@ class NodeModel:
         self._stale: dict[str, float | None] = {}
         self._terminating: set[str] = set()  # bound pods being deleted
         self._store: ClusterStore | None = None  # for the owner walk (`_bound`)
+        # Unit key -> (its plan, its unit, its placed pods, the nodes it has
+        # unbound slots on) as `_unbound_slots` last worked them out.
+        self._slots: dict[str, tuple[Placement, Unit | None, tuple[_Bound, ...],
+                                     tuple[str, ...]]] = {}
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
@@ -362,15 +366,26 @@ class NodeModel:
                        units: Callable[[str], Unit | None]) -> dict[str, set[str]]:
         """Node -> the units with a pod not seen bound yet planned there, by
         their plans as followed to their bindings (so both halves of a swap,
-        once seen, claim nothing). O(plans)."""
+        once seen, claim nothing). O(plans), but a unit whose plan (the same
+        object: a replan makes a new one), unit and placed pods are as last
+        time keeps its answer: on a cluster whose scheduler binds off plan
+        this runs most cycles, and following every plan anew took 40 % of
+        the leader's CPU at 27 Jobs/s (bench_loop --sandbox, py-spy)."""
         waiting: dict[str, set[str]] = {}
+        slots: dict[str, tuple[Placement, Unit | None, tuple[_Bound, ...], tuple[str, ...]]] = {}
         for key, plan in engine.plans().items():
             unit = units(key)
-            bound = self._placed(key)
-            followed = follow_bindings(plan, unit, bound) if unit is not None else plan
-            slots = Counter(_planned(followed)) - Counter(pod.node for pod in bound)
-            for node in slots:
+            bound = tuple(self._placed(key))
+            seen = self._slots.get(key)
+            if seen is not None and seen[0] is plan and seen[1] is unit and seen[2] == bound:
+                nodes = seen[3]
+            else:
+                followed = follow_bindings(plan, unit, bound) if unit is not None else plan
+                nodes = tuple(Counter(_planned(followed)) - Counter(pod.node for pod in bound))
+            slots[key] = (plan, unit, bound, nodes)
+            for node in nodes:
                 waiting.setdefault(node, set()).add(key)
+        self._slots = slots
         return waiting
 
     def _count_extra(self, pods: Iterable[_Bound], sign: int) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from arbiter.base import metrics
+from arbiter.base.aio import wait_event
 from arbiter.base.kubeapi import (
     AlreadyExists,
     ApiError,
@@ -180,8 +181,7 @@ class JobFlowController:
         self._written.clear()
         while not self._store.synced_kinds >= NEEDED_KINDS:
             # Listing ends with a burst of events; check again after each.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 0.5)
+            await wait_event(self._wake, 0.5)
             self._wake.clear()
         for key in list(self._store.jobflows):
             self._mark(key)
@@ -190,8 +190,7 @@ class JobFlowController:
             wake_at = min([next_resync, *self._retry_at.values()])
             timeout = max(0.0, wake_at - time.monotonic())
             if not self._dirty:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                await wait_event(self._wake, timeout)
             self._wake.clear()
             now = time.monotonic()
             for key, due in list(self._retry_at.items()):

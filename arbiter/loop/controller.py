@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from arbiter.base import metrics
+from arbiter.base.aio import wait_event
 from arbiter.base.kubeapi import ClusterApi
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import JobRecord, PodRecord, UnitRecord
@@ -576,8 +577,7 @@ class AdmissionController:
             deadline = min(self.writes.next_deadline(), self._next_resync)
             timeout = None if deadline == math.inf else max(0.0, deadline - self.clock())
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await wait_event(self._wake, timeout)
         await asyncio.sleep(max(0.0, self.settings.debounce))  # 0: just let others run
 
     def _pending_work(self) -> bool:

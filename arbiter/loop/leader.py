@@ -14,7 +14,6 @@ so a standby takes over at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import time
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arbiter.base import metrics
+from arbiter.base.aio import stop
 from arbiter.base.kubeapi import AlreadyExists, ApiError, ClusterApi, Conflict, NotFound, lease_path
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,8 @@ class LeaderElector:
 
     async def _attempt(self) -> bool:
         try:
-            return await asyncio.wait_for(self.try_acquire_or_renew(),
-                                          self.timing.retry_period * 2)
+            async with asyncio.timeout(self.timing.retry_period * 2):
+                return await self.try_acquire_or_renew()
         except (ApiError, OSError, TimeoutError) as error:
             log.warning("lease %s/%s: %s", self.namespace, self.name, error)
             return False
@@ -191,11 +191,10 @@ class LeaderElector:
                     done, _ = await asyncio.wait({work, keeper},
                                                  return_when=asyncio.FIRST_COMPLETED)
                 finally:
+                    # Until both have ended: a leader's work must not run on
+                    # beside the next leader's (`arbiter.base.aio`).
                     for task in (work, keeper):
-                        task.cancel()
-                    for task in (work, keeper):
-                        with contextlib.suppress(asyncio.CancelledError, Exception):
-                            await task
+                        await stop(task)
                     self.leading = False
                     metrics.leader.set(0)
                 if work in done and work.exception() is not None:

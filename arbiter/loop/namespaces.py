@@ -15,11 +15,11 @@ are never labelled.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 from urllib.parse import quote
 
+from arbiter.base.aio import wait_event
 from arbiter.base.kubeapi import ApiError, ClusterApi, KubeApi, NotFound
 from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.api import MANAGED_BY_ARBITER_ANNOTATION, MANAGED_LABEL
@@ -111,7 +111,6 @@ async def run_leader(*, api: Any | None, store: ClusterStore) -> None:
             # Before both are listed, "no Queue admits it" would be a guess.
             if {"Queue", "Namespace"} <= store.synced_kinds:
                 await apply_label_patches(cluster, store)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), RESYNC)
+            await wait_event(changed, RESYNC)
     finally:
         store.listeners.remove(on_change)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from arbiter.base import metrics
+from arbiter.base.aio import wait_event
 from arbiter.base.kubeapi import Conflict, lease_path
 from arbiter.loop.leader import LeaderElector, LeaseTiming
 from arbiter.testing.memory import InMemoryApi
@@ -145,3 +146,49 @@ async def test_only_the_holder_leads_and_a_standby_takes_over() -> None:
     assert leading == []
     assert spec(api)["holderIdentity"] == ""
     assert metrics.REGISTRY.get_sample_value("arbiter_leader") == 0
+
+
+async def test_work_that_swallows_a_cancel_still_stops_when_the_lease_is_lost() -> None:
+    """Python 3.11's `asyncio.wait_for` drops a cancellation that meets its
+    inner result (an admission loop's wake event, set all the time under
+    load): the leader's work must stop anyway, not run beside the next
+    leader's (the full chaos run: a loop admitting for minutes unleased)."""
+    api = InMemoryApi()
+    running = asyncio.Event()
+    swallowed = 0
+
+    async def lead() -> None:
+        nonlocal swallowed
+        running.set()
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed += 1  # as the old wait_for could: carry on
+
+    one = LeaderElector(api, "arbiter-system", "kube-arbiter", "one", FAST)
+    runner = asyncio.ensure_future(one.run(lead))
+    try:
+        await asyncio.wait_for(running.wait(), 2)
+        api.hooks.append(lambda m, p, _: Conflict(409, "Conflict", "no") if m == "PUT" else None)
+        await eventually(lambda: not one.leading, within=4)
+        assert swallowed == 1
+        assert metrics.REGISTRY.get_sample_value("arbiter_leader") == 0
+    finally:
+        runner.cancel()
+        done, _ = await asyncio.wait({runner}, timeout=3)
+        assert runner in done, "the elector never stopped its work"
+
+
+async def test_wait_event_keeps_a_cancel_that_meets_the_event() -> None:
+    event = asyncio.Event()
+    waiter = asyncio.ensure_future(wait_event(event, 60))
+    await asyncio.sleep(0)
+    event.set()
+    waiter.cancel()  # in the same loop turn as the event
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert await wait_event(event, 0.01) is True
+    assert await wait_event(asyncio.Event(), 0.01) is False

@@ -118,9 +118,8 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
         # Job makes pods before its watch event reaches this cache; gated,
         # such a pod would be queued again as a plain pod beside its Job.
         return deny(
-            f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job '
-            f"(uid {uid}) as its controller, but kube-arbiter has not seen it yet; retry in "
-            "a few seconds", code=503)
+            f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '
+            "controller, but kube-arbiter has not seen it yet; retry in a few seconds", code=503)
     if job is None or not uid or job.queue != labels.get(QUEUE_LABEL):
         return False
     root = env.store.root_workload(namespace, "Job", uid)

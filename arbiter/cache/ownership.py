@@ -13,9 +13,9 @@ never gates its pods (a pod of a Job its cache has not seen yet is refused,
 retryably); a Job's pod that is gated belongs to a Job arbiter does not
 hold (created before arbiter, while its namespace was opted out, or while
 the webhook was removed: the Job carries no queue and was never suspended).
-Holding such a pod until a Job unit that will never exist is admitted would keep it gated
-forever; admitting it as the plain pod the webhook took it for queues it
-fairly, and an eviction (reclaim) makes the Job controller create a new
+Holding such a pod until a Job unit that will never exist is admitted
+would keep it gated forever; admitting it as the plain pod the webhook
+took it for queues it fairly, and an eviction (reclaim) makes the Job controller create a new
 pod, gated and queued again.
 
 A pod of a held workload (its controller chain reaches one by uid: a

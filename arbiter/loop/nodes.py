@@ -87,6 +87,10 @@ def follow_bindings(plan: Placement, unit: Unit, bound: Iterable[_Bound]) -> Pla
     return Placement(plan.pool, nodes)
 
 
+# A unit's plan, unit and placed pods, and the nodes it has unbound slots on.
+_Slots = tuple[Placement, Unit | None, tuple[_Bound, ...], tuple[str, ...]]
+
+
 def _planned(plan: Placement) -> list[str]:
     """The planned node of every pod (a node once per pod planned there)."""
     return [node for nodes in plan.nodes.values() for node in nodes]
@@ -125,10 +129,7 @@ class NodeModel:
         self._stale: dict[str, float | None] = {}
         self._terminating: set[str] = set()  # bound pods being deleted
         self._store: ClusterStore | None = None  # for the owner walk (`_bound`)
-        # Unit key -> (its plan, its unit, its placed pods, the nodes it has
-        # unbound slots on) as `_unbound_slots` last worked them out.
-        self._slots: dict[str, tuple[Placement, Unit | None, tuple[_Bound, ...],
-                                     tuple[str, ...]]] = {}
+        self._slots: dict[str, _Slots] = {}  # by unit key, as `_unbound_slots` last saw
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
@@ -368,11 +369,11 @@ class NodeModel:
         their plans as followed to their bindings (so both halves of a swap,
         once seen, claim nothing). O(plans), but a unit whose plan (the same
         object: a replan makes a new one), unit and placed pods are as last
-        time keeps its answer: on a cluster whose scheduler binds off plan
-        this runs most cycles, and following every plan anew took 40 % of
-        the leader's CPU at 27 Jobs/s (bench_loop --sandbox, py-spy)."""
+        time keeps its answer: when the scheduler binds off plan this runs
+        most cycles, and following every plan anew was most of the leader's
+        CPU."""
         waiting: dict[str, set[str]] = {}
-        slots: dict[str, tuple[Placement, Unit | None, tuple[_Bound, ...], tuple[str, ...]]] = {}
+        slots: dict[str, _Slots] = {}
         for key, plan in engine.plans().items():
             unit = units(key)
             bound = tuple(self._placed(key))

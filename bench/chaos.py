@@ -229,9 +229,14 @@ async def _wait(what: str, check: Any, within: float, poll: float = 1.0) -> bool
     return False
 
 
-async def _sampler(judge: Judge, stop: asyncio.Event) -> None:
+async def _sampler(judge: Judge, stop: asyncio.Event, every: float = 30.0) -> None:
+    """Capability checks each second; where the Jobs are every `every` s."""
+    last = time.monotonic()
     while not stop.is_set():
         judge.sample()
+        if time.monotonic() - last >= every:
+            last = time.monotonic()
+            say(judge.pipeline())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
 

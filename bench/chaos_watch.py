@@ -325,6 +325,33 @@ class Judge:
                     + ", ".join(holders[queue]))
                 self._over_since[queue] = -1.0  # reported; until it drops below
 
+    def pipeline(self) -> str:
+        """Where the unfinished Jobs are, one line: held (suspended), let go
+        with no pod yet, with pods waiting for a node, with pods bound but
+        not Running, running; and the pods by the same steps. It tells a
+        slow admission loop from a slow Job controller, scheduler or kwok."""
+        by_job: dict[str, list[Pod]] = defaultdict(list)
+        steps: Counter[str] = Counter()
+        for pod in self.pods.values():
+            if pod.job:
+                by_job[pod.job].append(pod)
+            if pod.phase in ("Succeeded", "Failed"):
+                continue
+            steps["gated" if pod.gated else "unbound" if not pod.node
+                  else "running" if pod.phase == "Running" else "bound"] += 1
+        jobs: Counter[str] = Counter()
+        for uid, job in self.jobs.items():
+            if job.get("deleted") or self._job_finished(uid):
+                continue
+            pods = [p for p in by_job.get(uid, ()) if p.phase not in ("Succeeded", "Failed")]
+            jobs["held" if job.get("suspended") else "no pod" if not pods
+                 else "running" if any(p.phase == "Running" for p in pods)
+                 else "bound" if any(p.node for p in pods) else "unbound"] += 1
+        order = ("held", "no pod", "unbound", "bound", "running")
+        return ("Jobs " + " ".join(f"{k}={jobs[k]}" for k in order)
+                + " | pods " + " ".join(f"{k}={steps[k]}"
+                                         for k in ("gated", "unbound", "bound", "running")))
+
     def finish(self, exempt: Collection[str] = ()) -> None:
         """The end-of-run checks: double runs and lost Jobs (`exempt`: Job
         uids not judged for loss, e.g. work still meant to be running)."""

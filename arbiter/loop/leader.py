@@ -9,6 +9,14 @@ has stopped before anyone else may take over). Every write is an update
 under the Lease's resourceVersion, so two candidates never both win. On a
 clean shutdown the holder releases the Lease (empty holder, 1 s duration)
 so a standby takes over at once.
+
+A renewal is one update of the Lease we last wrote (a GET only when that
+update conflicts), and it may take until the renew deadline, as in
+client-go: on a loaded apiserver, or with this process's event loop busy,
+a round trip can take seconds, and cutting each attempt short made a
+healthy leader give the Lease up every half minute in the chaos run. The
+deadline counts from when the last successful renewal was *sent*: its
+renewTime is what others time the Lease from.
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ class LeaderElector:
         self._observed_at = 0.0
         self._last_renew = 0.0
         self._holding = False
+        self._written: dict[str, Any] | None = None  # the Lease as our last write left it
 
     @property
     def path(self) -> str:
@@ -88,6 +97,8 @@ class LeaderElector:
     async def try_acquire_or_renew(self) -> bool:
         """One attempt; True when we hold the Lease afterwards."""
         now = self.clock()
+        if self._holding and self._written is not None and await self._renew_written(now):
+            return True
         try:
             lease = await self.api.get(self.path)
         except NotFound:
@@ -99,11 +110,10 @@ class LeaderElector:
                 "spec": spec,
             }
             try:
-                await self.api.create(lease_path(self.namespace), body)
+                created = await self.api.create(lease_path(self.namespace), body)
             except (AlreadyExists, Conflict):
                 return False
-            self._observed = (self.identity, str(spec["renewTime"]))
-            self._observed_at = now
+            self._wrote(created, now)
             return True
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
@@ -125,35 +135,61 @@ class LeaderElector:
             result = await self.api.replace(self.path, updated)
         except (Conflict, NotFound):
             return False
-        new_spec = result.get("spec") or {}
-        self._observed = (self.identity, str(new_spec.get("renewTime") or ""))
-        self._observed_at = now
+        self._wrote(result, now)
         self.transitions = transitions
         return True
 
-    async def _attempt(self) -> bool:
+    async def _renew_written(self, now: float) -> bool:
+        """Renew by updating the Lease we last wrote: one round trip. False
+        when it changed since (someone else wrote it): the caller reads it."""
+        assert self._written is not None
+        updated = dict(self._written)
+        spec = updated.get("spec") or {}
+        updated["spec"] = {**spec, **self._spec(str(spec.get("acquireTime") or ""),
+                                                int(spec.get("leaseTransitions") or 0))}
         try:
-            async with asyncio.timeout(self.timing.retry_period * 2):
+            result = await self.api.replace(self.path, updated)
+        except (Conflict, NotFound):
+            self._written = None
+            return False
+        self._wrote(result, now)
+        return True
+
+    def _wrote(self, result: dict[str, Any], now: float) -> None:
+        self._written = result
+        new_spec = result.get("spec") or {}
+        self._observed = (self.identity, str(new_spec.get("renewTime") or ""))
+        self._observed_at = now
+
+    async def _attempt(self, within: float) -> bool:
+        try:
+            async with asyncio.timeout(within):
                 return await self.try_acquire_or_renew()
-        except (ApiError, OSError, TimeoutError) as error:
+        except TimeoutError:
+            log.warning("lease %s/%s: no answer within %.1fs", self.namespace, self.name, within)
+            return False
+        except (ApiError, OSError) as error:
             log.warning("lease %s/%s: %s", self.namespace, self.name, error)
             return False
 
     async def acquire(self) -> None:
         """Wait until we hold the Lease."""
         while True:
-            if await self._attempt():
+            sent = self.clock()
+            if await self._attempt(self.timing.retry_period * 2):
                 break
             await asyncio.sleep(self.timing.retry_period)
-        self._last_renew = self.clock()
+        self._last_renew = sent
         self._holding = True
 
     async def hold(self) -> None:
         """Renew until a renewal has failed for `renew_deadline`; then return."""
         while True:
             await asyncio.sleep(self.timing.retry_period)
-            if await self._attempt():
-                self._last_renew = self.clock()
+            sent = self.clock()
+            left = self._last_renew + self.timing.renew_deadline - sent
+            if left > 0 and await self._attempt(left):
+                self._last_renew = sent
             elif self.clock() - self._last_renew >= self.timing.renew_deadline:
                 log.warning("lease %s/%s: could not renew for %.0fs; no longer leading",
                             self.namespace, self.name, self.timing.renew_deadline)

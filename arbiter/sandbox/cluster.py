@@ -312,9 +312,9 @@ class Sandbox:
 
     def _start_kwok(self, toolchain: build.Toolchain) -> None:
         port = self._state["ports"]["kwok"]
+        stages = components.sandbox_stages(toolchain.stage_files(), self.dir / "kwok-stages")
         args = components.kwok_args(toolchain.binary("kwok"),
-                                    self.dir / "kubeconfigs" / "kwok.conf", port,
-                                    toolchain.stage_files())
+                                    self.dir / "kubeconfigs" / "kwok.conf", port, stages)
         self._spawn("kwok", args, ports={"http": port},
                     health_url=f"http://127.0.0.1:{port}/healthz")
 

@@ -192,3 +192,52 @@ async def test_wait_event_keeps_a_cancel_that_meets_the_event() -> None:
         await waiter
     assert await wait_event(event, 0.01) is True
     assert await wait_event(asyncio.Event(), 0.01) is False
+
+
+class SlowWrites(InMemoryApi):
+    """Answers every update `delay` seconds late (a loaded apiserver)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delay = 0.0
+
+    async def replace(self, path: str, body: Any) -> dict[str, Any]:
+        await asyncio.sleep(self.delay)
+        return await super().replace(path, body)
+
+
+async def test_a_holder_renews_with_one_update_and_reads_only_after_a_conflict() -> None:
+    api = InMemoryApi()
+    one = LeaderElector(api, "arbiter-system", "kube-arbiter", "one", FAST)
+    await one.acquire()
+    api.calls.clear()
+    assert await one.try_acquire_or_renew()
+    assert await one.try_acquire_or_renew()
+    assert [method for method, _ in api.calls] == ["PUT", "PUT"]
+    # Someone else took it meanwhile: the update conflicts, the read shows it.
+    lease = api.objects[PATH]
+    api.objects[PATH] = {**lease, "metadata": {**lease["metadata"], "resourceVersion": "999"},
+                         "spec": {**lease["spec"], "holderIdentity": "two"}}
+    api.calls.clear()
+    assert not await one.try_acquire_or_renew()
+    assert [method for method, _ in api.calls] == ["PUT", "GET"]
+    assert spec(api)["holderIdentity"] == "two"
+
+
+async def test_a_slow_renewal_within_the_deadline_keeps_the_lease() -> None:
+    """Each renewal answered after 0.3 s: longer than two retry periods
+    (0.1 s, where attempts used to be cut) but inside the 1 s deadline."""
+    api = SlowWrites()
+    timing = LeaseTiming(lease_duration=1.5, renew_deadline=1.0, retry_period=0.05)
+    one = LeaderElector(api, "arbiter-system", "kube-arbiter", "one", timing)
+    await one.acquire()
+    api.delay = 0.3
+    keeper = asyncio.ensure_future(one.hold())
+    try:
+        await asyncio.sleep(1.5)
+        assert not keeper.done(), "a slow but timely renewal gave the lease up"
+        api.delay = 5.0  # now past the deadline: it must stop leading
+        async with asyncio.timeout(3):
+            await keeper
+    finally:
+        keeper.cancel()

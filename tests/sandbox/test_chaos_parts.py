@@ -274,3 +274,19 @@ async def test_the_balancer_routes_only_to_upstreams_that_answer_ready() -> None
         for server in servers:
             server.close()
             await server.wait_closed()
+
+
+def test_the_pipeline_line_puts_each_unfinished_job_at_its_furthest_step(judge: Judge) -> None:
+    def job(uid: str, suspend: bool = False) -> dict[str, Any]:
+        return {"metadata": {"uid": uid, "name": uid, "namespace": "ns1"},
+                "spec": {"suspend": suspend, "parallelism": 2}}
+
+    for uid, suspend in (("held", True), ("empty", False), ("waits", False), ("bound", False),
+                         ("runs", False)):
+        judge.on_job("ADDED", job(uid, suspend), 0.0)
+    judge.on_pod("ADDED", pod("p1", "ns1", "", "1", job="waits", phase="Pending"), 0.0)
+    judge.on_pod("ADDED", pod("p2", "ns1", "n1", "1", job="bound", phase="Pending"), 0.0)
+    judge.on_pod("ADDED", pod("p3", "ns1", "n1", "1", job="runs"), 0.0)
+    judge.on_pod("ADDED", pod("p4", "ns1", "", "1", job="runs", phase="Pending"), 0.0)
+    assert judge.pipeline() == ("Jobs held=1 no pod=1 unbound=1 bound=1 running=1"
+                                " | pods gated=0 unbound=2 bound=1 running=1")

@@ -6,13 +6,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from arbiter.sandbox import build, config, pki, process
+from arbiter.sandbox import build, components, config, pki, process
 
 POD_COMPLETE = """\
 apiVersion: kwok.x-k8s.io/v1alpha1
@@ -84,6 +85,27 @@ def test_pod_complete_stage_loses_default_jitter_only() -> None:
     del original["spec"]["delay"]["jitterDurationMilliseconds"]
     assert edited == original
     assert build.stage_document(POD_COMPLETE, "pod-ready.yaml") == POD_COMPLETE
+
+
+def test_the_node_heartbeat_is_slowed_to_a_kubelets_pace_and_the_rest_kept(
+        tmp_path: Path) -> None:
+    stages = tmp_path / "toolchain"
+    stages.mkdir()
+    heartbeat: dict[str, Any] = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
+        "metadata": {"name": "node-heartbeat"},
+        "spec": {"delay": {"durationMilliseconds": 20000, "jitterDurationMilliseconds": 25000},
+                 "next": {"statusTemplate": "conditions:\n- type: Ready\n"}}}
+    (stages / "node-heartbeat.yaml").write_text(yaml.safe_dump(heartbeat))
+    (stages / "pod-ready.yaml").write_text("kind: Stage\n")
+    files = sorted(stages.glob("*.yaml"))
+    out = components.sandbox_stages(files, tmp_path / "sandbox")
+    assert out[1] == files[1]  # pod-ready: the toolchain's own file
+    assert out[0] == tmp_path / "sandbox" / "node-heartbeat.yaml"
+    written = yaml.safe_load(out[0].read_text())
+    assert written["spec"]["delay"] == {"durationMilliseconds": 300_000,
+                                        "jitterDurationMilliseconds": 330_000}
+    assert written["spec"]["next"] == heartbeat["spec"]["next"]
+    assert yaml.safe_load(files[0].read_text()) == heartbeat  # the cache is not touched
 
 
 def test_cache_key_tracks_module_contents(tmp_path: Path) -> None:

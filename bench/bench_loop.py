@@ -54,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arbiter.base.kubeapi import pod_path, queue_path, unit_path
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.core.api import ADMISSION_GATE, QUEUE_LABEL, format_rfc3339
-from arbiter.loop.controller import AdmissionController, LoopSettings
+from arbiter.loop.controller import AdmissionController
+from arbiter.loop.settings import LoopSettings
 from arbiter.loop.standby import WarmStandby
 from arbiter.testing.memory import InMemoryApi
 from bench.watching import pct

@@ -141,13 +141,33 @@ class Watcher:
     def _count(self) -> None:
         self._gauge.set(len(self.store.table(self.kind)))
 
-    async def relist(self) -> str:
-        """LIST page by page into the store; the snapshot's resourceVersion."""
+    async def relist(self, *, since: str | None = None) -> str:
+        """LIST into the store; the snapshot's resourceVersion.
+
+        With `since` (what client-go's reflector does): "0" for a watcher's
+        first list, else the last resourceVersion applied (after a 410 on
+        the watch) with resourceVersionMatch=NotOlderThan. The apiserver
+        answers from its watch cache in one piece, no etcd read: a replica
+        restarted under load synced in 40-90 s when every kind came page by
+        page from etcd. Without `since`, or when the cache no longer has it
+        (410), a consistent list, page by page as new as etcd.
+        """
+        if since is not None:
+            try:
+                return await self._list([("resourceVersion", since)] if since == "0" else
+                                        [("resourceVersion", since),
+                                         ("resourceVersionMatch", "NotOlderThan")])
+            except ApiError as error:
+                if error.status != 410:
+                    raise
+        return await self._list([("limit", str(self.page_size))])
+
+    async def _list(self, params: list[tuple[str, str]]) -> str:
         present: set[str] = set()
         continue_token = ""
         resource_version = ""
         while True:
-            query = [("limit", str(self.page_size))]
+            query = list(params)
             if continue_token:
                 query.append(("continue", continue_token))
             response = await open_stream(self.api, "GET", self.resource.path, query=query,
@@ -222,14 +242,17 @@ class Watcher:
     async def run(self) -> None:
         """List, then watch forever; never raises except on cancellation."""
         backoff = self.backoff_initial
+        applied = ""  # the newest resourceVersion applied: a relist never goes back past it
         while True:
             try:
                 if self.resource_version is None:
-                    self.resource_version = await self.relist()
+                    self.resource_version = await self.relist(since=applied or "0")
+                applied = self.resource_version
                 self.resource_version = await self.watch(self.resource_version)
                 backoff = self.backoff_initial
             except Gone:
                 log.info("resourceVersion expired; listing again", extra={"kind": self.kind})
+                applied = self.resource_version or applied
                 self.resource_version = None
             except (ApiError, aiohttp.ClientError, TimeoutError, OSError,
                     orjson.JSONDecodeError, ValueError, AttributeError) as error:

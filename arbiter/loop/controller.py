@@ -32,7 +32,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from arbiter.base import metrics
@@ -55,6 +55,7 @@ from arbiter.loop.mirror import unqueued_pod
 from arbiter.loop.placement import PodDirectives, directives_for
 from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
+from arbiter.loop.settings import CycleStats, LoopSettings
 from arbiter.loop.units import (
     Consumer,
     DesiredUnit,
@@ -80,57 +81,6 @@ log = logging.getLogger(__name__)
 # with before it asks the fast path (more: the held path; a request never
 # waits on the loop's backlog).
 FAST_CYCLE = 64
-
-
-@dataclass(frozen=True, slots=True)
-class LoopSettings:
-    overcommit: float = 1.0
-    admission_timeout: float = 300.0
-    backoff_base: float = 10.0
-    backoff_max: float = 600.0
-    debounce: float = 0.005
-    # API writes in flight at once. Each admission is three sequential
-    # writes (unit, status, release); under a slow apiserver (~0.3 s a call)
-    # 32 capped the loop at ~30 admissions/s, 128 kept up with creation.
-    max_writes: int = 100
-    resync_interval: float = 600.0
-    # Consumers + units one cycle looks at before yielding the event loop.
-    batch: int = 500
-    # A replica that does not lead keeps the engine warm (arbiter.loop.standby).
-    warm_standby: bool = True
-    retry_base: float = 1.0
-    retry_max: float = 60.0
-    # Status writes: one object at most once per interval, all together
-    # under `status_qps` a second.
-    status_interval: float = 2.0
-    status_qps: float = 20.0
-    # Waiting events go to the first units of each queue only, and positions
-    # are kept up to date for the first `position_depth` (beyond, a unit's
-    # position is not written: at 100,000 waiting units it would be a write
-    # storm for a number nobody acts on).
-    waiting_event_depth: int = 100
-    position_depth: int = 1000
-    # Seconds a queue starves below its deserved share before it reclaims
-    # (arbiter.loop.reclaim).
-    reclaim_grace: float = 30.0
-    # Seconds PodDisruptionBudgets may block a reclaim before pods are deleted.
-    reclaim_pdb_timeout: float = 300.0
-    # Admission at creation (DESIGN §16, arbiter.loop.fastpath): the leader's
-    # webhook lets a Job through admitted when it would be the next admitted.
-    admit_on_create: bool = True
-    # Tests only (the e2e kill between the webhook's answer and the unit's
-    # write): seconds the write of a unit admitted at creation waits.
-    fast_unit_delay: float = 0.0
-
-
-# What the loop has done so far (cycles, admissions, writes), for tests and logs.
-@dataclass(slots=True)
-class CycleStats:
-    cycles: int = 0
-    admitted: int = 0
-    last_duration: float = 0.0
-    created: int = 0
-    writes_failed: int = 0
 
 
 class AdmissionController:
@@ -559,7 +509,8 @@ class AdmissionController:
                 if on_cycle is not None:
                     on_cycle()
                 if self._consumers or self._units or self.charges.pending():
-                    await asyncio.sleep(0)  # more to do: just let others run first
+                    # More to do: let others run first.
+                    await asyncio.sleep(self.settings.rest_after(self.stats.last_duration))
                 else:
                     await self._sleep()
         finally:
@@ -578,7 +529,8 @@ class AdmissionController:
             timeout = None if deadline == math.inf else max(0.0, deadline - self.clock())
             self._wake.clear()
             await wait_event(self._wake, timeout)
-        await asyncio.sleep(max(0.0, self.settings.debounce))  # 0: just let others run
+        rest = self.settings.rest_after(self.stats.last_duration)
+        await asyncio.sleep(max(self.settings.debounce, rest))  # 0: just let others run
 
     def _pending_work(self) -> bool:
         return self.follow.pending()

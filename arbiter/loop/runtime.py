@@ -28,9 +28,10 @@ from typing import Any
 from arbiter.base import metrics
 from arbiter.base.kubeapi import KubeApi
 from arbiter.cache.store import ClusterStore
-from arbiter.loop.controller import AdmissionController, LoopSettings
+from arbiter.loop.controller import AdmissionController
 from arbiter.loop.events import EventRecorder
 from arbiter.loop.leader import LeaderElector, LeaseTiming
+from arbiter.loop.settings import LoopSettings
 from arbiter.loop.standby import WarmStandby
 
 log = logging.getLogger(__name__)

@@ -46,9 +46,9 @@ from arbiter.integrations.declared import DeclarationError
 from arbiter.integrations.declared import build as build_declared
 from arbiter.jobflow.controller import run_leader as run_jobflow_controller
 from arbiter.loop import namespaces as managed_namespaces
-from arbiter.loop.controller import LoopSettings
 from arbiter.loop.leader import LeaseTiming
 from arbiter.loop.runtime import Election, Leadership, LeaderTask, run_admission
+from arbiter.loop.settings import LoopSettings
 from arbiter.server import debug, declared
 from arbiter.server.config import ServeConfig
 from arbiter.server.context import (

@@ -38,6 +38,7 @@ class FakeApiServer:
     missing: set[str] = field(default_factory=set)
     requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     list_version: str = "100"
+    expired_lists: bool = False  # a list at a resourceVersion answers 410
 
     def queue(self, path: str) -> asyncio.Queue[dict[str, Any] | None]:
         return self.events.setdefault(path, asyncio.Queue())
@@ -50,6 +51,9 @@ class FakeApiServer:
                                       "message": "the server could not find the resource"},
                                      status=404)
         if query.get("watch") != "1":
+            if self.expired_lists and query.get("resourceVersionMatch") == "NotOlderThan":
+                return web.json_response({"kind": "Status", "code": 410, "reason": "Expired",
+                                          "message": "too old resource version"}, status=410)
             items = self.objects.get(request.path, [])
             start = int(query.get("continue") or 0)
             limit = int(query.get("limit", "500"))
@@ -153,6 +157,36 @@ async def test_410_gone_relists(fake: tuple[FakeApiServer, Any]) -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.parametrize("cache_has_it", [True, False])
+async def test_lists_come_from_the_watch_cache_and_never_go_back(
+        fake: tuple[FakeApiServer, Any], cache_has_it: bool) -> None:
+    """The first list asks resourceVersion=0 (the apiserver's cache, one
+    piece); after a 410 on the watch, a list not older than what was applied;
+    only if that too is gone, a consistent list page by page."""
+    server, api = fake
+    server.objects[PODS] = [pod("a", 1)]
+    server.expired_lists = not cache_has_it
+    watcher = Watcher(api, ClusterStore(), Resource("Pod", PODS), backoff_initial=0.01)
+    task = asyncio.create_task(watcher.run())
+    try:
+        await eventually(lambda: watcher.relists == 1)
+        await server.queue(PODS).put({"type": "BOOKMARK", "object": {
+            "metadata": {"resourceVersion": "180"}}})
+        await server.queue(PODS).put({"type": "ERROR", "object": {
+            "kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}})
+        await eventually(lambda: watcher.relists == 2)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    lists = [q for path, q in server.requests if path == PODS and q.get("watch") != "1"]
+    assert lists[0] == {"resourceVersion": "0"}
+    assert lists[1] == {"resourceVersion": "180", "resourceVersionMatch": "NotOlderThan"}
+    if cache_has_it:
+        assert len(lists) == 2
+    else:
+        assert lists[2:] == [{"limit": "500"}]
 
 
 async def test_missing_crd_is_retried_until_installed(fake: tuple[FakeApiServer, Any]) -> None:

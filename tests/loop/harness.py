@@ -20,7 +20,8 @@ from arbiter.core.api import (
     QUEUE_LABEL,
     format_rfc3339,
 )
-from arbiter.loop.controller import AdmissionController, LoopSettings
+from arbiter.loop.controller import AdmissionController
+from arbiter.loop.settings import LoopSettings
 from arbiter.testing.memory import InMemoryApi
 
 T0 = 1_700_000_000.0

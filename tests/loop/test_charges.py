@@ -236,7 +236,7 @@ async def test_a_namespace_without_a_queue_takes_the_capacity() -> None:
 async def test_a_new_leaders_first_look_at_every_pod_is_spread_over_cycles() -> None:
     """The backstop looks at `batch` pods a cycle at most (a large cache
     must not stall the event loop), and gets through them all."""
-    from arbiter.loop.controller import LoopSettings
+    from arbiter.loop.settings import LoopSettings
 
     c = Cluster(LoopSettings(debounce=0.0, batch=2))
     await team(c, nodes=4)

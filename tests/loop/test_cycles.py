@@ -4,12 +4,15 @@ only recomputing the capacity when it can have changed."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
+from typing import Any
 
 from arbiter.base.kubeapi import unit_path
 from arbiter.cache.store import ClusterStore
 from arbiter.core.api import ADMISSION_GATE
 from arbiter.core.resources import Resources
-from arbiter.loop.controller import LoopSettings
+from arbiter.loop.settings import LoopSettings
 from tests.loop.harness import Cluster
 
 
@@ -89,3 +92,44 @@ async def test_a_new_leader_indexes_in_slices_while_the_cache_changes() -> None:
     assert released == ["p-000", "p-001", "p-002"]
     late = c.api.objects["/api/v1/namespaces/ns/pods/late"]
     assert late["spec"]["schedulingGates"] == [{"name": ADMISSION_GATE}]
+
+
+async def _cycles_beside_a_timer(rest: float) -> tuple[list[float], list[float]]:
+    """When 0.6 s of 50 ms cycles (always more to do) started, and when a
+    10 ms timer beside them (a webhook, the Lease renewal) got to run."""
+    c = Cluster(LoopSettings(debounce=0.0, cycle_rest=rest))
+    controller = c.controller
+    loop = asyncio.get_running_loop()
+    starts: list[float] = []
+    ticks: list[float] = []
+    real_admit = controller.mirror.admit_all
+
+    def slow_admit() -> Any:
+        starts.append(loop.time())
+        time.sleep(0.05)  # a long cycle blocks the whole event loop
+        controller._units.add("ns/always-more")  # more to do after each
+        return real_admit()
+
+    controller.mirror.admit_all = slow_admit  # type: ignore[method-assign]
+
+    async def timer() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            ticks.append(loop.time())
+
+    ticker = asyncio.ensure_future(timer())
+    runner = asyncio.ensure_future(controller.run())
+    await asyncio.sleep(0.6)
+    runner.cancel()
+    ticker.cancel()
+    await asyncio.gather(runner, ticker, return_exceptions=True)
+    return starts[1:], ticks  # the first follows the start-up resync
+
+
+async def test_after_a_long_cycle_others_get_the_event_loop_for_as_long() -> None:
+    """A cycle is one synchronous stretch: with more to do, the next waits
+    as long as the last took, and what shares the loop runs in between."""
+    starts, ticks = await _cycles_beside_a_timer(1.0)
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(gaps) >= 2 and min(gaps) >= 0.095, gaps
+    assert len([t for t in ticks if starts[-2] < t < starts[-1]]) >= 3

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from arbiter.cli.serve import JsonFormatter
-from arbiter.loop.controller import LoopSettings
+from arbiter.loop.settings import LoopSettings
 from tests.loop.harness import Cluster
 
 

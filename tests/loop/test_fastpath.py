@@ -9,9 +9,10 @@ from typing import Any
 from arbiter.base.kubeapi import job_path, unit_path
 from arbiter.core.api import QUEUE_LABEL, format_rfc3339
 from arbiter.core.fastpath import FAST_PATH_ANNOTATION, derive_key
-from arbiter.loop.controller import AdmissionController, LoopSettings
+from arbiter.loop.controller import AdmissionController
 from arbiter.loop.decisions import RECENT
 from arbiter.loop.inflight import ASSUME_TTL
+from arbiter.loop.settings import LoopSettings
 from arbiter.testing.memory import json_patch
 from tests.loop.harness import Cluster
 

@@ -11,7 +11,7 @@ from typing import Any
 from arbiter.base.kubeapi import ApiError, job_path, unit_path
 from arbiter.cache.convert import unit_from_api, unit_status
 from arbiter.core.api import ADMITTED_STATUS_ANNOTATION
-from arbiter.loop.controller import LoopSettings
+from arbiter.loop.settings import LoopSettings
 from tests.loop.harness import Cluster
 from tests.loop.test_fastpath import KEY, create, ready
 from tests.loop.test_placement import node, pool, publish

@@ -13,8 +13,8 @@ import pytest
 from arbiter.base.kubeapi import Invalid, job_path
 from arbiter.cache.records import Toleration
 from arbiter.core.api import PLACED_ANNOTATION, QUEUE_LABEL
-from arbiter.loop.controller import LoopSettings
 from arbiter.loop.placement import PodDirectives, job_release_ops
+from arbiter.loop.settings import LoopSettings
 from arbiter.testing.memory import json_patch
 from tests.loop.harness import Cluster
 from tests.loop.test_placement import node, pool

@@ -10,8 +10,8 @@ import yaml
 
 from arbiter.base import metrics
 from arbiter.core.resources import EMPTY, Resources
-from arbiter.loop.controller import LoopSettings
 from arbiter.loop.follow import mirror_from_store
+from arbiter.loop.settings import LoopSettings
 from arbiter.loop.status import queue_views, summary
 from arbiter.server.debug import pending_document, queues_document
 from tests.loop.harness import Cluster

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from arbiter.base.kubeapi import job_path
-from arbiter.loop.controller import LoopSettings
+from arbiter.loop.settings import LoopSettings
 from tests.loop.harness import T0, Cluster
 
 

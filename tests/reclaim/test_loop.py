@@ -10,8 +10,8 @@ from typing import Any
 
 from arbiter.base import metrics
 from arbiter.base.kubeapi import ApiError, Conflict, Obj, pod_path
-from arbiter.loop.controller import LoopSettings
 from arbiter.loop.reclaim import WAKE_KEY
+from arbiter.loop.settings import LoopSettings
 from arbiter.testing.memory import InMemoryApi
 from tests.loop.harness import T0, Cluster
 

@@ -5,7 +5,7 @@ negative timeout a PDB is honoured for good."""
 
 from __future__ import annotations
 
-from arbiter.loop.controller import LoopSettings
+from arbiter.loop.settings import LoopSettings
 from tests.reclaim.test_loop import (
     GRACE,
     EvictingApi,

@@ -201,7 +201,7 @@ def add_parser(subparsers: Any) -> None:
              "never, and a PodDisruptionBudget can stop reclaim for good)")
     number("--admission-timeout", float, defaults.admission_timeout, above=True,
         help="seconds an admitted unit may take to start running before it is backed off "
-             "and requeued")
+             "and requeued (a Job: from its status.startTime, at most 3x from admission)")
     number("--status-interval", float, defaults.status_interval,
         help="minimum seconds between two status writes of one Queue or QueueUnit")
     number("--status-qps", float, defaults.status_qps, above=True,

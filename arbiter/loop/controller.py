@@ -56,13 +56,12 @@ from arbiter.loop.placement import PodDirectives, directives_for
 from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.settings import CycleStats, LoopSettings
+from arbiter.loop.timeouts import admission_deadline, backoff_delay
 from arbiter.loop.units import (
     Consumer,
     DesiredUnit,
     Step,
-    admission_deadline,
     alternate_name,
-    backoff_delay,
     consumer_key,
     decide,
     follows_consumer,
@@ -454,12 +453,13 @@ class AdmissionController:
                 self.writes.timer(deadline, key)
         else:
             step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
-                          backoff_until=writes.backoff_end(key))
+                          backoff_until=writes.backoff_end(key), started=self._started(unit))
         if step.kind == "none" and unit.admitted and lets_pods_go(unit) \
                 and to_let_go(unit, pods):
             step = Step("release")  # a pod made after admission (OrderedReady: one by one)
         if step.kind == "none":
-            deadline = admission_deadline(unit, self.settings.admission_timeout)
+            deadline = admission_deadline(unit, self.settings.admission_timeout,
+                                          self._started(unit))
             if deadline is not None:
                 self.writes.timer(deadline, key)
             backoff = writes.backoff_end(key)
@@ -467,6 +467,13 @@ class AdmissionController:
                 self.writes.timer(backoff, key)
             return
         self.writer.step(unit, step)
+
+    def _started(self, unit: UnitRecord) -> float:
+        """When the Job controller took a Job unit's release up (0: not yet)."""
+        if unit.consumer is None or unit.consumer.kind != "Job":
+            return 0.0
+        job = self.store.jobs.get(f"{unit.namespace}/{unit.consumer.name}")
+        return job.start_time if job is not None and job.uid == unit.consumer.uid else 0.0
 
     def _spec_behind(self, unit: UnitRecord) -> ConsumerKey | None:
         """The consumer of a waiting unit whose spec is not what it asks."""

@@ -50,12 +50,12 @@ from arbiter.core.api import (
     QUEUE_LABEL,
     QUEUE_UNIT,
     UnitPhase,
-    parse_rfc3339,
 )
 from arbiter.core.api import unit_name as api_unit_name
 from arbiter.core.model import MAIN_POD_SET, demand_of
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.integrations import BY_KIND
+from arbiter.loop.timeouts import admission_deadline
 
 # consumerRef.apiVersion of a pod group: there is no such object, the
 # kind names the label that gathers its pods.
@@ -496,16 +496,6 @@ def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
     return None
 
 
-def admission_deadline(unit: UnitRecord, timeout: float) -> float | None:
-    """When an admitted unit whose work has not started goes to backoff: a
-    Job with no pod ready, a pod (group) with no pod bound to a node."""
-    if unit.phase != "Dequeued" or unit.consumer is None or unit.consumer.kind not in (
-            "Job", *POD_KINDS, *WORKLOAD_CONSUMERS):
-        return None
-    allocated = parse_rfc3339(unit.last_allocate_time)
-    return None if allocated is None else allocated + timeout
-
-
 def decide(
     unit: UnitRecord,
     consumer: Consumer,
@@ -513,6 +503,7 @@ def decide(
     now: float,
     timeout: float,
     backoff_until: float | None = None,
+    started: float = 0.0,
 ) -> Step:
     """The one transition rule table (DESIGN §2 phases)."""
     phase = unit.phase
@@ -539,7 +530,7 @@ def decide(
     if phase == "Dequeued":
         if consumer is Consumer.RUNNING:
             return Step("phase", "Running", "running")
-        deadline = admission_deadline(unit, timeout)
+        deadline = admission_deadline(unit, timeout, started)
         if deadline is not None and now >= deadline:
             if pods_unit(unit):
                 # A gate cannot be put back: the pods stay, unbound (the
@@ -577,11 +568,3 @@ def decide(
             return Step("phase", "Enqueued", "backoff over; waiting for admission again")
         return NOTHING
     return NOTHING
-
-
-def backoff_delay(attempts: int, *, base: float, cap: float, jitter: float) -> float:
-    """Exponential backoff after the `attempts`-th admission timed out;
-    `jitter` in [0, 1) spreads it by up to half again."""
-    exponent = max(0, attempts - 1)
-    delay = min(cap, base * (2.0 ** min(exponent, 32)))
-    return delay * (1.0 + 0.5 * jitter)

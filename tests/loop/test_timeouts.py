@@ -191,3 +191,42 @@ async def test_a_pod_group_not_scheduled_in_time_backs_off() -> None:
     await c.settle()
     assert c.phase("ns", "group-g") == "TimeoutBackoff"
     assert c.controller.mirror.state("ns/group-g") is None  # its allocation is free
+
+
+async def test_the_timeout_counts_from_when_the_job_controller_took_the_release_up() -> None:
+    """The full chaos run: with the control plane minutes behind, half the
+    admitted Jobs were requeued before their controller had made a pod."""
+    c = Cluster(settings())
+    c.job_controller = False  # behind: no startTime yet
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "late", "q")
+    await c.settle()
+    assert not c.suspended("ns", "late")
+    c.clock.advance(100)  # past one timeout from admission
+    await c.settle()
+    assert c.phase("ns", "job-late") == "Dequeued"
+    c.job_controller = True  # it takes the release up now: the clock starts
+    await c.settle()
+    c.clock.advance(59)
+    await c.settle()
+    assert c.phase("ns", "job-late") == "Dequeued"
+    c.clock.advance(2)
+    await c.settle()
+    assert c.phase("ns", "job-late") == "TimeoutBackoff"
+    assert c.suspended("ns", "late")
+
+
+async def test_a_job_controller_that_never_starts_the_job_still_ends_its_admission() -> None:
+    c = Cluster(settings())
+    c.job_controller = False
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "never", "q")
+    await c.settle()
+    c.clock.advance(179)
+    await c.settle()
+    assert c.phase("ns", "job-never") == "Dequeued"
+    c.clock.advance(2)  # three timeouts after admission
+    await c.settle()
+    assert c.phase("ns", "job-never") == "TimeoutBackoff"

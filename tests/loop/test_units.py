@@ -15,9 +15,9 @@ from arbiter.cache.records import (
 )
 from arbiter.core.api import MAX_NAME, UnitPhase, format_rfc3339, job_unit_name, pod_unit_name
 from arbiter.core.resources import Resources
+from arbiter.loop.timeouts import admission_deadline, backoff_delay
 from arbiter.loop.units import (
     Consumer,
-    backoff_delay,
     decide,
     disposition,
     group_state,
@@ -214,9 +214,10 @@ def test_disposition(phase: UnitPhase, consumer: Consumer, expected: str | None)
 
 
 def step_of(phase: UnitPhase, consumer: Consumer, backoff_until: float | None = None,
-            last_allocate_time: str | None = None) -> tuple[str, str | None]:
+            last_allocate_time: str | None = None,
+            started: float = 0.0) -> tuple[str, str | None]:
     step = decide(unit(phase, last_allocate_time=last_allocate_time), consumer, now=NOW,
-                  timeout=60.0, backoff_until=backoff_until)
+                  timeout=60.0, backoff_until=backoff_until, started=started)
     return step.kind, step.phase
 
 
@@ -243,10 +244,34 @@ def test_decide(phase: UnitPhase, consumer: Consumer, expected: tuple[str, str |
 
 def test_a_dequeued_job_not_running_after_the_timeout_backs_off() -> None:
     allocated = format_rfc3339(NOW - 61)
-    assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=allocated) == (
-        "backoff", "TimeoutBackoff")
+    # Its clock starts when the Job controller took the release up.
+    assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=allocated,
+                   started=NOW - 61) == ("backoff", "TimeoutBackoff")
+    assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=allocated,
+                   started=NOW - 30) == ("none", None)  # the controller was 31 s behind
     recent = format_rfc3339(NOW - 30)
-    assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=recent) == ("none", None)
+    assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=recent,
+                   started=NOW - 30) == ("none", None)
+
+
+def test_a_job_whose_controller_is_behind_times_out_at_three_timeouts() -> None:
+    """No startTime yet (or one from before this admission): the control
+    plane is behind, not the Job stuck; at 3 timeouts it backs off anyway.
+    A startTime a tenant could not have written earlier moves nothing past
+    that ceiling."""
+    for age, expected in ((61, "none"), (179, "none"), (181, "backoff")):
+        allocated = format_rfc3339(NOW - age)
+        assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=allocated)[0] \
+            == expected, age
+        # A startTime of an earlier run of the Job counts as none.
+        assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=allocated,
+                       started=NOW - age - 100)[0] == expected, age
+    allocated_at = NOW - 181
+    assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=format_rfc3339(
+        allocated_at), started=NOW + 3600)[0] == "backoff"
+    unit_record = unit("Dequeued", last_allocate_time=format_rfc3339(allocated_at))
+    assert admission_deadline(unit_record, 60.0) == allocated_at + 180
+    assert admission_deadline(unit_record, 60.0, started=allocated_at + 10) == allocated_at + 70
     # Pods cannot be gated again, but their unit times out all the same
     # (item 16): it backs off and frees its allocation, the pods stay.
     pod_unit_record = unit("Dequeued", kind="Pod", last_allocate_time=allocated)

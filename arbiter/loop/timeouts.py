@@ -1,0 +1,46 @@
+"""When an admitted unit that has not started is backed off, and for how long."""
+
+from __future__ import annotations
+
+from arbiter.cache.ownership import WORKLOAD_CONSUMERS
+from arbiter.cache.records import UnitRecord
+from arbiter.core.api import parse_rfc3339
+
+# While a Job's controller has not taken its release up, its timeout waits,
+# up to this many timeouts after admission (a controller that never does).
+CONTROLLER_BEHIND = 3
+
+
+def admission_deadline(unit: UnitRecord, timeout: float, started: float = 0.0) -> float | None:
+    """When an admitted unit whose work has not started goes to backoff: a
+    Job with no pod ready, a pod (group) with no pod bound to a node.
+
+    A batch/v1 Job's clock starts when the Job controller took the release up
+    (`started`: its status.startTime, set again at every resume), not at
+    admission: in the full chaos run the control plane was minutes behind,
+    and half the admitted Jobs were requeued before their controller had
+    made a pod, which only put their work through it again. A controller
+    that never starts the Job still ends it, at `CONTROLLER_BEHIND` timeouts.
+    """
+    if unit.phase != "Dequeued" or unit.consumer is None or unit.consumer.kind not in (
+            "Job", "Pod", "PodGroup", *WORKLOAD_CONSUMERS):
+        return None
+    allocated = parse_rfc3339(unit.last_allocate_time)
+    if allocated is None:
+        return None
+    if unit.consumer.kind != "Job":
+        return allocated + timeout
+    latest = allocated + CONTROLLER_BEHIND * timeout
+    # startTime has whole seconds: one written for this admission may read
+    # up to a second before it.
+    if started >= allocated - 1.0:
+        return min(latest, started + timeout)
+    return latest
+
+
+def backoff_delay(attempts: int, *, base: float, cap: float, jitter: float) -> float:
+    """Exponential backoff after the `attempts`-th admission timed out;
+    `jitter` in [0, 1) spreads it by up to half again."""
+    exponent = max(0, attempts - 1)
+    delay = min(cap, base * (2.0 ** min(exponent, 32)))
+    return delay * (1.0 + 0.5 * jitter)

@@ -330,20 +330,20 @@ class Judge:
         with no pod yet, with pods waiting for a node, with pods bound but
         not Running, running; and the pods by the same steps. It tells a
         slow admission loop from a slow Job controller, scheduler or kwok."""
-        by_job: dict[str, list[Pod]] = defaultdict(list)
+        by_job: dict[str, list[Pod]] = defaultdict(list)  # its pods not yet finished
         steps: Counter[str] = Counter()
         for pod in self.pods.values():
-            if pod.job:
-                by_job[pod.job].append(pod)
             if pod.phase in ("Succeeded", "Failed"):
                 continue
+            if pod.job:
+                by_job[pod.job].append(pod)
             steps["gated" if pod.gated else "unbound" if not pod.node
                   else "running" if pod.phase == "Running" else "bound"] += 1
         jobs: Counter[str] = Counter()
         for uid, job in self.jobs.items():
             if job.get("deleted") or self._job_finished(uid):
                 continue
-            pods = [p for p in by_job.get(uid, ()) if p.phase not in ("Succeeded", "Failed")]
+            pods = by_job.get(uid, [])
             jobs["held" if job.get("suspended") else "no pod" if not pods
                  else "running" if any(p.phase == "Running" for p in pods)
                  else "bound" if any(p.node for p in pods) else "unbound"] += 1

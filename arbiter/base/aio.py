@@ -3,9 +3,9 @@
 Before Python 3.12, `asyncio.wait_for` returns the inner result when a
 cancellation arrives just as that result does, and the cancellation is
 gone. A loop waiting on its wake event that way, under load (the event set
-all the time), could miss the one cancel that stops it: a leader's
-admission loop ran on for minutes after its Lease was lost (the full chaos
-run). `asyncio.timeout` counts cancellations and never drops one.
+all the time), can miss the one cancel that stops it: a leader's admission
+loop then runs on after its Lease is lost. `asyncio.timeout` counts
+cancellations and never drops one.
 """
 
 from __future__ import annotations

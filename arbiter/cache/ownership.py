@@ -39,6 +39,10 @@ from arbiter.integrations.lws import GROUP_INDEX_LABEL
 ConsumerKind = str
 
 
+# Kinds whose units are made from pods: one pod, or a pod group's pods.
+POD_KINDS = ("Pod", "PodGroup")
+
+
 # Kinds whose units the integrations make from a workload's spec (declared
 # kinds join at startup: arbiter.cache.declared).
 WORKLOAD_CONSUMERS: set[str] = {

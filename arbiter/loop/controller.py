@@ -443,6 +443,7 @@ class AdmissionController:
             # Its spec is not its consumer's and a write was busy when the
             # consumer was looked at: look again (that writes it back).
             self._consumers.add(behind)
+        started = self._started(unit)
         barred_to = None if foreign is None else barred_step(unit, consumer, foreign)
         if barred_to is not None:
             step = barred_to
@@ -453,13 +454,12 @@ class AdmissionController:
                 self.writes.timer(deadline, key)
         else:
             step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
-                          backoff_until=writes.backoff_end(key), started=self._started(unit))
+                          backoff_until=writes.backoff_end(key), started=started)
         if step.kind == "none" and unit.admitted and lets_pods_go(unit) \
                 and to_let_go(unit, pods):
             step = Step("release")  # a pod made after admission (OrderedReady: one by one)
         if step.kind == "none":
-            deadline = admission_deadline(unit, self.settings.admission_timeout,
-                                          self._started(unit))
+            deadline = admission_deadline(unit, self.settings.admission_timeout, started)
             if deadline is not None:
                 self.writes.timer(deadline, key)
             backoff = writes.backoff_end(key)

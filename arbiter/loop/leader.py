@@ -13,10 +13,10 @@ so a standby takes over at once.
 A renewal is one update of the Lease we last wrote (a GET only when that
 update conflicts), and it may take until the renew deadline, as in
 client-go: on a loaded apiserver, or with this process's event loop busy,
-a round trip can take seconds, and cutting each attempt short made a
-healthy leader give the Lease up every half minute in the chaos run. The
-deadline counts from when the last successful renewal was *sent*: its
-renewTime is what others time the Lease from.
+a round trip can take seconds, and cutting each attempt short makes a
+healthy leader give its Lease up. The deadline counts from when the last
+successful renewal was *sent*: its renewTime is what others time the
+Lease from.
 """
 
 from __future__ import annotations
@@ -129,13 +129,8 @@ class LeaderElector:
             transitions += 1
         acquire = (str(spec.get("acquireTime") or "") if holder == self.identity
                    else micro_time(self.wall())) or micro_time(self.wall())
-        updated = dict(lease)
-        updated["spec"] = {**spec, **self._spec(acquire, transitions)}
-        try:
-            result = await self.api.replace(self.path, updated)
-        except (Conflict, NotFound):
+        if not await self._update(lease, acquire, transitions, now):
             return False
-        self._wrote(result, now)
         self.transitions = transitions
         return True
 
@@ -143,10 +138,16 @@ class LeaderElector:
         """Renew by updating the Lease we last wrote: one round trip. False
         when it changed since (someone else wrote it): the caller reads it."""
         assert self._written is not None
-        updated = dict(self._written)
-        spec = updated.get("spec") or {}
-        updated["spec"] = {**spec, **self._spec(str(spec.get("acquireTime") or ""),
-                                                int(spec.get("leaseTransitions") or 0))}
+        spec = self._written.get("spec") or {}
+        return await self._update(self._written, str(spec.get("acquireTime") or ""),
+                                  int(spec.get("leaseTransitions") or 0), now)
+
+    async def _update(self, lease: dict[str, Any], acquire: str, transitions: int,
+                      now: float) -> bool:
+        """Write `lease` back as ours, under its resourceVersion; False when
+        it changed since."""
+        updated = dict(lease)
+        updated["spec"] = {**(lease.get("spec") or {}), **self._spec(acquire, transitions)}
         try:
             result = await self.api.replace(self.path, updated)
         except (Conflict, NotFound):

@@ -15,8 +15,7 @@ class LoopSettings:
     # After a cycle of D seconds the loop gives the event loop at least
     # `cycle_rest` x D (at most 1 s) before the next: a cycle is one
     # synchronous stretch, O(units) at worst, and back to back under a flood
-    # they starved the webhooks and the Lease renewal sharing the loop (chaos
-    # run: leader cycles of 0.1-1 s, webhook calls past their 3 s timeout).
+    # they starve the webhooks and the Lease renewal sharing the loop.
     cycle_rest: float = 1.0
     # API writes in flight at once. Each admission is three sequential
     # writes (unit, status, release); under a slow apiserver (~0.3 s a call)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from arbiter.cache.ownership import WORKLOAD_CONSUMERS
+from arbiter.cache.ownership import POD_KINDS, WORKLOAD_CONSUMERS
 from arbiter.cache.records import UnitRecord
 from arbiter.core.api import parse_rfc3339
 
@@ -17,13 +17,13 @@ def admission_deadline(unit: UnitRecord, timeout: float, started: float = 0.0) -
 
     A batch/v1 Job's clock starts when the Job controller took the release up
     (`started`: its status.startTime, set again at every resume), not at
-    admission: in the full chaos run the control plane was minutes behind,
-    and half the admitted Jobs were requeued before their controller had
-    made a pod, which only put their work through it again. A controller
-    that never starts the Job still ends it, at `CONTROLLER_BEHIND` timeouts.
+    admission: a control plane minutes behind is not a Job that cannot start,
+    and requeueing it only sends its work through that control plane again.
+    A controller that never starts the Job still ends it, at
+    `CONTROLLER_BEHIND` timeouts.
     """
     if unit.phase != "Dequeued" or unit.consumer is None or unit.consumer.kind not in (
-            "Job", "Pod", "PodGroup", *WORKLOAD_CONSUMERS):
+            "Job", *POD_KINDS, *WORKLOAD_CONSUMERS):
         return None
     allocated = parse_rfc3339(unit.last_allocate_time)
     if allocated is None:

@@ -29,6 +29,7 @@ from enum import Enum
 from typing import Any, Literal
 
 from arbiter.cache.ownership import (
+    POD_KINDS,
     WORKLOAD_CONSUMERS,
     ConsumerKey,
     gate_consumer,
@@ -424,9 +425,6 @@ class Step:
 
 
 NOTHING = Step("none")
-
-
-POD_KINDS = ("Pod", "PodGroup")
 
 
 def pods_unit(unit: UnitRecord) -> bool:

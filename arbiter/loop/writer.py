@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from arbiter.base import metrics
 from arbiter.base.kubeapi import ApiError, Obj
-from arbiter.cache.ownership import ConsumerKey
+from arbiter.cache.ownership import POD_KINDS, ConsumerKey
 from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
 from arbiter.core.api import UnitPhase
 from arbiter.core.model import Placement, Unit
@@ -31,7 +31,6 @@ from arbiter.loop.events import EventSink
 from arbiter.loop.fastpath import Creations, record_admitted
 from arbiter.loop.inflight import TERMINATING_HOLD, InFlightWrites
 from arbiter.loop.units import (
-    POD_KINDS,
     Consumer,
     DesiredUnit,
     Step,

@@ -94,10 +94,10 @@ async def test_a_new_leader_indexes_in_slices_while_the_cache_changes() -> None:
     assert late["spec"]["schedulingGates"] == [{"name": ADMISSION_GATE}]
 
 
-async def _cycles_beside_a_timer(rest: float) -> tuple[list[float], list[float]]:
+async def _cycles_beside_a_timer() -> tuple[list[float], list[float]]:
     """When 0.6 s of 50 ms cycles (always more to do) started, and when a
     10 ms timer beside them (a webhook, the Lease renewal) got to run."""
-    c = Cluster(LoopSettings(debounce=0.0, cycle_rest=rest))
+    c = Cluster(LoopSettings(debounce=0.0, cycle_rest=1.0))
     controller = c.controller
     loop = asyncio.get_running_loop()
     starts: list[float] = []
@@ -129,7 +129,7 @@ async def _cycles_beside_a_timer(rest: float) -> tuple[list[float], list[float]]
 async def test_after_a_long_cycle_others_get_the_event_loop_for_as_long() -> None:
     """A cycle is one synchronous stretch: with more to do, the next waits
     as long as the last took, and what shares the loop runs in between."""
-    starts, ticks = await _cycles_beside_a_timer(1.0)
+    starts, ticks = await _cycles_beside_a_timer()
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert len(gaps) >= 2 and min(gaps) >= 0.095, gaps
     assert len([t for t in ticks if starts[-2] < t < starts[-1]]) >= 3

@@ -152,7 +152,7 @@ async def test_work_that_swallows_a_cancel_still_stops_when_the_lease_is_lost() 
     """Python 3.11's `asyncio.wait_for` drops a cancellation that meets its
     inner result (an admission loop's wake event, set all the time under
     load): the leader's work must stop anyway, not run beside the next
-    leader's (the full chaos run: a loop admitting for minutes unleased)."""
+    leader's."""
     api = InMemoryApi()
     running = asyncio.Event()
     swallowed = 0

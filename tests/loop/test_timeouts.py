@@ -194,8 +194,8 @@ async def test_a_pod_group_not_scheduled_in_time_backs_off() -> None:
 
 
 async def test_the_timeout_counts_from_when_the_job_controller_took_the_release_up() -> None:
-    """The full chaos run: with the control plane minutes behind, half the
-    admitted Jobs were requeued before their controller had made a pod."""
+    """A control plane minutes behind is not a Job that cannot start: the
+    clock waits for the Job controller's startTime."""
     c = Cluster(settings())
     c.job_controller = False  # behind: no startTime yet
     await c.nodes(1)

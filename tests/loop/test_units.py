@@ -257,8 +257,8 @@ def test_a_dequeued_job_not_running_after_the_timeout_backs_off() -> None:
 def test_a_job_whose_controller_is_behind_times_out_at_three_timeouts() -> None:
     """No startTime yet (or one from before this admission): the control
     plane is behind, not the Job stuck; at 3 timeouts it backs off anyway.
-    A startTime a tenant could not have written earlier moves nothing past
-    that ceiling."""
+    A startTime in the future (written by anyone but the Job controller)
+    moves nothing past that ceiling."""
     for age, expected in ((61, "none"), (179, "none"), (181, "backoff")):
         allocated = format_rfc3339(NOW - age)
         assert step_of("Dequeued", Consumer.RELEASED, last_allocate_time=allocated)[0] \

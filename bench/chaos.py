@@ -133,12 +133,17 @@ class Creator:
             self._gate.release()
 
 
-def fairshare_offline(judge: Judge) -> dict[str, dict[str, Fraction]]:
-    """Deserved per queue from `arbiter fairshare` on what is not ended."""
+def scenario_now(judge: Judge) -> dict[str, Any]:
+    """What is not ended, as an `arbiter fairshare` scenario. Built on the
+    event loop: the judge's watches change its dicts while a thread runs."""
     capacity = {k: f"{v.numerator // v.denominator}" if k == "memory" else
                 f"{int(v * 1000)}m" for k, v in judge.capacity().items()}
-    scenario = world.offline_scenario(capacity, list(judge.queues.values()),
-                                      judge.waiting_demand())
+    return world.offline_scenario(capacity, list(judge.queues.values()),
+                                  judge.waiting_demand())
+
+
+def fairshare_offline(scenario: dict[str, Any]) -> dict[str, dict[str, Fraction]]:
+    """Deserved per queue from `arbiter fairshare` on `scenario`."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(scenario, handle)
     done = subprocess.run([sys.executable, "-m", "arbiter", "fairshare", handle.name],
@@ -347,7 +352,7 @@ async def _converge(api: Api, judge: Judge, shape: world.Shape, within: float,
     mismatch: list[str] = ["not compared"]
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        expected = await asyncio.to_thread(fairshare_offline, judge)
+        expected = await asyncio.to_thread(fairshare_offline, scenario_now(judge))
         mismatch = compare_shares(judge, expected)
         if not mismatch:
             say("shares converged")

@@ -26,6 +26,7 @@ Invariants (a violation is kept with a one-line description):
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Collection
@@ -40,6 +41,7 @@ WAITING = ("Enqueued", "TimeoutBackoff")
 ENDED = ("Succeed", "Failed")
 JUDGED = ("cpu", "memory")
 SUSTAINED = 5.0
+ADMITTED_STATUS = "arbiter.dev/admitted-status"
 
 
 @dataclass(slots=True)
@@ -234,7 +236,8 @@ class Judge:
         self.unit_epoch += 1
 
     def on_unit(self, kind: str, obj: dict[str, Any], arrival: float) -> None:
-        meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        status = status_on_record(obj)
         uid = meta["uid"]
         if kind == "DELETED":
             self.units.pop(uid, None)
@@ -438,6 +441,24 @@ class Judge:
         for allocatable in self.nodes.values():
             _add(total, {k: v for k, v in allocatable.items() if k in JUDGED})
         return total
+
+
+def status_on_record(unit: dict[str, Any]) -> dict[str, Any]:
+    """A QueueUnit's status as its API documents it (docs/fast-path.md): a
+    unit created admitted carries its admission in the annotation
+    `arbiter.dev/admitted-status` until its status holds `admissions`; the
+    annotation's fields stand where the status has none."""
+    status = unit.get("status") or {}
+    if status.get("admissions"):
+        return dict(status)
+    text = ((unit["metadata"].get("annotations") or {}).get(ADMITTED_STATUS) or "")
+    try:
+        recorded = json.loads(text) if text else None
+    except ValueError:
+        recorded = None
+    if not isinstance(recorded, dict) or not recorded.get("admissions"):
+        return dict(status)
+    return {**recorded, **status}
 
 
 def deserved_of(queue: dict[str, Any]) -> dict[str, Fraction]:

@@ -255,28 +255,37 @@ class Actions:
                     return None
         return None
 
-    async def write_recorded(self, unit: UnitRecord, obj: Obj | None = None) -> Written | None:
+    async def write_recorded(self, unit: UnitRecord,
+                             fresh: tuple[UnitRecord, Mapping[str, Any]] | None = None,
+                             phase: UnitPhase | None = None, message: str = "",
+                             ) -> Written | None:
         """Write the admission a unit created admitted carries in its
         `arbiter.dev/admitted-status` annotation into its status (the fast
-        path, DESIGN §16), with whatever its status says already on top.
-        `obj`: the unit as just created; else it is read (the record has
-        the merged view, not the two parts). None when the unit is gone,
-        another one, or written already."""
-        fresh = obj
+        path, DESIGN §16), with whatever its status says already on top, and
+        `phase` (`message`) when its consumer reached one. `fresh`: the unit
+        as its creation returned it (record, merged status); else it is read
+        (the cache's record has the merged view, not the two parts). None
+        when the unit is gone, another one, or written already."""
         if fresh is None:
             try:
-                fresh = await self.api.get(unit_path(unit.namespace, unit.name))
+                obj = await self.api.get(unit_path(unit.namespace, unit.name))
             except NotFound:
                 return None
-        record = convert.unit_from_api(fresh)
+            fresh = convert.unit_from_api(obj), convert.unit_status(obj)
+        record, status = fresh
 
         def expect(r: UnitRecord) -> bool:
             return r.unwritten and r.uid == unit.uid
 
+        def build(_: UnitRecord, current: Mapping[str, Any] | None) -> dict[str, Any]:
+            out = dict(current or {})
+            if phase is not None:
+                out.update(phase=phase, message=message)
+            return out
+
         if not expect(record):
             return None
-        return await self.write_status(record, lambda _, current: dict(current or {}), expect,
-                                       current=convert.unit_status(fresh))
+        return await self.write_status(record, build, expect, current=status)
 
     async def admit(self, unit: UnitRecord, now: float, plan: Placement | None = None, *,
                     checks: Sequence[str] = (),

@@ -56,7 +56,7 @@ from arbiter.loop.placement import PodDirectives, directives_for
 from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.settings import CycleStats, LoopSettings
-from arbiter.loop.timeouts import admission_deadline, backoff_delay
+from arbiter.loop.timeouts import admission_deadline, backoff_delay, record_due
 from arbiter.loop.units import (
     Consumer,
     DesiredUnit,
@@ -454,12 +454,15 @@ class AdmissionController:
                 self.writes.timer(deadline, key)
         else:
             step = decide(unit, consumer, now=now, timeout=self.settings.admission_timeout,
-                          backoff_until=writes.backoff_end(key), started=started)
+                          backoff_until=writes.backoff_end(key), started=started,
+                          record_within=self.settings.record_within)
         if step.kind == "none" and unit.admitted and lets_pods_go(unit) \
                 and to_let_go(unit, pods):
             step = Step("release")  # a pod made after admission (OrderedReady: one by one)
         if step.kind == "none":
             deadline = admission_deadline(unit, self.settings.admission_timeout, started)
+            if unit.unwritten:
+                deadline = record_due(unit, self.settings.record_within)
             if deadline is not None:
                 self.writes.timer(deadline, key)
             backoff = writes.backoff_end(key)

@@ -1,4 +1,5 @@
-"""When an admitted unit that has not started is backed off, and for how long."""
+"""When an admitted unit that has not started is backed off, and for how long;
+when a unit created admitted has its admission written at the latest."""
 
 from __future__ import annotations
 
@@ -44,3 +45,9 @@ def backoff_delay(attempts: int, *, base: float, cap: float, jitter: float) -> f
     exponent = max(0, attempts - 1)
     delay = min(cap, base * (2.0 ** min(exponent, 32)))
     return delay * (1.0 + 0.5 * jitter)
+
+
+def record_due(unit: UnitRecord, within: float) -> float:
+    """When a unit created admitted (the fast path) has its admission written
+    into its status at the latest, if its consumer has not run by then."""
+    return unit.created + within

@@ -56,7 +56,7 @@ from arbiter.core.api import unit_name as api_unit_name
 from arbiter.core.model import MAIN_POD_SET, demand_of
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.integrations import BY_KIND
-from arbiter.loop.timeouts import admission_deadline
+from arbiter.loop.timeouts import admission_deadline, record_due
 
 # consumerRef.apiVersion of a pod group: there is no such object, the
 # kind names the label that gathers its pods.
@@ -494,6 +494,22 @@ def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
     return None
 
 
+def record_step(unit: UnitRecord, consumer: Consumer, now: float,
+                within: float) -> Step:
+    """Write the admission of a unit created admitted into its status: with
+    the phase its consumer reached (one write for both), or, while it is
+    let go but not running yet, once `within` s of its creation are over."""
+    if consumer is Consumer.RUNNING:
+        return Step("record", "Running", "running")
+    if consumer is Consumer.SUCCEEDED:
+        return Step("record", "Succeed", "finished")
+    if consumer is Consumer.FAILED:
+        return Step("record", "Failed", "failed")
+    if consumer is Consumer.RELEASED and now < record_due(unit, within):
+        return NOTHING
+    return Step("record")
+
+
 def decide(
     unit: UnitRecord,
     consumer: Consumer,
@@ -502,6 +518,7 @@ def decide(
     timeout: float,
     backoff_until: float | None = None,
     started: float = 0.0,
+    record_within: float = 0.0,
 ) -> Step:
     """The one transition rule table (DESIGN §2 phases)."""
     phase = unit.phase
@@ -510,7 +527,7 @@ def decide(
         # Created admitted (the fast path, DESIGN §16): its status says so
         # first, whatever comes next (a Job may finish before the watch
         # brings its unit).
-        return Step("record")
+        return record_step(unit, consumer, now, record_within)
     if consumer is Consumer.MISSING or phase in ("Succeed", "Failed"):
         return NOTHING  # garbage collection follows the owner
     if consumer is Consumer.SUCCEEDED:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
 from arbiter.base import metrics
-from arbiter.base.kubeapi import ApiError, Obj
+from arbiter.base.kubeapi import ApiError
+from arbiter.cache import convert
 from arbiter.cache.ownership import POD_KINDS, ConsumerKey
 from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
 from arbiter.core.api import UnitPhase
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 # being deleted (NamespaceLifecycle admission, 403; a StatusCause's type is
 # serialised as "reason").
 NAMESPACE_TERMINATING = "NamespaceTerminating"
+# Units created admitted kept with what their creation returned, until their
+# status is written (seconds at the creation rate; a bound, not a cache).
+CREATED_KEPT = 2_000
 
 
 def namespace_terminating(error: ApiError) -> bool:
@@ -117,6 +121,10 @@ class UnitWriter:
         # Creations running of units that will wait: not in the engine yet,
         # and perhaps ahead of a Job being created.
         self.creating = Creations()
+        # Units created admitted whose status is not written yet: the record
+        # and (merged) status their creation returned, so the write that
+        # puts the admission into the status needs no read first.
+        self.created_admitted: dict[str, tuple[UnitRecord, Mapping[str, Any]]] = {}
 
     # -- starting writes (from a cycle) -------------------------------------------------
     def create(self, desired: DesiredUnit,
@@ -171,7 +179,7 @@ class UnitWriter:
                 self.stats.created += 1
                 if admitted is not None:
                     self._admitted_at_creation(written.record, admitted[1], admitted[2])
-                    await self._record_created(written)
+                    self._keep_created(written)
             self.writes.succeeded(busy)
         except ApiError as error:
             if namespace_terminating(error):
@@ -313,7 +321,7 @@ class UnitWriter:
                 if written is not None and step.phase == "Enqueued":
                     log_decision("requeue", written.record, step.message)
             elif step.kind == "record":
-                await self._record(unit)
+                await self._record(unit, step.phase, step.message)
             elif step.kind in ("checked", "requeue", "reject"):
                 await self._checks_done(unit, step)
             elif step.kind == "backoff":
@@ -367,25 +375,29 @@ class UnitWriter:
                 "AdmissionCheckRetry" if step.kind == "requeue" else "AdmissionCheckRejected",
                 step.message)
 
-    async def _record(self, unit: UnitRecord, obj: Obj | None = None) -> None:
-        """A unit created admitted gets its admission into its status
-        (`obj`: the unit as just created; else it is read again)."""
-        async with self.writes.locked(unit.key):
-            if obj is None and not (self.unit(unit.key) or unit).unwritten:
-                return  # written meanwhile, by its creation's own write
-            written = await self.actions.write_recorded(unit, obj)
-        self._landed(unit, written)
+    def _keep_created(self, created: Written) -> None:
+        """Keep what the creation of a unit created admitted returned, for
+        the write of its status (`units.record_step`: when its Job first
+        runs or ends, or `LoopSettings.record_within` after its creation).
+        Kept until then; at most `CREATED_KEPT` (a unit gone before its
+        write, its consumer deleted, is dropped with the oldest)."""
+        while len(self.created_admitted) >= CREATED_KEPT:
+            del self.created_admitted[next(iter(self.created_admitted))]
+        self.created_admitted[created.record.key] = (
+            created.record, convert.unit_status(created.raw))
 
-    async def _record_created(self, created: Written) -> None:
-        """Right after its creation (the Job runs already): one status
-        write, from the object the apiserver returned. Failed, it is done
-        on the unit's next look (`units.decide`: a unit unwritten records
-        first)."""
-        try:
-            await self._record(created.record, created.raw)
-        except ApiError as error:
-            log.info("status of %s not written with its creation (%s); written next",
-                     created.record.key, error)
+    async def _record(self, unit: UnitRecord, phase: UnitPhase | None = None,
+                      message: str = "") -> None:
+        """A unit created admitted gets its admission into its status, with
+        `phase` when its consumer reached one (one write for both). From
+        what its creation returned; else the unit is read first."""
+        async with self.writes.locked(unit.key):
+            kept = self.created_admitted.pop(unit.key, None)
+            if not (self.unit(unit.key) or unit).unwritten:
+                return  # written meanwhile
+            fresh = kept if kept is not None and kept[0].uid == unit.uid else None
+            written = await self.actions.write_recorded(unit, fresh, phase, message)
+        self._landed(unit, written)
 
     async def _adopt(self, unit: UnitRecord, phase: UnitPhase, message: str) -> None:
         """A waiting unit whose consumer runs (let go outside arbiter, or by

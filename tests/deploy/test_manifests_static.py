@@ -63,7 +63,7 @@ def test_base_holds_cluster_objects_only() -> None:
     kinds = [o["kind"] for o in base_objects()]
     assert sorted(set(kinds)) == sorted([
         "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
-        "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Role",
+        "FlowSchema", "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Role",
         "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"])
     namespaced = [o for o in base_objects() if o["kind"] in (
@@ -71,6 +71,33 @@ def test_base_holds_cluster_objects_only() -> None:
         "PodDisruptionBudget")]
     assert {o["metadata"]["namespace"] for o in namespaced} == {"arbiter-system"}
     assert one("Namespace")["metadata"]["name"] == "arbiter-system"
+
+
+def test_flow_schemas_put_arbiters_lease_and_writes_ahead_of_tenants() -> None:
+    """Arbiter's ServiceAccount, and only it, is matched: its Lease requests
+    at `leader-election` (a renewal queued behind tenants ends leadership),
+    the rest at `workload-high`, both before the catch-all `service-accounts`
+    (9000) that would put it at `workload-low`."""
+    deployment = one("Deployment")
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    namespace = deployment["metadata"]["namespace"]
+    schemas = {o["metadata"]["name"]: o["spec"] for o in base_objects()
+               if o["kind"] == "FlowSchema"}
+    assert set(schemas) == {"kube-arbiter-leader-election", "kube-arbiter"}
+    for spec in schemas.values():
+        assert [s for rule in spec["rules"] for s in rule["subjects"]] == [
+            {"kind": "ServiceAccount",
+             "serviceAccount": {"name": account, "namespace": namespace}}]
+        assert spec["matchingPrecedence"] < 900
+    lease, rest = schemas["kube-arbiter-leader-election"], schemas["kube-arbiter"]
+    assert lease["priorityLevelConfiguration"]["name"] == "leader-election"
+    assert rest["priorityLevelConfiguration"]["name"] == "workload-high"
+    # The Lease schema is matched first, and only for the Lease's namespace.
+    assert lease["matchingPrecedence"] < rest["matchingPrecedence"]
+    [rule] = lease["rules"][0]["resourceRules"]
+    assert rule["resources"] == ["leases"] and rule["namespaces"] == [namespace]
+    assert set(rule["verbs"]) >= {"get", "update", "create"}
+    assert ServeConfig().namespace == namespace  # where the Lease lives
 
 
 def test_deployment_is_highly_available_and_hardened() -> None:

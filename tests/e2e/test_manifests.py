@@ -14,6 +14,7 @@ has no endpoint in the sandbox (there is no kubelet and no kube-proxy).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ REMOVED_AFTERWARDS = (
     ("secret", CERT_SECRET, NAMESPACE),
     ("clusterrolebinding", "kube-arbiter", None),
     ("clusterrole", "kube-arbiter", None),
+    ("flowschema", "kube-arbiter-leader-election", None),
+    ("flowschema", "kube-arbiter", None),
     ("validatingadmissionpolicybinding", "arbiter-admission-check-approvers", None),
     ("validatingadmissionpolicy", "arbiter-admission-check-approvers", None),
 )
@@ -131,9 +134,9 @@ def test_dry_run_then_apply_accept_every_object(sandbox: Sandbox, applied: Appli
     expected = _ids(applied.objects)
     # Namespace, 6 CRDs (Queue, QueueUnit, JobTemplate, JobFlow, Pool, AdmissionCheck),
     # ServiceAccount, ClusterRole(+Binding), Role(+Binding), Service,
-    # Deployment, PDB, the two webhook configurations and the approvers'
-    # ValidatingAdmissionPolicy (+Binding).
-    assert len(expected) == 19
+    # Deployment, PDB, the two webhook configurations, the approvers'
+    # ValidatingAdmissionPolicy (+Binding) and two FlowSchemas.
+    assert len(expected) == 21
     assert {kind for kind, _ in expected} >= {
         "Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
         "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
@@ -273,6 +276,19 @@ def _pod(name: str, namespace: str) -> dict[str, Any]:
                                      "resources": {"requests": {"cpu": "100m"}}}]}}
 
 
+def _dispatched(sandbox: Sandbox) -> set[tuple[str, str]]:
+    """(flow schema, priority level) pairs of kube-arbiter's FlowSchemas the
+    apiserver has dispatched requests under (its APF metrics)."""
+    text = sandbox.kubectl("get", "--raw", "/metrics").stdout
+    out = set()
+    for line in text.splitlines():
+        if line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            if labels.get("flow_schema", "").startswith("kube-arbiter"):
+                out.add((labels["flow_schema"], labels.get("priority_level", "")))
+    return out
+
+
 def test_arbiter_admits_work_under_the_service_account(
         sandbox: Sandbox, sa_kubeconfig: Path, tmp_path: Path) -> None:
     primary_port = sandbox.arbiter_port
@@ -298,6 +314,11 @@ def test_arbiter_admits_work_under_the_service_account(
         assert pid > 0
         # Leader election on the Lease (Role: get/update/create leases).
         wait_for("the Lease", lambda: lease_holder(sandbox).startswith(IDENTITY), 30)
+        # API Priority and Fairness put its Lease requests at leader-election
+        # and its other requests at workload-high (flowcontrol.yaml).
+        wait_for("arbiter's requests in its flow schemas", lambda: _dispatched(sandbox) >= {
+            ("kube-arbiter-leader-election", "leader-election"),
+            ("kube-arbiter", "workload-high")}, 30)
         # The certificates went into the shared Secret (Role: create secrets).
         secret = get(sandbox, "secret", CERT_SECRET, "-n", NAMESPACE)
         assert set(secret["data"]) >= {"ca.crt", "tls.crt", "tls.key"}

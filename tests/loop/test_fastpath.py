@@ -80,13 +80,18 @@ async def test_a_job_into_an_empty_queue_is_admitted_at_creation_in_one_write() 
     before = len(c.api.calls)
     await c.settle()
     writes = [(m, p) for m, p in c.api.calls[before:] if m in ("POST", "PATCH", "PUT")]
-    # One write admits: the unit, admitted; no unsuspend. Its status is
-    # written after that (the Job runs already), from what the unit carries.
-    assert writes[0] == ("POST", unit_path("ns"))
-    assert ("PATCH", job_path("ns", "train")) not in writes
-    assert writes[1:] == [("PATCH", unit_path("ns", "job-train", status=True))]
+    # One write admits: the unit, admitted (in an annotation); no unsuspend.
+    assert writes == [("POST", unit_path("ns"))]
     record = c.store.units["ns/job-train"]
     assert record.phase == "Dequeued" and record.admissions == 1 and record.attempts == 1
+    assert record.unwritten
+    # Its status is written once, when its Job runs: admission and phase together.
+    c.run_job("ns", "train")
+    await c.settle()
+    writes = [(m, p) for m, p in c.api.calls[before:] if m in ("POST", "PATCH", "PUT")]
+    assert writes[1:] == [("PATCH", unit_path("ns", "job-train", status=True))]
+    record = c.store.units["ns/job-train"]
+    assert record.phase == "Running" and record.admissions == 1 and not record.unwritten
     assert c.controller.mirror.state("ns/job-train") == "admitted"
     assert not c.controller.fast.reservations
     assert "Admitted" in c.events.reasons("ns/job-train")

@@ -1,7 +1,8 @@
 """A unit created admitted (the fast path, DESIGN §16) ends up with the
 status a held admission writes: its admission travels in an annotation
 with the creation, then the loop writes it into the status (what kubectl,
-the web view and every other reader of the object see)."""
+the web view and every other reader of the object see), together with the
+first phase its Job reaches (`LoopSettings.record_within`)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,24 @@ def written(c: Cluster, ns: str, name: str) -> dict[str, Any]:
     return dict(c.unit_obj(ns, name).get("status") or {})
 
 
+async def record_within_over(c: Cluster) -> None:
+    """The time a unit created admitted waits for its Job to run, over."""
+    c.clock.advance(c.settings.record_within)
+    c.controller.wake()
+    await c.settle()
+
+
 async def test_the_admission_is_written_into_the_status_of_a_unit_created_admitted() -> None:
+    """Its Job not running within `record_within`: the admission alone."""
     c = await ready()
     assert await create(c, "ns", "train", "q") is not None
     await c.settle()
+    assert written(c, "ns", "job-train") == {}  # the annotation stands in
+    c.clock.advance(c.settings.record_within - 1)
+    c.controller.wake()
+    await c.settle()
+    assert written(c, "ns", "job-train") == {}
+    await record_within_over(c)
     status = written(c, "ns", "job-train")
     assert all(field in status for field in ADMITTED_FIELDS), status
     assert status["phase"] == "Dequeued" and len(status["admissions"]) == 1
@@ -39,6 +54,18 @@ async def test_the_admission_is_written_into_the_status_of_a_unit_created_admitt
     await c.job("ns", "held", "q")
     await c.settle()
     assert set(written(c, "ns", "job-held")) == set(status)
+
+
+async def test_a_job_that_ends_before_it_was_seen_running_is_written_ended_in_one_write() -> None:
+    c = await ready()
+    assert await create(c, "ns", "quick", "q") is not None
+    await c.settle()
+    c.finish_job("ns", "quick")
+    await c.settle()
+    status = written(c, "ns", "job-quick")
+    assert status["phase"] == "Succeed" and len(status["admissions"]) == 1, status
+    assert status["allocated"] == {"cpu": "1"} and status["attempts"] == 1, status
+    assert c.api.calls.count(("PATCH", unit_path("ns", "job-quick", status=True))) == 1
 
 
 async def test_a_job_finished_before_its_unit_was_written_gives_its_room_back() -> None:
@@ -58,6 +85,8 @@ async def test_a_unit_written_admitted_then_its_job_finished_keeps_its_admission
     c = await ready()
     assert await create(c, "ns", "quick", "q") is not None
     await c.settle()
+    await record_within_over(c)  # written Dequeued, its Job not running yet
+    assert written(c, "ns", "job-quick")["phase"] == "Dequeued"
     c.finish_job("ns", "quick")
     await c.settle()
     status = written(c, "ns", "job-quick")
@@ -74,6 +103,7 @@ async def test_a_unit_created_admitted_counts_in_its_queue_and_pool_and_is_place
     await c.settle()
     assert await create(c, "ns", "j", "q") is not None
     await c.settle()
+    await record_within_over(c)
     template = c.api.objects[job_path("ns", "j")]["spec"]["template"]["spec"]
     assert template["nodeSelector"] == {"tier": "fast"}
     status = written(c, "ns", "job-j")
@@ -103,18 +133,25 @@ def test_the_annotation_stands_in_only_until_the_status_is_written() -> None:
     assert unit_status(obj) == {} and not unit_from_api(obj).unwritten
 
 
-async def test_the_status_is_written_from_the_created_object_without_reading_it() -> None:
+async def test_admission_and_phase_are_one_write_from_the_created_object() -> None:
+    """Its Job runs soon after its creation: one status write carries the
+    admission and phase Running, built from what the creation returned."""
     c = await ready()
     assert await create(c, "ns", "train", "q") is not None
+    await c.settle()
+    c.run_job("ns", "train")
     await c.settle()
     unit = unit_path("ns", "job-train")
     assert ("GET", unit) not in c.api.calls
     assert c.api.calls.count(("PATCH", unit_path("ns", "job-train", status=True))) == 1
+    status = written(c, "ns", "job-train")
+    assert status["phase"] == "Running" and status["message"] == "running", status
+    assert len(status["admissions"]) == 1 and status["admission"]["nodes"], status
 
 
 async def test_a_status_write_that_failed_is_done_on_the_units_next_look() -> None:
-    """Its creation's status write fails (or its leader dies right after the
-    creation): the unit's next look writes it, before anything else."""
+    """Its status write fails (or its leader dies before it): the unit's
+    next look reads it and writes it, before anything else."""
     c = await ready()
     failed: list[str] = []
 
@@ -128,14 +165,16 @@ async def test_a_status_write_that_failed_is_done_on_the_units_next_look() -> No
     c.api.hooks.append(fail_once)
     assert await create(c, "ns", "train", "q") is not None
     await c.settle()
-    assert failed
     c.run_job("ns", "train")
+    await c.settle()
+    assert failed
     c.clock.advance(5)
     c.controller.wake()
     await c.settle()
     status = written(c, "ns", "job-train")
     assert status["phase"] == "Running" and len(status["admissions"]) == 1, status
     assert status["lastAllocateTime"] and status["allocated"] == {"cpu": "1"}, status
+    assert ("GET", unit_path("ns", "job-train")) in c.api.calls  # what it failed with is gone
 
 
 async def test_a_job_admitted_at_creation_times_out_and_is_admitted_again_elsewhere() -> None:
@@ -143,7 +182,8 @@ async def test_a_job_admitted_at_creation_times_out_and_is_admitted_again_elsewh
     creation times out, is suspended and requeued, and is admitted again
     into pool b, its template given b's selector in place of a's."""
     c = Cluster(LoopSettings(debounce=0.0, admit_on_create=True, admission_timeout=10.0,
-                             backoff_base=1.0, backoff_max=1.0), fast_path_key=KEY)
+                             backoff_base=1.0, backoff_max=1.0, record_within=0.0),
+                fast_path_key=KEY)
     await node(c, "a0", tier="a")
     await node(c, "b0", tier="b")
     await pool(c, "a", {"tier": "a"})

@@ -6,6 +6,7 @@ and the quantity parser it judges with."""
 from __future__ import annotations
 
 import asyncio
+import json
 from fractions import Fraction
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from arbiter.sandbox.chaos_proxy import ChaosProxy
 from arbiter.sandbox.process import free_port
+from bench.chaos import fairshare_offline, scenario_now
 from bench.chaos_http import quantity
 from bench.chaos_watch import Judge
 from bench.chaos_world import fault_plan, offline_scenario
@@ -111,6 +113,27 @@ def test_a_second_admission_needs_a_requeue_in_between(judge: Judge) -> None:
     judge.on_unit("MODIFIED", unit("Running", 3), 4.0)
     assert len(judge.v.double_admission) == 1
     assert [by for _, _, by in judge.admissions] == ["leader-0", "leader-1", "leader-2"]
+
+
+def test_a_unit_created_admitted_counts_from_its_annotation_until_its_status_is_written(
+        judge: Judge) -> None:
+    """A fast-path unit's admission is on record in `arbiter.dev/admitted-status`
+    from its creation; the later status write with the same admission is
+    not a second one, and a later status is not overruled by it."""
+    created = unit("Dequeued", 1)
+    recorded = created.pop("status")
+    created["metadata"]["annotations"] = {"arbiter.dev/admitted-status": json.dumps(recorded)}
+    judge.on_unit("ADDED", created, 1.0)
+    assert [t for t, _, _ in judge.admissions] == [1.0]
+    assert judge.units["u1"].phase == "Dequeued" and judge.units["u1"].allocated
+    written = {**created, "status": unit("Running", 1)["status"]}
+    judge.on_unit("MODIFIED", written, 5.0)
+    assert len(judge.admissions) == 1 and judge.v.double_admission == []
+    assert judge.units["u1"].phase == "Running"
+    # Requeued: its status (admissions kept, allocated gone) is what counts.
+    requeued = {**created, "status": {"phase": "Enqueued", "admissions": [{"by": "leader-0"}]}}
+    judge.on_unit("MODIFIED", requeued, 9.0)
+    assert judge.units["u1"].phase == "Enqueued" and not judge.units["u1"].allocated
 
 
 def test_after_a_relist_a_jump_is_unverifiable_not_a_violation(judge: Judge) -> None:
@@ -290,3 +313,21 @@ def test_the_pipeline_line_puts_each_unfinished_job_at_its_furthest_step(judge: 
     judge.on_pod("ADDED", pod("p4", "ns1", "", "1", job="runs", phase="Pending"), 0.0)
     assert judge.pipeline() == ("Jobs held=1 no pod=1 unbound=1 bound=1 running=1"
                                 " | pods gated=0 unbound=2 bound=1 running=1")
+
+
+def test_the_offline_answer_is_computed_on_a_snapshot_taken_on_the_event_loop(
+        judge: Judge) -> None:
+    """`arbiter fairshare` runs in a thread while the judge's watches go on
+    changing its dicts: it gets a scenario built before, never the judge
+    (iterating the judge's units from the thread failed with "dictionary
+    changed size during iteration")."""
+    judge.on_unit("ADDED", unit("Enqueued", 0, cpu="1"), 0.0)
+    scenario = scenario_now(judge)
+    before = json.dumps(scenario, sort_keys=True)
+    later = unit("Enqueued", 0, cpu="1")
+    later["metadata"]["uid"] = "u9"
+    judge.on_unit("ADDED", later, 1.0)
+    assert json.dumps(scenario, sort_keys=True) == before
+    deserved = fairshare_offline(scenario)
+    assert set(deserved) == {"org", "q1", "q2"}
+    assert deserved["q1"]["cpu"] == 1  # its one waiting unit's demand

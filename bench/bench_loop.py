@@ -315,17 +315,22 @@ class StageTimes:
         ("admission decision + status write (unit ADDED → Dequeued)", "unit", "dequeued"),
         ("unsuspend (Dequeued → Job suspend=false)", "dequeued", "released"),
         ("total: creation → admission", "sent", "released"),
+        ("after: creation → a pod ready (Job status, or done)", "sent", "running"),
     )
 
     def __init__(self) -> None:
         self.at: dict[str, dict[str, float]] = {
-            "sent": {}, "created": {}, "unit": {}, "dequeued": {}, "released": {}}
+            "sent": {}, "created": {}, "unit": {}, "dequeued": {}, "released": {},
+            "running": {}}
         self.done = asyncio.Event()
         self.expected = 0
 
     def on_job(self, kind: str, job: dict[str, Any], now: float) -> None:
         meta = job["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
+        status = job.get("status") or {}
+        if key in self.at["sent"] and (status.get("ready") or status.get("succeeded")):
+            self.at["running"].setdefault(key, now)
         if key in self.at["sent"] and job.get("spec", {}).get("suspend") is False:
             released = self.at["released"]
             released.setdefault(key, now)

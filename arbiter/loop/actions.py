@@ -234,10 +234,24 @@ class Actions:
         """
         record = unit
         path = unit_path(unit.namespace, unit.name, status=True)
+        if unit.unwritten and current is None:
+            # Created admitted, its admission still in the annotation (the
+            # fast path): this write must carry it into the status, or a
+            # field the write clears (`allocated`) would come back from it.
+            try:
+                fresh = await self.api.get(unit_path(unit.namespace, unit.name))
+            except NotFound:
+                return None
+            record, current = convert.unit_from_api(fresh), convert.unit_status(fresh)
+            if not expect(record):
+                return None
         for _ in range(self.conflict_retries + 1):
+            status = dict(build(record, current))
+            if record.unwritten:
+                status = {**(current or {}), **status}
             patch = {
                 "metadata": {"resourceVersion": record.resource_version},
-                "status": dict(build(record, current)),
+                "status": status,
             }
             try:
                 obj = await self.api.merge_patch(path, patch)

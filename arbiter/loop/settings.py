@@ -47,10 +47,11 @@ class LoopSettings:
     # webhook lets a Job through admitted when it would be the next admitted.
     admit_on_create: bool = True
     # A unit created admitted carries its admission in an annotation; its
-    # status is written when its consumer first runs (or ends), with that
-    # phase, when that comes within this many seconds of its creation: one
-    # status write instead of two. Later, the admission alone is written.
-    record_within: float = 10.0
+    # status is written once, with the phase its consumer reached, when the
+    # consumer ends or this many seconds after the unit's creation: a short
+    # Job costs its unit one status write in all, not three (admission,
+    # Running, Succeed). Until then `kubectl get queueunits` shows no phase.
+    record_within: float = 60.0
     # Tests only (the e2e kill between the webhook's answer and the unit's
     # write): seconds the write of a unit admitted at creation waits.
     fast_unit_delay: float = 0.0

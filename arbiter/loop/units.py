@@ -496,17 +496,18 @@ def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
 
 def record_step(unit: UnitRecord, consumer: Consumer, now: float,
                 within: float) -> Step:
-    """Write the admission of a unit created admitted into its status: with
-    the phase its consumer reached (one write for both), or, while it is
-    let go but not running yet, once `within` s of its creation are over."""
-    if consumer is Consumer.RUNNING:
-        return Step("record", "Running", "running")
+    """Write the admission of a unit created admitted into its status, in
+    one write with the phase its consumer reached: when it ends, or once
+    `within` s of its creation are over (Running, or the admission alone).
+    Until then the annotation is the record (a short Job: one write in all)."""
     if consumer is Consumer.SUCCEEDED:
         return Step("record", "Succeed", "finished")
     if consumer is Consumer.FAILED:
         return Step("record", "Failed", "failed")
-    if consumer is Consumer.RELEASED and now < record_due(unit, within):
+    if consumer in (Consumer.RUNNING, Consumer.RELEASED) and now < record_due(unit, within):
         return NOTHING
+    if consumer is Consumer.RUNNING:
+        return Step("record", "Running", "running")
     return Step("record")
 
 

@@ -85,8 +85,13 @@ async def test_a_job_into_an_empty_queue_is_admitted_at_creation_in_one_write() 
     record = c.store.units["ns/job-train"]
     assert record.phase == "Dequeued" and record.admissions == 1 and record.attempts == 1
     assert record.unwritten
-    # Its status is written once, when its Job runs: admission and phase together.
+    # Its status is written once, with the phase its Job reached by then:
+    # admission and phase together (a Job that ends first: at its end).
     c.run_job("ns", "train")
+    await c.settle()
+    assert [(m, p) for m, p in c.api.calls[before:] if m in ("POST", "PATCH", "PUT")] == writes
+    c.clock.advance(c.settings.record_within)
+    c.controller.wake()
     await c.settle()
     writes = [(m, p) for m, p in c.api.calls[before:] if m in ("POST", "PATCH", "PUT")]
     assert writes[1:] == [("PATCH", unit_path("ns", "job-train", status=True))]

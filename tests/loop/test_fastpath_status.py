@@ -12,6 +12,7 @@ from typing import Any
 from arbiter.base.kubeapi import ApiError, job_path, unit_path
 from arbiter.cache.convert import unit_from_api, unit_status
 from arbiter.core.api import ADMITTED_STATUS_ANNOTATION
+from arbiter.loop.evict import Evictor
 from arbiter.loop.settings import LoopSettings
 from tests.loop.harness import Cluster
 from tests.loop.test_fastpath import KEY, create, ready
@@ -134,13 +135,13 @@ def test_the_annotation_stands_in_only_until_the_status_is_written() -> None:
 
 
 async def test_admission_and_phase_are_one_write_from_the_created_object() -> None:
-    """Its Job runs soon after its creation: one status write carries the
-    admission and phase Running, built from what the creation returned."""
+    """Its Job runs: once `record_within` is over, one status write carries
+    the admission and phase Running, built from what the creation returned."""
     c = await ready()
     assert await create(c, "ns", "train", "q") is not None
     await c.settle()
     c.run_job("ns", "train")
-    await c.settle()
+    await record_within_over(c)
     unit = unit_path("ns", "job-train")
     assert ("GET", unit) not in c.api.calls
     assert c.api.calls.count(("PATCH", unit_path("ns", "job-train", status=True))) == 1
@@ -166,7 +167,7 @@ async def test_a_status_write_that_failed_is_done_on_the_units_next_look() -> No
     assert await create(c, "ns", "train", "q") is not None
     await c.settle()
     c.run_job("ns", "train")
-    await c.settle()
+    await record_within_over(c)
     assert failed
     c.clock.advance(5)
     c.controller.wake()
@@ -206,3 +207,22 @@ async def test_a_job_admitted_at_creation_times_out_and_is_admitted_again_elsewh
     assert job["spec"]["template"]["spec"]["nodeSelector"] == {"tier": "b"}
     placed = json.loads(job["metadata"]["annotations"]["arbiter.dev/placed"])
     assert placed["nodeSelector"] == {"tier": "b"}, placed
+
+
+async def test_a_unit_taken_back_before_its_status_was_written_keeps_no_allocation() -> None:
+    """Reclaimed (requeued) while its admission is still only in the
+    annotation: the write carries the admission into the status and clears
+    what a requeue clears, so nothing comes back from the annotation."""
+    c = await ready()
+    assert await create(c, "ns", "train", "q") is not None
+    await c.settle()
+    record = c.store.units["ns/job-train"]
+    assert record.unwritten and written(c, "ns", "job-train") == {}
+    requeued = await Evictor(c.api, c.controller.actions).requeue(record, "reclaimed")
+    assert requeued is not None
+    status = written(c, "ns", "job-train")
+    assert status["phase"] == "Enqueued" and "allocated" not in status, status
+    assert len(status["admissions"]) == 1 and status["attempts"] == 1, status
+    fresh = unit_from_api(c.unit_obj("ns", "job-train"))
+    assert not fresh.unwritten and fresh.phase == "Enqueued"
+    assert unit_status(c.unit_obj("ns", "job-train")).get("allocated") is None

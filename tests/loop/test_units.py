@@ -309,23 +309,23 @@ def test_consumer_key_is_str_for_logs() -> None:
 
 def test_a_unit_created_admitted_records_its_admission_with_the_first_phase_reached() -> None:
     """One status write for the admission (carried in an annotation) and the
-    phase the Job reached; while it is let go but not running, none until
-    `within` s after its creation, then the admission alone."""
+    phase its Job reached: when it ends, or `within` s after the unit's
+    creation (Running, or the admission alone); none before."""
     created = unit("Dequeued", unwritten=True, created=NOW)
     within = 10.0
-    for consumer, phase in ((Consumer.RUNNING, "Running"), (Consumer.SUCCEEDED, "Succeed"),
-                            (Consumer.FAILED, "Failed")):
-        step = decide(created, consumer, now=NOW, timeout=60.0, record_within=within)
-        assert (step.kind, step.phase) == ("record", phase)
-    waiting = decide(created, Consumer.RELEASED, now=NOW + within - 1, timeout=60.0,
-                     record_within=within)
-    assert waiting.kind == "none"
-    due = decide(created, Consumer.RELEASED, now=NOW + within, timeout=60.0,
-                 record_within=within)
-    assert (due.kind, due.phase) == ("record", None)
+
+    def step(consumer: Consumer, now: float) -> tuple[str, str | None]:
+        chosen = decide(created, consumer, now=now, timeout=60.0, record_within=within)
+        return chosen.kind, chosen.phase
+
+    assert step(Consumer.SUCCEEDED, NOW) == ("record", "Succeed")
+    assert step(Consumer.FAILED, NOW) == ("record", "Failed")
+    assert step(Consumer.RUNNING, NOW + within - 1) == ("none", None)
+    assert step(Consumer.RELEASED, NOW + within - 1) == ("none", None)
+    assert step(Consumer.RUNNING, NOW + within) == ("record", "Running")
+    assert step(Consumer.RELEASED, NOW + within) == ("record", None)
     # Suspended by someone meanwhile: written at once (then released again).
-    held_step = decide(created, Consumer.HELD, now=NOW, timeout=60.0, record_within=within)
-    assert held_step.kind == "record"
+    assert step(Consumer.HELD, NOW) == ("record", None)
     # Written already: the ordinary rules.
     written = decide(unit("Dequeued", created=NOW), Consumer.RUNNING, now=NOW, timeout=60.0,
                      record_within=within)

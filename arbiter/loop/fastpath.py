@@ -20,8 +20,9 @@ the engine yet: it came first.
 
 A reservation stands in the engine as admitted until the Job's unit is
 created (admitted, in one write: `Actions.create_unit`; its status is
-written with the first phase its Job reaches, from what that write
-carried: `units.record_step`); one whose Job never
+written once, with the phase its Job reached, when the Job ends or a
+minute after, from what that write carried: `units.record_step`); one
+whose Job never
 appears (another webhook denied it, the client went away) is let go after
 `ASSUME_TTL`, one whose Job finished before its unit was written at once.
 A Job let through by an earlier leader whose unit was not written is

@@ -49,5 +49,5 @@ def backoff_delay(attempts: int, *, base: float, cap: float, jitter: float) -> f
 
 def record_due(unit: UnitRecord, within: float) -> float:
     """When a unit created admitted (the fast path) has its admission written
-    into its status at the latest, if its consumer has not run by then."""
+    into its status at the latest, if its consumer has not ended by then."""
     return unit.created + within

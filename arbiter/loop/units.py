@@ -525,9 +525,9 @@ def decide(
     phase = unit.phase
     consumer = held(unit, consumer)
     if unit.unwritten and consumer is not Consumer.MISSING:
-        # Created admitted (the fast path, DESIGN §16): its status says so
-        # first, whatever comes next (a Job may finish before the watch
-        # brings its unit).
+        # Created admitted (the fast path, DESIGN §16): its admission goes
+        # into its status with the phase reached, before any other step (a
+        # Job may finish before the watch brings its unit).
         return record_step(unit, consumer, now, record_within)
     if consumer is Consumer.MISSING or phase in ("Succeed", "Failed"):
         return NOTHING  # garbage collection follows the owner

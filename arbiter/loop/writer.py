@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 # serialised as "reason").
 NAMESPACE_TERMINATING = "NamespaceTerminating"
 # Units created admitted kept with what their creation returned, until their
-# status is written (seconds at the creation rate; a bound, not a cache).
+# status is written (`LoopSettings.record_within` at the creation rate; a
+# bound, not a cache: past it, the write reads the unit first).
 CREATED_KEPT = 2_000
 
 
@@ -377,8 +378,8 @@ class UnitWriter:
 
     def _keep_created(self, created: Written) -> None:
         """Keep what the creation of a unit created admitted returned, for
-        the write of its status (`units.record_step`: when its Job first
-        runs or ends, or `LoopSettings.record_within` after its creation).
+        the write of its status (`units.record_step`: when its Job ends, or
+        `LoopSettings.record_within` after its creation).
         Kept until then; at most `CREATED_KEPT` (a unit gone before its
         write, its consumer deleted, is dropped with the oldest)."""
         while len(self.created_admitted) >= CREATED_KEPT:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from arbiter.cache.convert import unit_status
 from arbiter.core.api import ADMISSION_GATE
 from arbiter.sandbox import POD_COMPLETE_DELAY_ANNOTATION, Sandbox
 from arbiter.sandbox.components import repo_root
@@ -242,8 +243,12 @@ def metrics(sandbox: Sandbox, name: str = "arbiter") -> Samples:
 
 
 def units(sandbox: Sandbox, ns: str) -> list[dict[str, Any]]:
+    """The QueueUnits of `ns`, each with its status as the API documents it:
+    a unit created admitted (the fast path) has its admission in the
+    `arbiter.dev/admitted-status` annotation until its status is written
+    (when its Job ends, or a minute after)."""
     items: list[dict[str, Any]] = get(sandbox, "queueunits", "-n", ns)["items"]
-    return items
+    return [{**unit, "status": unit_status(unit)} for unit in items]
 
 
 def released(sandbox: Sandbox, ns: str) -> list[str]:
@@ -254,7 +259,7 @@ def released(sandbox: Sandbox, ns: str) -> list[str]:
 
 
 def admissions(unit: dict[str, Any]) -> list[dict[str, Any]]:
-    return list((unit.get("status") or {}).get("admissions") or [])
+    return list(unit_status(unit).get("admissions") or [])
 
 
 # -- scenarios: queues competing on a quiet cluster --------------------------------------

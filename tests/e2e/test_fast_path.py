@@ -74,8 +74,8 @@ def test_a_job_into_an_empty_queue_runs_without_ever_being_suspended(sandbox: Sa
         assert stored["spec"]["suspend"] is False
         assert FAST_PATH_ANNOTATION in stored["metadata"]["annotations"]
         unit = wait_for("its unit, admitted", lambda: next(
-            (u for u in units(sandbox, ns) if phase(u) in ("Dequeued", "Running")), None),
-            timeout=30)
+            (u for u in units(sandbox, ns) if phase(u) in ("Dequeued", "Running", "Succeed")),
+            None), timeout=30)
         assert unit["metadata"]["name"] == "job-train"
         assert len(unit_status(unit)["admissions"]) == 1
         status = wait_for("its admission in its status", lambda: admitted_on_record(
@@ -145,11 +145,12 @@ def test_a_leader_killed_after_the_webhook_answered_loses_and_doubles_nothing(
             u for u in units(sandbox, ns) if phase(u) in ("Dequeued", "Running")], timeout=30)
         assert [u["metadata"]["name"] for u in found] == ["job-survivor"]
         assert len(unit_status(found[0])["admissions"]) == 1
-        wait_for("its admission in its status", lambda: admitted_on_record(
-            sandbox, ns, "job-survivor"), timeout=30)
         wait_for("its pod running", lambda: [
             p for p in get(sandbox, "pods", "-n", ns)["items"]
             if p["status"].get("phase") == "Running"], timeout=30)
+        # Written when the Job ends or a minute after its unit's creation.
+        wait_for("its admission in its status", lambda: admitted_on_record(
+            sandbox, ns, "job-survivor"), timeout=90)
         time.sleep(2.0)  # anything admitted twice would have been written by now
         assert len(units(sandbox, ns)) == 1
         assert suspend_writers(sandbox, ns, "survivor") == []

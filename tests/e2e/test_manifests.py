@@ -353,10 +353,12 @@ def test_arbiter_admits_work_under_the_service_account(
 
         wait_for("the pod to be ungated and bound", ungated_and_bound, 60)
         # QueueUnits created and their status written (queueunits, /status).
-        units = get(sandbox, "queueunits", "-n", namespace)["items"]
+        # (A unit created admitted has its status written when its Job ends.)
+        units = wait_for("the units' status written", lambda: (lambda items: items if all(
+            u.get("status", {}).get("phase") in ("Dequeued", "Running", "Succeed")
+            for u in items) else None)(get(sandbox, "queueunits", "-n", namespace)["items"]),
+            30)
         assert len(units) == 3
-        assert all(u.get("status", {}).get("phase") in ("Dequeued", "Running", "Succeed")
-                   for u in units), [u.get("status") for u in units]
         # Queue status written (queues/status).
         wait_for("the Queue's status",
                   lambda: get(sandbox, "queue", queue).get("status", {}).get("admitted", 0)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from arbiter.cache.convert import unit_status
 from arbiter.core.api import MANAGED_LABEL
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
@@ -323,8 +324,7 @@ def readmitted(sandbox: Sandbox, ns: str, filler: str, first: tuple[str, str],
     create(sandbox, long_job("train", ns))
 
     def in_pool(name: str) -> dict[str, Any] | None:
-        unit = get(sandbox, "queueunit", "job-train", "-n", ns)
-        status = unit.get("status") or {}
+        status = dict(unit_status(get(sandbox, "queueunit", "job-train", "-n", ns)))
         admission = status.get("admission") or {}
         return status if admission.get("pool") == name and status.get("phase") in (
             "Dequeued", "Running") else None

@@ -275,28 +275,21 @@ class Actions:
                              ) -> Written | None:
         """Write the admission a unit created admitted carries in its
         `arbiter.dev/admitted-status` annotation into its status (the fast
-        path, DESIGN §16), with whatever its status says already on top, and
-        `phase` (`message`) when its consumer reached one. `fresh`: the unit
-        as its creation returned it (record, merged status); else it is read
-        (the cache's record has the merged view, not the two parts). None
-        when the unit is gone, another one, or written already."""
-        if fresh is None:
-            try:
-                obj = await self.api.get(unit_path(unit.namespace, unit.name))
-            except NotFound:
-                return None
-            fresh = convert.unit_from_api(obj), convert.unit_status(obj)
-        record, status = fresh
+        path, DESIGN §16), and `phase` (`message`) when its consumer reached
+        one: `write_status` carries the annotation over. `fresh`: the unit
+        as its creation returned it (record, merged status); else
+        `write_status` reads it. None when the unit is gone, another one,
+        or written already."""
 
         def expect(r: UnitRecord) -> bool:
             return r.unwritten and r.uid == unit.uid
 
-        def build(_: UnitRecord, current: Mapping[str, Any] | None) -> dict[str, Any]:
-            out = dict(current or {})
-            if phase is not None:
-                out.update(phase=phase, message=message)
-            return out
+        def build(_: UnitRecord, __: Mapping[str, Any] | None) -> dict[str, Any]:
+            return {} if phase is None else {"phase": phase, "message": message}
 
+        if fresh is None:
+            return await self.write_status(unit, build, expect)
+        record, status = fresh
         if not expect(record):
             return None
         return await self.write_status(record, build, expect, current=status)

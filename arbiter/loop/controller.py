@@ -460,9 +460,8 @@ class AdmissionController:
                 and to_let_go(unit, pods):
             step = Step("release")  # a pod made after admission (OrderedReady: one by one)
         if step.kind == "none":
-            deadline = admission_deadline(unit, self.settings.admission_timeout, started)
-            if unit.unwritten:
-                deadline = record_due(unit, self.settings.record_within)
+            deadline = record_due(unit, self.settings.record_within) if unit.unwritten \
+                else admission_deadline(unit, self.settings.admission_timeout, started)
             if deadline is not None:
                 self.writes.timer(deadline, key)
             backoff = writes.backoff_end(key)

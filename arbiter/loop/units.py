@@ -494,16 +494,21 @@ def disposition(unit: UnitRecord, consumer: Consumer) -> Disposition:
     return None
 
 
+# What a consumer that ended makes of its unit: (phase, message).
+ENDED_PHASES: dict[Consumer, tuple[UnitPhase, str]] = {
+    Consumer.SUCCEEDED: ("Succeed", "finished"),
+    Consumer.FAILED: ("Failed", "failed"),
+}
+
+
 def record_step(unit: UnitRecord, consumer: Consumer, now: float,
                 within: float) -> Step:
     """Write the admission of a unit created admitted into its status, in
     one write with the phase its consumer reached: when it ends, or once
     `within` s of its creation are over (Running, or the admission alone).
     Until then the annotation is the record (a short Job: one write in all)."""
-    if consumer is Consumer.SUCCEEDED:
-        return Step("record", "Succeed", "finished")
-    if consumer is Consumer.FAILED:
-        return Step("record", "Failed", "failed")
+    if consumer in ENDED_PHASES:
+        return Step("record", *ENDED_PHASES[consumer])
     if consumer in (Consumer.RUNNING, Consumer.RELEASED) and now < record_due(unit, within):
         return NOTHING
     if consumer is Consumer.RUNNING:
@@ -531,10 +536,8 @@ def decide(
         return record_step(unit, consumer, now, record_within)
     if consumer is Consumer.MISSING or phase in ("Succeed", "Failed"):
         return NOTHING  # garbage collection follows the owner
-    if consumer is Consumer.SUCCEEDED:
-        return Step("phase", "Succeed", "finished")
-    if consumer is Consumer.FAILED:
-        return Step("phase", "Failed", "failed")
+    if consumer in ENDED_PHASES:
+        return Step("phase", *ENDED_PHASES[consumer])
     if consumer is Consumer.NONE:
         return NOTHING  # a reservation only moves when admitted
     if phase in ("Enqueued", "Reserved"):

@@ -15,9 +15,17 @@ from aiohttp import web
 
 from arbiter.base import metrics
 from arbiter.base.httpserve import CachedCounter, one_line, read_limited
+from arbiter.cache.changes import ChangeWaiter
 from webhook.endpoints import PREFIX as PREFIX  # where the app mounts webhook_app
 from webhook.endpoints import Endpoint, served
-from webhook.review import AdmissionEnv, MalformedReview, parse_review, render
+from webhook.review import (
+    AdmissionEnv,
+    AdmissionRequest,
+    Decision,
+    MalformedReview,
+    parse_review,
+    render,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +33,7 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 _COUNTERS = CachedCounter(metrics.webhook_requests_total)  # webhook, operation, allowed
+_RECHECKS = CachedCounter(metrics.webhook_rechecks_total)  # outcome
 
 
 def bad_request(reason: str) -> web.Response:
@@ -40,6 +49,8 @@ def make_handler(endpoint: Endpoint, env: AdmissionEnv, max_body: int) -> Handle
             body = await read_limited(request, max_body, MalformedReview)
             review = parse_review(body, endpoint.group, endpoint.kind)
             decision = endpoint.decide(review, env)
+            if decision.recheck is not None and env.changes is not None:
+                decision = await _recheck(endpoint, review, env, env.changes, decision)
         except MalformedReview as error:
             _COUNTERS.inc(endpoint.name, "unknown", "invalid")
             duration.observe(time.perf_counter() - started)
@@ -55,6 +66,22 @@ def make_handler(endpoint: Endpoint, env: AdmissionEnv, max_body: int) -> Handle
         return web.Response(body=payload, content_type="application/json")
 
     return handle
+
+
+async def _recheck(endpoint: Endpoint, review: AdmissionRequest, env: AdmissionEnv,
+                   changes: ChangeWaiter, decision: Decision) -> Decision:
+    """Decide again each time the record the denial rests on changes,
+    until it no longer rests on one or `env.recheck_within` has passed
+    (this replica's watch behind the caller's: the Job controller makes a
+    Job's pods as soon as its own watch shows the Job started)."""
+    deadline = time.monotonic() + env.recheck_within
+    while decision.recheck is not None:
+        if not await changes.changed(*decision.recheck, deadline - time.monotonic()):
+            _RECHECKS.inc("unchanged")
+            break
+        decision = endpoint.decide(review, env)
+        _RECHECKS.inc("denied" if decision.recheck is not None else "decided")
+    return decision
 
 
 def webhook_app(*, env: AdmissionEnv, max_body: int) -> web.Application:

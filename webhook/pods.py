@@ -119,7 +119,8 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
         # such a pod would be queued again as a plain pod beside its Job.
         return deny(
             f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '
-            "controller, but kube-arbiter has not seen it yet; retry in a few seconds", code=503)
+            "controller, but kube-arbiter has not seen it yet; retry in a few seconds", code=503,
+            recheck=("Job", f"{namespace}/{name}"))
     if job is None or not uid or job.queue != labels.get(QUEUE_LABEL):
         return False
     root = env.store.root_workload(namespace, "Job", uid)
@@ -149,8 +150,9 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
     return deny(
         f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as its '
         f'controller, but queue "{job.queue}" has not admitted {held} yet; the Job controller '
-        "creates its pods once kube-arbiter starts the Job"
-    )
+        "creates its pods once kube-arbiter starts the Job",
+        # The leader may have started it a moment before this replica's watch said so.
+        recheck=("Job", f"{namespace}/{name}"))
 
 
 def workload_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,

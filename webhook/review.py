@@ -17,7 +17,8 @@ from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, TypeGuard, 
 import orjson
 
 from arbiter.base.httpserve import one_line
-from arbiter.cache.store import ClusterStore
+from arbiter.cache.changes import ChangeWaiter
+from arbiter.cache.store import ClusterStore, Kind
 from arbiter.core.jsonvalues import brief
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
@@ -134,6 +135,12 @@ class AdmissionEnv:
     admit_on_create: Callable[[str, str, str, Obj], list[dict[str, Any]] | None] | None = None
     # The key of arbiter's fast-path tokens (arbiter.core.fastpath); None: none is trusted.
     fast_path_key: bytes | None = None
+    # Wakes a decision denied only because this replica's watch is behind
+    # (`Decision.recheck`); None: such a denial is answered at once.
+    changes: ChangeWaiter | None = None
+    # How long one review may wait for that record, all rechecks together:
+    # well inside the webhooks' timeoutSeconds (3).
+    recheck_within: float = 1.0
 
     def is_arbiter(self, request: AdmissionRequest) -> bool:
         return request.username in self.own_usernames
@@ -146,6 +153,9 @@ class Decision:
     code: int = 200
     patch: tuple[PatchOp, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    # (kind, key) of a record the denial rests on that this replica's
+    # watch may not have delivered yet: decided again when it changes.
+    recheck: tuple[Kind, str] | None = None
 
 
 ALLOW = Decision(allowed=True)
@@ -157,9 +167,10 @@ def allow(patch: list[PatchOp] | None = None, warnings: list[str] | None = None)
     return Decision(allowed=True, patch=tuple(patch or ()), warnings=tuple(warnings or ()))
 
 
-def deny(message: str, code: int = 403, warnings: list[str] | None = None) -> Decision:
+def deny(message: str, code: int = 403, warnings: list[str] | None = None,
+         recheck: tuple[Kind, str] | None = None) -> Decision:
     return Decision(allowed=False, message=one_line(message), code=code,
-                    warnings=tuple(warnings or ()))
+                    warnings=tuple(warnings or ()), recheck=recheck)
 
 
 # -- envelope ----------------------------------------------------------------

@@ -119,6 +119,13 @@ webhook_requests_total = Counter(
     ["webhook", "operation", "allowed"],
     registry=REGISTRY,
 )
+webhook_rechecks_total = Counter(
+    "arbiter_webhook_rechecks_total",
+    "Denials resting on a record this replica's watch may not have delivered yet, decided "
+    "again when it changed (outcome: decided, denied again, unchanged within the wait)",
+    ["outcome"],
+    registry=REGISTRY,
+)
 webhook_duration_seconds = Histogram(
     "arbiter_webhook_duration_seconds",
     "Server-side time to answer an AdmissionReview",

@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from arbiter.base import metrics
 from arbiter.base.kubeapi import ApiError, self_usernames
 from arbiter.base.metrics import REGISTRY
+from arbiter.cache.changes import ChangeWaiter
 from arbiter.cache.store import KINDS, ClusterStore
 from arbiter.cache.watch import RESOURCES, run_watchers, workload_resources
 from arbiter.loop.runtime import Leadership
@@ -63,10 +64,16 @@ class ServerContext:
     # The key of fast-path tokens (DESIGN §16), from the certificates every
     # replica shares; None: admission at creation is off.
     fast_path_key: bytes | None = None
+    # Wakes webhook decisions waiting for this replica's watch (one per store).
+    changes: ChangeWaiter | None = None
 
     @property
     def admission_env(self) -> AdmissionEnv:
+        if self.changes is None:
+            self.changes = ChangeWaiter()
+            self.store.listeners.append(self.changes.on_change)
         return AdmissionEnv(store=self.store, own_usernames=self.own_usernames,
+                            changes=self.changes,
                             max_resource_names=self.config.max_resource_names,
                             max_units_per_namespace=self.config.max_units_per_namespace,
                             admit_on_create=self._admit_on_create

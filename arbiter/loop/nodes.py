@@ -87,8 +87,9 @@ def follow_bindings(plan: Placement, unit: Unit, bound: Iterable[_Bound]) -> Pla
     return Placement(plan.pool, nodes)
 
 
-# A unit's plan, unit and placed pods, and the nodes it has unbound slots on.
-_Slots = tuple[Placement, Unit | None, tuple[_Bound, ...], tuple[str, ...]]
+# A unit's plan, unit, placed pods' version (`NodeModel._placed_at`), and
+# the nodes it has unbound slots on.
+_Slots = tuple[Placement, Unit | None, int, tuple[str, ...]]
 
 
 def _planned(plan: Placement) -> list[str]:
@@ -130,6 +131,11 @@ class NodeModel:
         self._terminating: set[str] = set()  # bound pods being deleted
         self._store: ClusterStore | None = None  # for the owner walk (`_bound`)
         self._slots: dict[str, _Slots] = {}  # by unit key, as `_unbound_slots` last saw
+        # Unit key -> a tick taken when what `_placed` returns for it last
+        # changed (a pod bound, gone, stale or not); absent: no bound pods.
+        # `_unbound_slots` compares these instead of the pods themselves.
+        self._placed_at: dict[str, int] = {}
+        self._tick = 0
 
     # -- from the cache ------------------------------------------------------------
     def rebuild(self, store: ClusterStore) -> None:
@@ -142,6 +148,8 @@ class NodeModel:
         self._pods = {}
         self._by_unit = {}
         self._stale = {uid: until for uid, until in self._stale.items() if uid in store.pods}
+        self._slots = {}
+        self._placed_at = {}
         self._terminating = set()
         self._used = {}
         self._deferred = {}
@@ -204,11 +212,20 @@ class NodeModel:
                 if not members:
                     del self._by_unit[old.unit]
             del self._pods[uid]
+            self._placed_changed(old.unit)
         if new is not None:
             self._pods[uid] = new
             self._by_unit.setdefault(new.unit, set()).add(uid)
             self._count(new, +1)
+            self._placed_changed(new.unit)
         return True
+
+    def _placed_changed(self, key: str) -> None:
+        if key in self._by_unit:
+            self._tick += 1
+            self._placed_at[key] = self._tick
+        else:
+            self._placed_at.pop(key, None)
 
     def _count(self, pod: _Bound, sign: int) -> None:
         if pod.unit in self._covered:
@@ -254,8 +271,10 @@ class NodeModel:
             elif now >= until:
                 del self._stale[uid]
                 pod = self._pods.get(uid)
-                if pod is not None and pod.unit in self._covered:
-                    self._replan.add(pod.unit)
+                if pod is not None:
+                    self._placed_changed(pod.unit)
+                    if pod.unit in self._covered:
+                        self._replan.add(pod.unit)
 
     def engine_replaced(self) -> None:
         """A new engine took over (flat <-> tree): give it the nodes again."""
@@ -276,6 +295,7 @@ class NodeModel:
                 # to the old pods' nodes and took room reclaim had chosen
                 # otherwise, and the loop ended elsewhere than the engine.
                 self._stale.update(dict.fromkeys(self._by_unit.get(key, ())))
+                self._placed_changed(key)
             for pod in pods:
                 self._count(pod, -1)
             self._covered.add(key)
@@ -287,6 +307,7 @@ class NodeModel:
             self._count_extra(self._deferred.pop(key, ()), -1)
             for uid in self._by_unit.get(key, ()):
                 self._stale.pop(uid, None)
+            self._placed_changed(key)
             for pod in pods:
                 self._count(pod, +1)
 
@@ -368,22 +389,24 @@ class NodeModel:
         """Node -> the units with a pod not seen bound yet planned there, by
         their plans as followed to their bindings (so both halves of a swap,
         once seen, claim nothing). O(plans), but a unit whose plan (the same
-        object: a replan makes a new one), unit and placed pods are as last
-        time keeps its answer: when the scheduler binds off plan this runs
-        most cycles, and following every plan anew was most of the leader's
-        CPU."""
+        object: a replan makes a new one), unit and placed pods (their
+        version, `_placed_at`) are as last time keeps its answer: when the
+        scheduler binds off plan this runs most cycles, and following every
+        plan anew was most of the leader's CPU (listing and comparing every
+        plan's pods, still a third of a standby's in chaos run 11)."""
         waiting: dict[str, set[str]] = {}
         slots: dict[str, _Slots] = {}
         for key, plan in engine.plans().items():
             unit = units(key)
-            bound = tuple(self._placed(key))
+            version = self._placed_at.get(key, 0)
             seen = self._slots.get(key)
-            if seen is not None and seen[0] is plan and seen[1] is unit and seen[2] == bound:
+            if seen is not None and seen[0] is plan and seen[1] is unit and seen[2] == version:
                 nodes = seen[3]
             else:
+                bound = self._placed(key)
                 followed = follow_bindings(plan, unit, bound) if unit is not None else plan
                 nodes = tuple(Counter(_planned(followed)) - Counter(pod.node for pod in bound))
-            slots[key] = (plan, unit, bound, nodes)
+            slots[key] = (plan, unit, version, nodes)
             for node in nodes:
                 waiting.setdefault(node, set()).add(key)
         self._slots = slots

@@ -33,14 +33,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from arbiter.sandbox import NodeShape, Sandbox, process
-from arbiter.sandbox.chaos_proxy import ChaosProxy, https_ready
+from arbiter.sandbox.chaos_proxy import ProxyProcess
 from arbiter.sandbox.components import repo_root
-from arbiter.sandbox.probe import SandboxError, verified_context
+from arbiter.sandbox.probe import SandboxError
 from bench import chaos_world as world
 from bench.chaos_faults import REPLICAS, Injector, Replica, faster_kwok, proxied_kubeconfig, say
 from bench.chaos_figures import Figures, figures, table
@@ -250,9 +249,9 @@ async def run_async(sandbox: Sandbox, options: Options, injector_box: list[Injec
     shape = options.shape()
     keys = sandbox.pki
     apiserver_port = int(sandbox.apiserver_url.rsplit(":", 1)[1])
-    proxy = ChaosProxy([("127.0.0.1", apiserver_port)])
+    proxy = ProxyProcess([("127.0.0.1", apiserver_port)])
     await proxy.start()
-    balancer: ChaosProxy | None = None
+    balancer: ProxyProcess | None = None
     try:
         # The webhook configurations name the primary's port: a balancer there
         # stands for arbiter's Service, its endpoints the replicas that
@@ -260,9 +259,9 @@ async def run_async(sandbox: Sandbox, options: Options, injector_box: list[Injec
         ports = {name: process.free_port() for name in REPLICAS}
         webhook_port = sandbox.arbiter_port
         assert webhook_port is not None
-        ready = partial(https_ready, context=verified_context(sandbox.arbiter_cert_dir / "ca.crt"))
-        balancer = ChaosProxy([("127.0.0.1", ports[name]) for name in REPLICAS],
-                              port=webhook_port, ready=ready)
+        ca = str(sandbox.arbiter_cert_dir / "ca.crt")
+        balancer = ProxyProcess([("127.0.0.1", ports[name]) for name in REPLICAS],
+                                port=webhook_port, ready_ca=ca)
         judge = Judge()
         injector = Injector(sandbox, proxied_kubeconfig(sandbox, proxy.port), proxy, judge.holder,
                             list(options.arbiter_args))

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import yaml
 
 from arbiter.sandbox import Sandbox, faults
-from arbiter.sandbox.chaos_proxy import ChaosProxy
+from arbiter.sandbox.chaos_proxy import ProxyProcess
 from bench.chaos_world import Fault
 
 T = TypeVar("T")
@@ -86,7 +86,7 @@ def proxied_kubeconfig(sandbox: Sandbox, proxy_port: int) -> Path:
 class Injector:
     """Starts the replicas and carries out each fault, recording what was done."""
 
-    def __init__(self, sandbox: Sandbox, kubeconfig: Path, proxy: ChaosProxy,
+    def __init__(self, sandbox: Sandbox, kubeconfig: Path, proxy: ProxyProcess,
                  holder: Callable[[], str], extra_args: list[str]) -> None:
         self.sandbox = sandbox
         self.kubeconfig = kubeconfig

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from fractions import Fraction
 from typing import Any
 
 import pytest
 
-from arbiter.sandbox.chaos_proxy import ChaosProxy
+from arbiter.sandbox.chaos_proxy import ChaosProxy, ProxyProcess
 from arbiter.sandbox.process import free_port
 from bench.chaos import fairshare_offline, scenario_now
 from bench.chaos_http import quantity
@@ -211,7 +212,10 @@ def test_the_offline_scenario_keeps_parents_and_waiting_pod_sets() -> None:
     assert by_name["q1"]["units"] == [{"count": 1, "pods": 2, "requests": {"cpu": "1"}}]
 
 
-async def test_the_proxy_cuts_refuses_restores_and_fails_over() -> None:
+@pytest.mark.parametrize("make", [ChaosProxy, ProxyProcess], ids=["in-loop", "own-process"])
+async def test_the_proxy_cuts_refuses_restores_and_fails_over(make: Any) -> None:
+    """The same controls in the harness's loop and in a process of its own
+    (the run's proxies: the harness's loop decodes every watch event)."""
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(await reader.read(100))
         await writer.drain()
@@ -220,8 +224,9 @@ async def test_the_proxy_cuts_refuses_restores_and_fails_over() -> None:
     server = await asyncio.start_server(echo, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     # Nothing listens on the first upstream (a replica down): the next is used.
-    proxy = ChaosProxy([("127.0.0.1", free_port()), ("127.0.0.1", port)])
+    proxy = make([("127.0.0.1", free_port()), ("127.0.0.1", port)])
     await proxy.start()
+    pid = getattr(proxy, "pid", None)
 
     async def roundtrip() -> bytes:
         """The echo, or b"" when the connection was closed or reset."""
@@ -248,6 +253,9 @@ async def test_the_proxy_cuts_refuses_restores_and_fails_over() -> None:
         await proxy.close()
         server.close()
         await server.wait_closed()
+    if pid is not None:  # stopped, by its pid
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 async def test_the_balancer_routes_only_to_upstreams_that_answer_ready() -> None:

@@ -190,12 +190,16 @@ def _vm(pid: int) -> int:
     return max(values, default=0)
 
 
+def _no_resync(_listed: list[dict[str, Any]]) -> None:
+    """Nodes, Queues, Jobs and the Lease: none is deleted during a run."""
+
+
 async def _judge_watches(api: Api, judge: Judge) -> Watches:
     watches = Watches(api)
-    await watches.add("/api/v1/nodes", judge.on_node, lambda: None)
-    await watches.add(f"/apis/{world.GROUP}/queues", judge.on_queue, lambda: None)
-    await watches.add("/apis/batch/v1/jobs", judge.on_job, lambda: None)
-    await watches.add("/api/v1/pods", judge.on_pod, lambda: None)
+    await watches.add("/api/v1/nodes", judge.on_node, _no_resync)
+    await watches.add(f"/apis/{world.GROUP}/queues", judge.on_queue, _no_resync)
+    await watches.add("/apis/batch/v1/jobs", judge.on_job, _no_resync)
+    await watches.add("/api/v1/pods", judge.on_pod, judge.resync_pods)
     await watches.add(f"/apis/{world.GROUP}/queueunits", judge.on_unit, judge.resync_units)
 
     def lease(kind: str, obj: dict[str, Any], arrival: float) -> None:
@@ -203,7 +207,7 @@ async def _judge_watches(api: Api, judge: Judge) -> Watches:
             judge.on_lease(kind, obj, arrival)
 
     await watches.add("/apis/coordination.k8s.io/v1/namespaces/arbiter-system/leases",
-                      lease, lambda: None)
+                      lease, _no_resync)
     return watches
 
 

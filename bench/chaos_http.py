@@ -5,8 +5,9 @@ quantity code: the invariant watcher must not share a bug with what it
 judges.
 
 A watch survives an apiserver restart: it reconnects, and when its
-resourceVersion is gone (410) it lists again, calling `resync(kind)` first
-so the judge knows events may have been missed there.
+resourceVersion is gone (410) it lists again, calling `resync(items)` with
+what was listed first, so the judge knows events may have been missed
+there (and which objects went meanwhile).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import orjson
 from bench import watching
 
 Handler = Callable[[str, dict[str, Any], float], None]
+# Called with what a (re)list returned, before its items are handled as ADDED.
+Resync = Callable[[list[dict[str, Any]]], None]
 
 _SUFFIX: dict[str, Fraction] = {
     "": Fraction(1), "m": Fraction(1, 1000), "k": Fraction(10**3), "M": Fraction(10**6),
@@ -96,7 +99,7 @@ class Api:
             raise OSError(f"GET {path}: {status} {body.get('message', '')}")
         return list(body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
 
-    async def watch(self, path: str, handle: Handler, resync: Callable[[], None],
+    async def watch(self, path: str, handle: Handler, resync: Resync,
                     stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         """Call `handle(type, object, arrival)` for every event of `path`
         until `stop`; lists first (as ADDED events) and again after a 410."""
@@ -108,7 +111,7 @@ class Api:
                 except OSError:
                     await asyncio.sleep(0.5)
                     continue
-                resync()
+                resync(items)
                 now = time.monotonic()
                 for item in items:
                     handle("ADDED", item, now)
@@ -156,7 +159,7 @@ class Watches(watching.Watches):
         self.api = api
 
     async def add(self, path: str, handle: Handler,  # type: ignore[override]
-                  resync: Callable[[], None]) -> None:
+                  resync: Resync) -> None:
         ready = asyncio.Event()
         self.tasks.append(asyncio.ensure_future(
             self.api.watch(path, handle, resync, self.stop, ready)))

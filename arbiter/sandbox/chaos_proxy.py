@@ -33,6 +33,9 @@ import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from multiprocessing.connection import Connection
+from pathlib import Path
+
+from arbiter.sandbox.probe import verified_context
 
 Upstream = tuple[str, int]
 ReadyProbe = Callable[[str, int], Awaitable[bool]]
@@ -224,8 +227,12 @@ class ProxyProcess:
         return self.port
 
     def _ask(self, command: str) -> int:
+        """Send a command and wait (blocking: the answer is immediate) for
+        the process's reply; a process that does not answer is an error."""
         assert self._conn is not None, "start() first"
         self._conn.send(command)
+        if not self._conn.poll(5.0):
+            raise RuntimeError(f"the proxy process did not answer {command!r} within 5 s")
         return int(self._conn.recv())
 
     def cut(self) -> int:
@@ -260,7 +267,7 @@ async def _serve_commands(upstreams: list[Upstream], port: int, ready_ca: str | 
     """Run one proxy until told to stop (or the parent's end of the pipe closes)."""
     ready: ReadyProbe | None = None
     if ready_ca is not None:
-        ready = partial(https_ready, context=ssl.create_default_context(cafile=ready_ca))
+        ready = partial(https_ready, context=verified_context(Path(ready_ca)))
     proxy = ChaosProxy(upstreams, port=port, ready=ready)
     conn.send(await proxy.start())
     loop = asyncio.get_running_loop()

@@ -91,6 +91,7 @@ def build_app(ctx: ServerContext, *, background: bool = True) -> web.Application
     app[CONTEXT] = ctx
     add_health_routes(app, ctx)
     add_metrics_route(app)
+    ctx.store.listeners.append(ctx.changes.on_change)
     app.add_subapp(webhook_http.PREFIX, webhook_http.webhook_app(
         env=ctx.admission_env, max_body=config.max_body_bytes))
     if background:

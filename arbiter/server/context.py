@@ -64,14 +64,12 @@ class ServerContext:
     # The key of fast-path tokens (DESIGN §16), from the certificates every
     # replica shares; None: admission at creation is off.
     fast_path_key: bytes | None = None
-    # Wakes webhook decisions waiting for this replica's watch (one per store).
-    changes: ChangeWaiter | None = None
+    # Wakes webhook decisions waiting for this replica's watch (a listener
+    # of the store while the webhook is served: `server.app.build_app`).
+    changes: ChangeWaiter = field(default_factory=ChangeWaiter)
 
     @property
     def admission_env(self) -> AdmissionEnv:
-        if self.changes is None:
-            self.changes = ChangeWaiter()
-            self.store.listeners.append(self.changes.on_change)
         return AdmissionEnv(store=self.store, own_usernames=self.own_usernames,
                             changes=self.changes,
                             max_resource_names=self.config.max_resource_names,

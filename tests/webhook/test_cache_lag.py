@@ -89,7 +89,7 @@ async def test_a_pod_of_a_job_the_watch_delivers_during_the_review_is_let_throug
     assert response["allowed"] is True, response
     assert 0.2 <= time.monotonic() - started < 1.0
     assert _rechecks("decided") == before + 1
-    assert ctx.changes is not None and ctx.changes.waiting == 0
+    assert ctx.changes.waiting == 0
 
 
 async def test_a_pod_of_a_job_started_by_the_leader_a_moment_ago_waits_for_the_start(

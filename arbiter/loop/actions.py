@@ -501,6 +501,7 @@ class Actions:
         """Read the object, JSON-patch what `build` says (guarded by its uid
         and resourceVersion), again if it changed meanwhile; False when
         `build` finds nothing to do."""
+        last: ApiError | None = None
         for _ in range(4):
             try:
                 obj = await self.api.get(path)
@@ -516,9 +517,11 @@ class Actions:
                 return True
             except NotFound as error:
                 raise ConsumerGone(f"{what}: {error}") from error
-            except (Invalid, Conflict):
-                continue  # changed between the read and the patch: read again
-        raise ApiError(409, "Conflict", f"{what}: kept changing")
+            except (Invalid, Conflict) as error:
+                last = error  # changed between the read and the patch: read again
+        # The last refusal, said: a guard that fails on every fresh read is a
+        # bug to see, not a race.
+        raise ApiError(409, "Conflict", f"{what}: kept changing (last: {last})")
 
     async def hold(self, unit: UnitRecord, pods: Sequence[PodRecord] = ()) -> None:
         """Hold a released consumer again: suspend a Job or a suspend-held

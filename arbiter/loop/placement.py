@@ -106,17 +106,23 @@ def _spec_guards(obj: Mapping[str, Any]) -> list[Op]:
     generation: a status write does not move it), its labels (the queue)
     and annotations as read. Not the resourceVersion: the Job controller
     rewrites a held Job's status while its pods go, and a release guarded
-    by it lost every race for minutes. With no labels or annotations (the
-    annotation map is then added whole) the resourceVersion it is."""
+    by it lost every race for minutes. A map the object has none of is
+    guarded by a test for null, which the apiserver's JSON patch passes
+    only while the key is absent (a map added since fails it). Without a
+    generation, the resourceVersion it is."""
     meta = obj.get("metadata") or {}
     generation = meta.get("generation")
-    maps = {key: meta.get(key) for key in ("labels", "annotations")}
-    if not isinstance(generation, int) or not all(
-            isinstance(value, Mapping) and value for value in maps.values()):
+    if not isinstance(generation, int):
         return _guards(obj)
     return [_uid_test(meta), {"op": "test", "path": "/metadata/generation", "value": generation},
-            *({"op": "test", "path": f"/metadata/{key}", "value": dict(value)}
-              for key, value in maps.items() if isinstance(value, Mapping))]
+            *(_map_test(meta, key) for key in ("labels", "annotations"))]
+
+
+def _map_test(meta: Mapping[str, Any], key: str) -> Op:
+    value = meta.get(key)
+    # An empty map is not serialized: to the apiserver it is absent.
+    as_read = dict(value) if isinstance(value, Mapping) and value else None
+    return {"op": "test", "path": f"/metadata/{key}", "value": as_read}
 
 
 @dataclass(slots=True)

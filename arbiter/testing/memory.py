@@ -98,6 +98,17 @@ def _walk(doc: Any, parts: list[str]) -> Any:
     return doc
 
 
+def _tested(doc: Any, parts: list[str]) -> Any:
+    """The value a test op compares with, as the apiserver's JSON patch
+    (evanphx/json-patch v4) sees it: a key missing from an object, or an
+    empty map (never serialized), is null."""
+    parent = _walk(doc, parts[:-1]) if parts else None
+    if parts and isinstance(parent, dict) and (
+            parts[-1] not in parent or parent[parts[-1]] == {}):
+        return None
+    return _walk(doc, parts)
+
+
 def json_patch(doc: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
     """RFC 6902 for test/add/replace/remove (all or nothing)."""
     doc = copy.deepcopy(doc)
@@ -105,7 +116,7 @@ def json_patch(doc: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
         parts = _pointer(str(op.get("path", "")))
         kind = op.get("op")
         if kind == "test":
-            if _walk(doc, parts) != op.get("value"):
+            if _tested(doc, parts) != op.get("value"):
                 raise Invalid(422, "Invalid", f"testing value {op.get('path')} failed")
             continue
         if not parts:

@@ -378,3 +378,32 @@ def test_a_queue_confined_to_full_nodes_reclaims_there(sandbox: Sandbox) -> None
         assert sorted(bound_nodes(sandbox, qa) + bound_nodes(sandbox, qb)) == POOL_NODES
         no_pod_pending(sandbox, qa, qb)
     print(f"\nreclaim inside a selector: B's Job bound after {took:.1f}s (grace {GRACE:.0f}s)")
+
+
+def test_the_apiserver_passes_a_test_for_null_only_while_the_map_is_absent(
+        sandbox: Sandbox) -> None:
+    """What a release's guard on a Job without annotations rests on
+    (arbiter.loop.placement._map_test): the apiserver's JSON patch passes
+    `test /metadata/annotations null` while the object has none, whatever
+    else was written since, and fails it once a map was added."""
+    name = f"guard-{suffix()}"
+    sandbox.kubectl("create", "configmap", name, "-n", "default", "--from-literal=a=1")
+    try:
+        guarded = [{"op": "test", "path": "/metadata/annotations", "value": None},
+                   {"op": "add", "path": "/metadata/annotations", "value": {"mine": "x"}}]
+        sandbox.kubectl("patch", "configmap", name, "-n", "default", "--type=merge",
+                        "-p", json.dumps({"data": {"a": "2"}}))  # another write meanwhile
+        first = sandbox.kubectl("patch", "configmap", name, "-n", "default", "--type=json",
+                                "-p", json.dumps(guarded), check=False)
+        assert first.returncode == 0, first.stderr
+        again = sandbox.kubectl("patch", "configmap", name, "-n", "default", "--type=json",
+                                "-p", json.dumps(guarded), check=False)
+        # 422: the test failed (kubectl shows no more than "the request is invalid").
+        assert again.returncode != 0 and "invalid" in again.stderr.lower(), again.stderr
+        annotations = json.loads(sandbox.kubectl(
+            "get", "configmap", name, "-n", "default", "-o", "json").stdout)["metadata"].get(
+            "annotations")
+        assert annotations == {"mine": "x"}
+    finally:
+        sandbox.kubectl("delete", "configmap", name, "-n", "default", "--wait=false",
+                        check=False)

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from arbiter.base.kubeapi import Invalid, job_path
+from arbiter.base.kubeapi import ApiError, Invalid, job_path
 from arbiter.cache.records import Toleration
 from arbiter.core.api import PLACED_ANNOTATION, QUEUE_LABEL
+from arbiter.loop.actions import Actions
 from arbiter.loop.placement import PodDirectives, job_release_ops
 from arbiter.loop.settings import LoopSettings
-from arbiter.testing.memory import json_patch
+from arbiter.testing.memory import InMemoryApi, json_patch
 from tests.loop.harness import Cluster
 from tests.loop.test_placement import node, pool
 
@@ -148,7 +149,7 @@ def test_a_release_survives_status_writes_but_not_a_spec_or_annotation_change() 
     """The Job controller writes a held Job's status again and again while
     its pods go: a release guarded by the resourceVersion lost every race
     (the chaos run: "kept changing" for minutes). The guards are the
-    spec's generation and the annotations as read."""
+    spec's generation and the labels and annotations as read."""
     job = suspended_job({"team": "x"}, annotations={"note": "n"})
     job["metadata"]["generation"] = 3
     job["metadata"]["labels"] = {QUEUE_LABEL: "q"}  # as the webhook labels a managed Job
@@ -168,10 +169,36 @@ def test_a_release_survives_status_writes_but_not_a_spec_or_annotation_change() 
     for changed in (respecified, annotated, moved):
         with pytest.raises(Invalid):
             json_patch(changed, ops)
-    # With no annotations the map is added whole: any change counts.
+    # With no annotations (the chaos run's Jobs: 841 of them lost the race
+    # for minutes) the map is added whole, guarded by its absence: a status
+    # write passes, an annotation added since does not.
     bare = suspended_job()
     bare["metadata"]["generation"] = 1
+    bare["metadata"]["labels"] = {QUEUE_LABEL: "q"}
     bare_ops = job_release_ops(bare, PodDirectives((("pool", "a"),)))
+    assert {"op": "test", "path": "/metadata/annotations", "value": None} in bare_ops
     bare["metadata"]["resourceVersion"] = "8"
+    bare["status"] = {"active": 0}
+    assert json_patch(bare, bare_ops)["spec"]["suspend"] is False
+    bare["metadata"]["annotations"] = {"other": "y"}
     with pytest.raises(Invalid):
         json_patch(bare, bare_ops)
+
+
+async def test_a_release_refused_on_every_read_says_why() -> None:
+    """Four reads, four refusals: the error names the last one (a guard
+    that fails on every fresh read is a bug to see, not a race to retry)."""
+    api = InMemoryApi()
+    job = suspended_job()
+    job["metadata"].update(name="train", namespace="ns", generation=1)
+    path = job_path("ns", "train")
+    uid = (await api.create(path.rsplit("/", 1)[0], job))["metadata"]["uid"]
+
+    def refused(method: str, _path: str, _body: Any) -> ApiError | None:
+        return Invalid(422, "Invalid", "spec.suspend: refused") if method == "PATCH" else None
+
+    api.hooks.append(refused)
+    with pytest.raises(ApiError) as raised:
+        await Actions(api).release_job_placed("ns", "train", uid, PodDirectives())
+    assert "kept changing" in str(raised.value) and "spec.suspend: refused" in str(raised.value)
+    assert [m for m, _ in api.calls].count("PATCH") == 4

@@ -27,6 +27,7 @@ class Figures:
     takeover_lease: list[float] = field(default_factory=list)  # death -> Lease acquired
     takeover_admit: list[float] = field(default_factory=list)  # Lease -> first admission
     takeover_total: list[float] = field(default_factory=list)  # death -> first admission
+    takeovers: list[str] = field(default_factory=list)  # one line per leader kill
     admissions: int = 0
     admissions_per_s: float = 0.0
     latency_steady: list[float] = field(default_factory=list)
@@ -56,13 +57,21 @@ def figures(judge: Judge, injector: Injector, created: dict[str, float], start: 
         acquired = next(((t, holder) for t, holder in judge.leases
                          if t >= killed_at and holder not in ("", identity)), None)
         if acquired is None:
+            out.takeovers.append(f"{identity} killed at +{killed_at - start:.0f}s: "
+                                 "no other holder seen")
             continue
         out.takeover_lease.append(acquired[0] - killed_at)
         first = next((t for t, _, by in admissions if t >= acquired[0] and by == acquired[1]),
                      None)
+        line = (f"{identity} killed at +{killed_at - start:.0f}s: Lease to {acquired[1]} "
+                f"+{acquired[0] - killed_at:.1f}s, ")
         if first is not None:
             out.takeover_admit.append(first - acquired[0])
             out.takeover_total.append(first - killed_at)
+            line += f"its first admission seen +{first - acquired[0]:.2f}s after"
+        else:
+            line += "no admission by it seen"
+        out.takeovers.append(line)
     in_run = [t for t, _, _ in admissions if start <= t <= drained]
     out.admissions = len(in_run)
     if len(in_run) > 1:
@@ -110,4 +119,5 @@ def table(fig: Figures, planned: list[str], done: list[str], violations: Violati
              ("shares converged to offline engine", "yes" if converged else "NO"),
              ("Jobs created / run seconds", f"{fig.jobs} / {fig.run_seconds:.0f}s")]
     width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    return "\n".join([*lines, *(f"takeover: {line}" for line in fig.takeovers)])

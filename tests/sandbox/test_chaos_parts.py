@@ -13,12 +13,21 @@ from typing import Any
 
 import pytest
 
+from arbiter.cli.fairshare_scenario import evaluate, load_scenario
 from arbiter.sandbox.chaos_proxy import ChaosProxy, ProxyProcess
 from arbiter.sandbox.process import free_port
-from bench.chaos import fairshare_offline, scenario_now
+from bench.chaos import Options, fairshare_offline, scenario_now
 from bench.chaos_http import quantity
 from bench.chaos_watch import Judge
-from bench.chaos_world import fault_plan, offline_scenario
+from bench.chaos_world import (
+    Shape,
+    arrivals,
+    fault_plan,
+    offline_scenario,
+    queues,
+    tenant_names,
+    wave,
+)
 
 
 def node(name: str, cpu: str = "4") -> dict[str, Any]:
@@ -354,3 +363,41 @@ def test_the_offline_answer_is_computed_on_a_snapshot_taken_on_the_event_loop(
     deserved = fairshare_offline(scenario)
     assert set(deserved) == {"org", "q1", "q2"}
     assert deserved["q1"]["cpu"] == 1  # its one waiting unit's demand
+
+
+def _deserved_cpu(shape: Shape, demand: dict[str, list[dict[str, Any]]]) -> dict[str, Fraction]:
+    capacity = {"cpu": str(shape.nodes * shape.node_cpu),
+                "memory": f"{shape.nodes * shape.node_memory_gi}Gi"}
+    document = offline_scenario(capacity, queues(shape), demand)
+    result = evaluate(load_scenario(document))["queues"]
+    return {name: quantity((q.get("subtree") or q)["deserved"]["cpu"])
+            for name, q in result.items()}
+
+
+def _demand_of(jobs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per tenant, each Job's pods as one pod set (as the judge sees its unit)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for obj in jobs:
+        tenant = obj["metadata"]["namespace"].removeprefix("chaos-")
+        requests = obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+        out.setdefault(tenant, []).append({"count": obj["spec"]["parallelism"],
+                                           "requests": dict(requests)})
+    return out
+
+
+@pytest.mark.parametrize("shape", [Options().shape(), Options(nodes=200, jobs=500).shape()],
+                         ids=["default", "short"])
+def test_the_final_wave_leaves_every_queue_short_of_its_demand(shape: Shape) -> None:
+    """The wave asks every queue for more than it can deserve, so the
+    deserved shares compared after it do not move as the run's own Jobs
+    end: the same with the wave alone as with half the run's Jobs still
+    waiting too (with the old wave, 1.5× the cluster, the weight-4 queues
+    got their demand, and the run's Jobs changed it)."""
+    wave_demand = _demand_of(wave(shape))
+    alone = _deserved_cpu(shape, wave_demand)
+    for tenant, pod_sets in wave_demand.items():
+        asked = sum(int(ps["count"]) * quantity(ps["requests"]["cpu"]) for ps in pod_sets)
+        assert alone[tenant] < asked * Fraction(9, 10), tenant
+    regular = _demand_of([obj for _, obj in arrivals(shape, 32)[::2]])
+    mixed = {t: wave_demand.get(t, []) + regular.get(t, []) for t in tenant_names()}
+    assert _deserved_cpu(shape, mixed) == alone

@@ -10,9 +10,9 @@ over the run that kwok finishes after random delays. Meanwhile, on a seeded
 schedule: the leader SIGKILLed every 60-90 s (restarted 5 s later),
 kube-apiserver restarted once, etcd SIGSTOPped for 10 s once, the proxy cut
 for 20 s once, the non-leader SIGKILLed once. Then it waits for the Jobs to
-drain, asks for more than the cluster with a final wave and compares every Queue's
-status.deserved with `arbiter fairshare` run offline on what is still
-waiting (a black box), and prints a table. Everything it starts is stopped
+drain, asks for more than the cluster with a final wave, compares every
+Queue's status.deserved with `arbiter fairshare` run offline on what is
+still waiting (a black box), and prints a table. Everything it starts is stopped
 at the end, by pid, on failure and Ctrl-C too.
 
     .venv/bin/python -m bench.chaos                  # 2,000 nodes, 10,000 Jobs, ~10 min
@@ -333,8 +333,8 @@ async def run_async(sandbox: Sandbox, options: Options, injector_box: list[Injec
 
 async def _converge(api: Api, judge: Judge, shape: world.Shape, within: float,
                     regular: set[str]) -> tuple[bool, list[str]]:
-    """Fill the cluster with the wave; then wait until every Queue's
-    status.deserved equals the offline engine's answer."""
+    """Create the wave; then wait until every Queue's status.deserved
+    equals the offline engine's answer."""
     slots = asyncio.Semaphore(16)
 
     async def create(obj: dict[str, Any]) -> None:

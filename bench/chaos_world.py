@@ -129,16 +129,11 @@ def arrivals(shape: Shape, seed: int) -> list[tuple[float, dict[str, Any]]]:
 def wave(shape: Shape) -> list[dict[str, Any]]:
     """One Job per tenant, each pod a whole node's CPU, a quarter of the
     cluster's nodes: more than any queue can deserve (weight 4 of 42 at the
-    top, ~10 % of the cluster) and more than reclaim makes room for, so the
-    wave is demand only. Each queue's deserved share then no longer depends
-    on its demand: not on the run's Jobs still running or ending while the
-    shares are compared (with 1.5× the cluster, the weight-4 queues were
-    short of their share and their deserved followed each Job that ended,
-    faster than status and the offline answer could be compared). What is
-    compared is what arbiter rebuilt after the faults: the queues, the
-    hierarchy, the nodes, the waiting units. One Job each, so the wave's 20
-    units are there soon even behind a leader's backlog of writes (380 of
-    8 pods took minutes). tests/sandbox/test_chaos_parts.py checks the margin."""
+    top, ~10 % of the cluster) or reclaim would make room for, so the wave
+    is demand only, and each queue's deserved share no longer moves with
+    the run's own Jobs ending while the shares are compared. One Job each,
+    so the wave's units appear soon even behind a leader's backlog of
+    writes. tests/sandbox/test_chaos_parts.py checks the margin."""
     pods = -(-shape.nodes // 4)
     return [job("wave", ns_of(tenant), pods, str(shape.node_cpu), "1Gi", "30m")
             for tenant in tenant_names()]

@@ -498,9 +498,9 @@ class Actions:
 
     async def _patch_read(self, path: str, uid: str, what: str,
                           build: Callable[[Obj], list[dict[str, Any]] | None]) -> bool:
-        """Read the object, JSON-patch what `build` says (guarded by its uid
-        and resourceVersion), again if it changed meanwhile; False when
-        `build` finds nothing to do."""
+        """Read the object, JSON-patch what `build` says (with the guards
+        `build` puts first), again if a guard or a check refused it; False
+        when `build` finds nothing to do."""
         last: ApiError | None = None
         for _ in range(4):
             try:
@@ -518,9 +518,9 @@ class Actions:
             except NotFound as error:
                 raise ConsumerGone(f"{what}: {error}") from error
             except (Invalid, Conflict) as error:
-                last = error  # changed between the read and the patch: read again
-        # The last refusal, said: a guard that fails on every fresh read is a
-        # bug to see, not a race.
+                last = error  # most often changed since the read: read again
+        # Refused on every fresh read is seldom a race (e.g. a check the
+        # apiserver makes): name the refusal.
         raise ApiError(409, "Conflict", f"{what}: kept changing (last: {last})")
 
     async def hold(self, unit: UnitRecord, pods: Sequence[PodRecord] = ()) -> None:

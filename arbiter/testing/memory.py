@@ -102,11 +102,13 @@ def _tested(doc: Any, parts: list[str]) -> Any:
     """The value a test op compares with, as the apiserver's JSON patch
     (evanphx/json-patch v4) sees it: a key missing from an object, or an
     empty map (never serialized), is null."""
-    parent = _walk(doc, parts[:-1]) if parts else None
-    if parts and isinstance(parent, dict) and (
-            parts[-1] not in parent or parent[parts[-1]] == {}):
-        return None
-    return _walk(doc, parts)
+    if not parts:
+        return doc
+    parent = _walk(doc, parts[:-1])
+    if not isinstance(parent, dict):
+        return _walk(parent, parts[-1:])
+    value = parent.get(parts[-1])
+    return None if value == {} else value
 
 
 def json_patch(doc: Any, ops: Sequence[Mapping[str, Any]]) -> Any:

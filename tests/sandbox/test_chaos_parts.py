@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from arbiter.cli.fairshare_scenario import evaluate, load_scenario
 from arbiter.sandbox.chaos_proxy import ChaosProxy, ProxyProcess
 from arbiter.sandbox.process import free_port
 from bench.chaos import Options, fairshare_offline, scenario_now
@@ -366,12 +365,11 @@ def test_the_offline_answer_is_computed_on_a_snapshot_taken_on_the_event_loop(
 
 
 def _deserved_cpu(shape: Shape, demand: dict[str, list[dict[str, Any]]]) -> dict[str, Fraction]:
+    """Per queue, as the run compares it (`arbiter fairshare`, a parent's its subtree's)."""
     capacity = {"cpu": str(shape.nodes * shape.node_cpu),
                 "memory": f"{shape.nodes * shape.node_memory_gi}Gi"}
-    document = offline_scenario(capacity, queues(shape), demand)
-    result = evaluate(load_scenario(document))["queues"]
-    return {name: quantity((q.get("subtree") or q)["deserved"]["cpu"])
-            for name, q in result.items()}
+    deserved = fairshare_offline(offline_scenario(capacity, queues(shape), demand))
+    return {name: shares.get("cpu", Fraction(0)) for name, shares in deserved.items()}
 
 
 def _demand_of(jobs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

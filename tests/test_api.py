@@ -12,6 +12,7 @@ from arbiter.core.api import (
     POOL,
     QUEUE,
     QUEUE_UNIT,
+    compare_resource_versions,
     format_rfc3339,
     group_unit_name,
     is_arbiter_key,
@@ -54,3 +55,16 @@ def test_absent_and_malformed_times() -> None:
         parse_time("yesterday")
     # A stamp the loop only consults: absent or malformed is None.
     assert parse_rfc3339(None) is None and parse_rfc3339("yesterday") is None
+
+
+@pytest.mark.parametrize(("a", "b", "order"), [
+    ("9", "10", -1), ("10", "10", 0), ("11", "10", 1),
+    ("123456789012345678901", "99", 1),  # past 64 bits: by length, then digits
+    ("", "1", None), ("01", "1", None), ("0", "1", None), ("1a", "1", None),
+    ("\uff11", "1", None),  # a digit, but not an ASCII one
+])
+def test_resource_versions_compare_as_apimachinery_does(a: str, b: str,
+                                                        order: int | None) -> None:
+    assert compare_resource_versions(a, b) == order
+    if order is not None:
+        assert compare_resource_versions(b, a) == -order

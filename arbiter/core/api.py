@@ -174,3 +174,23 @@ def parse_rfc3339(value: str | None) -> float | None:
         return parse_time(value)
     except ValueError:
         return None
+
+
+# -- resourceVersions -----------------------------------------------------------------
+def compare_resource_versions(a: str, b: str) -> int | None:
+    """-1, 0 or 1 as `a` is older than, the same as or newer than `b` (two
+    versions of one resource); None when either is not a well-formed one.
+
+    Kubernetes 1.35 made resourceVersions comparable (KEP-5504; the rule of
+    apimachinery's `CompareResourceVersion`): a positive decimal integer
+    without leading zeros, the longer string the newer. Anything else (an
+    API server that still treats them as opaque) is not compared."""
+    if not (_well_formed_version(a) and _well_formed_version(b)):
+        return None
+    if len(a) != len(b):
+        return -1 if len(a) < len(b) else 1
+    return (a > b) - (a < b)
+
+
+def _well_formed_version(version: str) -> bool:
+    return version.isascii() and version.isdigit() and version[0] != "0"

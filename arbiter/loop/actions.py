@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -41,17 +41,16 @@ from arbiter.base.kubeapi import (
 )
 from arbiter.cache import convert
 from arbiter.cache.ownership import WORKLOAD_CONSUMERS
-from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
+from arbiter.cache.records import PodRecord, UnitRecord
 from arbiter.core.api import (
     ADMISSION_GATE,
     ADMITTED_STATUS_ANNOTATION,
     UnitPhase,
-    format_rfc3339,
 )
-from arbiter.core.model import Placement, demand_of
+from arbiter.core.model import Placement
 from arbiter.integrations import BY_KIND
 from arbiter.integrations.base import pointer
-from arbiter.loop.checks import pending_checks_status
+from arbiter.loop.admitted import admission_status
 from arbiter.loop.placement import (
     NOTHING,
     PodDirectives,
@@ -77,53 +76,6 @@ class Written:
     raw: Obj
 
 
-def admission_status(
-    unit: UnitRecord, current: Mapping[str, Any] | None, now: float, by: str = "",
-    plan: Placement | None = None, *, checks: Sequence[str] = (),
-    replicas: Mapping[str, int] | None = None, members: Sequence[str] = (),
-) -> dict[str, Any]:
-    """Status of a unit being admitted: one more admission, attempt n+1
-    (`by`: the identity of the leader that admitted it; `plan`: where its
-    pods go, recorded as `admission`, or null when admitted without one).
-    With `checks` its quota is only reserved: phase Reserved, each check
-    Pending (DESIGN §12). `replicas`: pods per pod set when fewer than asked
-    were admitted (partial admission). `members`: a pod group's pods admitted
-    (status.admittedPods: only they are released and charged to it)."""
-    current = current or {}
-    stamp = format_rfc3339(now)
-    attempt = int(current.get("attempts") or unit.attempts or 0) + 1
-    admissions = list(current.get("admissions") or [])
-    entry: dict[str, Any] = {"time": stamp, "queue": unit.queue, "attempt": attempt}
-    if by:
-        entry["by"] = by
-    allocated = unit.demand
-    if replicas:
-        entry["replicas"] = dict(replicas)
-        allocated = demand_of(replace(unit, replicas=tuple(sorted(replicas.items())))
-                              .admitted_pod_sets)
-    admissions.append(entry)
-    where = f" into pool {plan.pool}" if plan is not None else ""
-    status: dict[str, Any] = {
-        "phase": "Dequeued",
-        "admissions": admissions,
-        "attempts": attempt,
-        "lastAllocateTime": stamp,
-        "allocated": allocated.to_quantities(),
-        "message": f"admitted by queue {unit.queue}{where}",
-        "position": None,
-        "admission": UnitAdmission.from_placement(plan).to_api() if plan is not None else None,
-        "requeueAt": None,
-    }
-    if members:
-        status["admittedPods"] = list(members)
-    if checks:
-        status["phase"] = "Reserved"
-        status["admissionChecks"] = pending_checks_status(checks, now)
-        status["message"] = (f"quota reserved by queue {unit.queue}{where}; waiting on "
-                             f"admission checks: {', '.join(checks)}")
-    return status
-
-
 def parallelism_ops(spec: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
     """JSON Patch setting a suspended Job's parallelism to `count`, and its
     completions too when they were equal (an Indexed Job's, the only kind
@@ -139,13 +91,18 @@ def parallelism_ops(spec: Mapping[str, Any], count: int) -> list[dict[str, Any]]
     return ops
 
 
+# The phases of a unit waiting for admission (`Reserved`: until its quota
+# is reserved for its admission checks, `UnitRecord.reserved`).
+WAITING_PHASES: tuple[UnitPhase, ...] = ("Enqueued", "Reserved")
+
+
 def still_waiting(expected: UnitRecord) -> Callable[[UnitRecord], bool]:
     """Precondition of an admission retried after a conflict: the fresh unit
     is still waiting, in the same queue, asking for the same."""
 
     def check(fresh: UnitRecord) -> bool:
         return (
-            fresh.phase in ("Enqueued", "Reserved") and not fresh.reserved
+            fresh.phase in WAITING_PHASES and not fresh.reserved
             and fresh.queue == expected.queue
             and fresh.demand == expected.demand
         )
@@ -158,7 +115,7 @@ def waiting_in(expected: UnitRecord) -> Callable[[UnitRecord], bool]:
     let go already: whatever else changed, it still waits in its queue."""
 
     def check(fresh: UnitRecord) -> bool:
-        return fresh.phase in ("Enqueued", "Reserved") and fresh.queue == expected.queue
+        return fresh.phase in WAITING_PHASES and fresh.queue == expected.queue
 
     return check
 
@@ -475,7 +432,8 @@ class Actions:
             return job_release_ops(job, directives) \
                 if (job.get("spec") or {}).get("suspend") else None
 
-        await self._patch_read(job_path(namespace, name), uid, f"Job {namespace}/{name}", ops)
+        await self._patch_read(job_path(namespace, name), uid, f"Job {namespace}/{name}", ops,
+                               before=self._template_unfixed)
 
     async def release_job_partly(self, unit: UnitRecord, directives: PodDirectives) -> None:
         """Unsuspend a Job admitted with fewer pods than it asked: its
@@ -494,13 +452,47 @@ class Actions:
             return [*parallelism_ops(spec, count), *release]
 
         await self._patch_read(job_path(unit.namespace, consumer.name), consumer.uid,
-                               f"Job {unit.namespace}/{consumer.name}", ops)
+                               f"Job {unit.namespace}/{consumer.name}", ops,
+                               before=self._template_unfixed)
 
-    async def _patch_read(self, path: str, uid: str, what: str,
-                          build: Callable[[Obj], list[dict[str, Any]] | None]) -> bool:
+    async def _template_unfixed(self, path: str, job: Obj, ops: list[dict[str, Any]]) -> None:
+        """Let a held Job's pod template change, as Kueue does on stop: the
+        apiserver takes a template change only while the Job is suspended,
+        shows no active pod, and has no status.startTime or says Suspended.
+        The Job controller says so once it has seen the suspension; under
+        load that is minutes (chaos run 16: 2,786 releases into another pool
+        refused "spec.template: field is immutable"). Its startTime goes,
+        guarded by the suspension and no active pod (the controller sets it
+        again on resume); a refusal is left to the release's own."""
+        if not any(op["path"].startswith("/spec/template") for op in ops):
+            return
+        status = job.get("status") or {}
+        if not status.get("startTime") or status.get("active") or any(
+                c.get("type") == "Suspended" and c.get("status") == "True"
+                for c in status.get("conditions") or () if isinstance(c, Mapping)):
+            return
+        uid = (job.get("metadata") or {}).get("uid")
+        guard: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}] \
+            if uid else []
+        try:
+            await self.api.json_patch(path + "/status", [
+                *guard,
+                {"op": "test", "path": "/spec/suspend", "value": True},
+                {"op": "test", "path": "/status/active", "value": None},
+                {"op": "remove", "path": "/status/startTime"},
+            ])
+        except (Invalid, Conflict, NotFound) as error:
+            log.debug("startTime of %s kept: %s", path, error)
+
+    async def _patch_read(
+        self, path: str, uid: str, what: str,
+        build: Callable[[Obj], list[dict[str, Any]] | None],
+        before: Callable[[str, Obj, list[dict[str, Any]]], Awaitable[None]] | None = None,
+    ) -> bool:
         """Read the object, JSON-patch what `build` says (with the guards
         `build` puts first), again if a guard or a check refused it; False
-        when `build` finds nothing to do."""
+        when `build` finds nothing to do. `before(path, obj, ops)` runs
+        before each patch (a write the patch needs first)."""
         last: ApiError | None = None
         for _ in range(4):
             try:
@@ -512,6 +504,8 @@ class Actions:
             ops = build(obj)
             if ops is None:
                 return False
+            if before is not None:
+                await before(path, obj, ops)
             try:
                 await self.api.json_patch(path, ops)
                 return True

@@ -47,7 +47,7 @@ from arbiter.cache.records import JobRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.fastpath import FAST_PATH_ANNOTATION, TOKEN_TTL, FastPathToken, sign
 from arbiter.core.model import Placement, Unit
-from arbiter.loop.actions import admission_status
+from arbiter.loop.admitted import admission_status
 from arbiter.loop.decisions import log_decision
 from arbiter.loop.inflight import ASSUME_TTL, InFlightWrites
 from arbiter.loop.mirror import EngineMirror, desired_engine_unit

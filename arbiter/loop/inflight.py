@@ -37,6 +37,9 @@ unit not created yet::
      v                v                 v                     v
    the store's      decided again     (back to the top)     (back to the top)
 
+   [assumed] ends when the store has our version or a newer one
+   (resourceVersions compare: `compare_resource_versions`); ASSUME_TTL
+   ends it only when they do not compare, or the store has none.
    [assumed] has a twin for consumers, [override] (a Job we unsuspended
    reads as released until the watch shows it, or ASSUME_TTL passes).
    W setting TimeoutBackoff, or C finding a unit in it after a restart:
@@ -84,6 +87,7 @@ from dataclasses import dataclass
 
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import UnitRecord
+from arbiter.core.api import compare_resource_versions
 from arbiter.core.reclaim.flat import Victim
 from arbiter.loop.units import Consumer
 
@@ -161,14 +165,24 @@ class InFlightWrites:
         self.on_assumed(record)
 
     def unit(self, key: str, stored: UnitRecord | None) -> UnitRecord | None:
-        """The unit as the loop should see it, given what the store holds."""
+        """The unit as the loop should see it, given what the store holds:
+        our write's result until the store has that version or a newer one.
+        A store known to be older keeps it past ASSUME_TTL: a watch that
+        cannot resume (the apiserver's watch cache reinitializing took
+        2 min in chaos run 16) would otherwise bring back a version our
+        own write replaced, and the loop would act on it (a Dequeued unit
+        seen Enqueued again was held and never let go). The TTL applies
+        when the versions do not compare, or the store has none."""
         assumed = self._assumed.get(key)
         if assumed is None:
             return stored
         record, since = assumed
-        if (stored is not None and stored.resource_version == record.resource_version) \
-                or self.clock() - since > ASSUME_TTL:
-            del self._assumed[key]  # confirmed by the watch, or taken as lost
+        order = None if stored is None else compare_resource_versions(
+            stored.resource_version, record.resource_version)
+        if order == -1 and stored is not None and stored.uid == record.uid:
+            return record  # the watch is behind our write
+        if order is not None or self.clock() - since > ASSUME_TTL:
+            del self._assumed[key]  # confirmed or passed by the watch, or taken as lost
             return stored
         return record
 

@@ -409,13 +409,15 @@ async def _requeue(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
     """A Job (or a reservation): back to Enqueued, then suspended."""
     key = record.key
     text = f"{message}; requeued"
-    if record.phase != "Enqueued":
-        written = await evictor.requeue(record, text)
-        if written is None:
-            reclaimer.evictions.abandon(key)  # changed meanwhile: decide again
-            return
-        loop.writes.assume(written.record)
-        record = written.record
+    # Written even when Enqueued already (a Job let go outside arbiter): the
+    # write's guard proves the version decided on is current. A stale one
+    # (the watch behind an admission on record) is not taken back.
+    written = await evictor.requeue(record, text)
+    if written is None:
+        reclaimer.evictions.abandon(key)  # changed meanwhile: decide again
+        return
+    loop.writes.assume(written.record)
+    record = written.record
     _announce(loop, victim, record, text, "requeue")
     consumer = consumer_key(record)
     if consumer is None:

@@ -25,7 +25,7 @@ from arbiter.cache.ownership import POD_KINDS, ConsumerKey
 from arbiter.cache.records import PodRecord, UnitAdmission, UnitRecord
 from arbiter.core.api import UnitPhase
 from arbiter.core.model import Placement, Unit
-from arbiter.loop.actions import Actions, ConsumerGone, Written, in_phase
+from arbiter.loop.actions import WAITING_PHASES, Actions, ConsumerGone, Written, in_phase
 from arbiter.loop.checks import checked_status, rejected_status, requeued_status
 from arbiter.loop.decisions import log_decision, remember
 from arbiter.loop.events import EventSink
@@ -228,13 +228,19 @@ class UnitWriter:
         replicas = partial_replicas(unit, chosen)
         early = asyncio.ensure_future(self._release(with_plan(unit, plan))) \
             if releases_early(unit, replicas, checks) else None
+        decided = unit
         try:
             async with self.writes.locked(key):
                 # A position write may have run meanwhile: start from its result.
                 unit = self.unit(key) or unit
+                # Or a newer version came that no longer waits (the watch
+                # caught up after the decision): that version is current,
+                # not outdated; the decision was.
+                moot = unit.resource_version != decided.resource_version \
+                    and unit.phase not in WAITING_PHASES
                 now = self.clock()
-                written = await self.actions.admit(unit, now, plan, checks=checks,
-                                                   replicas=replicas, members=members)
+                written = None if moot and early is None else await self.actions.admit(
+                    unit, now, plan, checks=checks, replicas=replicas, members=members)
                 if written is None and early is not None:
                     # Its Job is let go already: the admission is recorded
                     # all the same (else it runs with no admission on record).
@@ -242,8 +248,11 @@ class UnitWriter:
                                                        let_go=("Dequeued", ""))
             if written is None:
                 log.info("admission of %s not recorded: the unit changed under it", key)
-                # Changed under us (or gone): decide again on the newer version.
-                self.writes.conflicted(unit)
+                # Decide again on the newer version. Marking the version the
+                # store has as outdated when it is the current one would
+                # leave the unit undecided until something else changed it
+                # (chaos run 16: two Jobs held for 11 min).
+                self.writes.conflicted(decided if moot else unit)
                 return
             admitted = True
             self.writes.assume(written.record)

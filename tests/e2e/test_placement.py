@@ -19,8 +19,11 @@ from typing import Any
 
 import pytest
 
+from arbiter.base.kubeapi import Invalid, KubeApi, job_path
 from arbiter.cache.convert import unit_status
 from arbiter.core.api import MANAGED_LABEL
+from arbiter.loop.actions import Actions
+from arbiter.loop.placement import PodDirectives
 from arbiter.sandbox import Sandbox
 from tests.e2e.helpers import (
     CPUS,
@@ -407,3 +410,38 @@ def test_the_apiserver_passes_a_test_for_null_only_while_the_map_is_absent(
     finally:
         sandbox.kubectl("delete", "configmap", name, "-n", "default", "--wait=false",
                         check=False)
+
+
+async def test_a_held_job_whose_start_time_lingers_is_released_into_another_pool(
+        sandbox: Sandbox, kube_api: Any) -> None:
+    """arbiter.loop.actions.Actions._template_unfixed on the real apiserver:
+    a Job held again before any controller saw it keeps status.startTime,
+    and the apiserver refuses its template a new nodeSelector; the release
+    takes the startTime off (jobs/status) and goes through. `managedBy`
+    keeps the built-in Job controller out, so nothing clears it but arbiter."""
+    ns = f"unfix-{suffix()}"
+    create(sandbox, namespace(ns, {MANAGED_LABEL: "false"}))
+    api = KubeApi(kube_api)
+    path = job_path(ns, "train")
+    try:
+        created = await api.create(path.rsplit("/", 1)[0], {
+            "metadata": {"name": "train", "namespace": ns},
+            "spec": {"managedBy": "example.com/nobody", "suspend": False,
+                     "template": {"spec": {"restartPolicy": "Never", "containers": [
+                         {"name": "main", "image": "busybox"}]}}}})
+        # What the Job controller does on resume, then arbiter holds it again.
+        await api.json_patch(path + "/status", [
+            {"op": "add", "path": "/status/startTime", "value": "2026-11-28T21:49:00Z"}])
+        await api.json_patch(path, [{"op": "add", "path": "/spec/suspend", "value": True}])
+        with pytest.raises(Invalid) as refused:
+            await api.json_patch(path, [{"op": "add", "path": "/spec/template/spec/nodeSelector",
+                                         "value": {"pool": "b"}}])
+        assert "immutable" in str(refused.value)
+        await Actions(api).release_job_placed(ns, "train", created["metadata"]["uid"],
+                                              PodDirectives((("pool", "b"),)))
+        released = await api.get(path)
+        assert released["spec"]["suspend"] is False
+        assert released["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "b"}
+        assert "startTime" not in (released.get("status") or {})
+    finally:
+        sandbox.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -263,3 +263,45 @@ async def test_creations_in_a_namespace_found_terminating_are_tried_again_after_
     c.clock.advance(61)  # no Namespace event ever came: the hold's timer
     await c.settle()
     assert c.phase("ns", "job-a") == "Dequeued" and c.phase("ns", "job-b") == "Dequeued"
+
+
+async def test_an_admission_decided_on_a_replaced_version_leaves_the_unit_decidable() -> None:
+    """Chaos run 16: a new leader decided on a stale Enqueued version; by the
+    time its write ran, the watch had brought the current one (Dequeued: an
+    earlier leader's admission, its Job suspended since). The refused write
+    marked that current version outdated, and the unit was decided no more:
+    its Job stayed suspended, admitted, for the rest of the run."""
+    c = Cluster(lag=True)
+    await c.nodes(2)
+    await c.queue("q")
+    await c.job("ns", "a", "q")
+    for _ in range(3):
+        c.api.deliver()
+        await c.settle()
+    assert c.admissions("ns", "job-a") == 1 and not c.suspended("ns", "a")
+    # Requeued (reclaimed, say) while its queue is closed: it waits, suspended.
+    await c.set_queue("q", state="Closed")
+    await c.api.merge_patch(unit_path("ns", "job-a") + "/status",
+                            {"status": {"phase": "Enqueued", "message": "requeued",
+                                        "allocated": None}})
+    await c.api.merge_patch(job_path("ns", "a"), {"spec": {"suspend": True}})
+    c.api.deliver()
+    await c.settle()
+    c.api.deliver()
+    assert c.phase("ns", "job-a") == "Enqueued" and c.suspended("ns", "a")
+    # The queue opens; meanwhile another leader admitted the unit again (its
+    # write reaches the watch only after this leader's decision).
+    await c.set_queue("q", state="Open")
+    admitted = dict(c.unit_obj("ns", "job-a")["status"])
+    admitted.update(phase="Dequeued", message="admitted by the other leader",
+                    admissions=[*admitted["admissions"], admitted["admissions"][-1]])
+    await c.api.merge_patch(unit_path("ns", "job-a") + "/status", {"status": admitted})
+    c.api.deliver(1)  # the queue's change only
+    assert c.controller.cycle(), "decided on the stale Enqueued version"
+    c.api.deliver()  # the current version, before the admission's write runs
+    await c.settle()
+    c.api.deliver()
+    await c.settle()
+    assert c.admissions("ns", "job-a") == 2  # nothing recorded twice
+    assert c.phase("ns", "job-a") == "Dequeued"
+    assert not c.suspended("ns", "a"), "the admitted unit's Job was never let go"

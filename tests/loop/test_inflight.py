@@ -51,10 +51,40 @@ def test_an_assumed_write_stands_in_until_the_watch_confirms_it() -> None:
     assert w.unit("ns/job-a", old) is old  # and the assumption is gone for good
 
 
-def test_an_assumed_write_the_watch_never_shows_expires() -> None:
+def test_an_assumed_write_stands_past_the_ttl_while_the_store_is_older() -> None:
+    """Chaos run 16: the QueueUnit watch could not resume for 2 min (the
+    apiserver's watch cache was reinitializing). The assumption expired and
+    the loop saw again the Enqueued version its own admission had replaced."""
     clock = Clock()
     w = writes(clock)
-    old, ours = unit("1"), unit("2", "Dequeued")
+    old, ours = unit("99"), unit("100", "Dequeued")
+    w.assume(ours)
+    clock.now += 10 * ASSUME_TTL
+    assert w.unit("ns/job-a", old) is ours  # the store is behind our write
+    newer = unit("101", "Enqueued")  # someone changed it after us: theirs stands
+    assert w.unit("ns/job-a", newer) is newer
+    assert w.assumed_keys() == []
+    assert w.unit("ns/job-a", old) is old
+
+
+def test_a_namesakes_version_does_not_keep_an_assumption() -> None:
+    clock = Clock()
+    w = writes(clock)
+    ours = unit("100", "Dequeued")
+    w.assume(ours)
+    other = UnitRecord(uid="v", namespace="ns", name="job-a", queue="q",
+                       resource_version="99")
+    clock.now += ASSUME_TTL + 0.1
+    assert w.unit("ns/job-a", other) is other
+
+
+@pytest.mark.parametrize("stored", ["opaque-1", None])
+def test_an_assumed_write_expires_when_the_versions_do_not_compare(
+        stored: str | None) -> None:
+    clock = Clock()
+    w = writes(clock)
+    old = unit(stored) if stored is not None else None
+    ours = unit("opaque-2" if stored is not None else "2", "Dequeued")
     w.assume(ours)
     clock.now += ASSUME_TTL
     assert w.unit("ns/job-a", old) is ours

@@ -202,3 +202,67 @@ async def test_a_release_refused_on_every_read_says_why() -> None:
         await Actions(api).release_job_placed("ns", "train", uid, PodDirectives())
     assert "kept changing" in str(raised.value) and "spec.suspend: refused" in str(raised.value)
     assert [m for m, _ in api.calls].count("PATCH") == 4
+
+
+def template_rule(api: InMemoryApi, path: str) -> Any:
+    """The apiserver's rule (Kubernetes 1.36, Job strategy): a Job's pod
+    template changes only while it is suspended, shows no active pod, and
+    has no startTime or a Suspended condition."""
+
+    def hook(method: str, target: str, body: Any) -> ApiError | None:
+        if method != "PATCH" or target != path:
+            return None
+        status = api.objects[path].get("status") or {}
+        said = any(c.get("type") == "Suspended" and c.get("status") == "True"
+                   for c in status.get("conditions") or [])
+        touches = any(op["path"].startswith("/spec/template") for op in body)
+        if touches and (status.get("active") or (status.get("startTime") and not said)):
+            return Invalid(422, "Invalid", "spec.template: Invalid value: field is immutable")
+        return None
+
+    return hook
+
+
+async def held_again(status: dict[str, Any]) -> tuple[InMemoryApi, str, str]:
+    """A Job released once (the Job controller set its startTime), then held
+    again; the controller has not seen the suspension yet."""
+    api = InMemoryApi()
+    job = suspended_job({"pool": "a"})
+    job["metadata"].update(name="train", namespace="ns", generation=1)
+    path = job_path("ns", "train")
+    uid = (await api.create(path.rsplit("/", 1)[0], job))["metadata"]["uid"]
+    api.set_status(path, {"startTime": "2026-11-28T21:49:00Z", **status})
+    api.hooks.append(template_rule(api, path))
+    return api, path, uid
+
+
+async def test_a_held_job_goes_to_another_pool_before_its_controller_catches_up() -> None:
+    """Chaos run 16: 2,786 releases into another pool refused while the
+    lagging Job controller had not cleared status.startTime."""
+    api, path, uid = await held_again({})
+    await Actions(api).release_job_placed("ns", "train", uid, PodDirectives((("pool", "b"),)))
+    job = api.objects[path]
+    assert job["spec"]["suspend"] is False
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "b"}
+    assert "startTime" not in (job.get("status") or {})
+    assert [m for m, _ in api.calls].count("PATCH") == 2  # the status, then the release
+
+
+async def test_a_held_job_with_active_pods_keeps_its_start_time() -> None:
+    """Its pods are still there: the template stays as it is until they go."""
+    api, path, uid = await held_again({"active": 1})
+    with pytest.raises(ApiError) as raised:
+        await Actions(api).release_job_placed("ns", "train", uid,
+                                              PodDirectives((("pool", "b"),)))
+    assert "field is immutable" in str(raised.value)
+    assert api.objects[path]["status"]["startTime"] == "2026-11-28T21:49:00Z"
+    assert api.objects[path]["spec"]["suspend"] is True
+
+
+async def test_a_release_that_keeps_the_template_leaves_the_status_alone() -> None:
+    api, path, uid = await held_again({})
+    await Actions(api).release_job_placed("ns", "train", uid,
+                                          PodDirectives((("pool", "a"),)))
+    assert api.objects[path]["spec"]["suspend"] is False
+    assert api.objects[path]["status"]["startTime"] == "2026-11-28T21:49:00Z"
+    assert [p for m, p in api.calls if m == "PATCH"] == [path]

@@ -3,7 +3,10 @@ times, this process's monotonic clock) and what the injector did:
 
 - takeover, per leader kill: the death → the Lease held by another replica
   (its watch event) → that replica's first admission (the first QueueUnit
-  admission entry with `by` = the new holder); p50/p99 of each step;
+  admission entry with `by` = the new holder); p50/p99 of each step; and
+  the same on the apiserver's side (the Lease's acquireTime → the first
+  status write carrying that admission), which a watch that cannot resume
+  does not delay;
 - admissions per second over the run;
 - Job creation (the create call's start) → its unit's first admission,
   p50/p99, in steady state (no fault in progress or within `SETTLE` s
@@ -27,6 +30,9 @@ class Figures:
     takeover_lease: list[float] = field(default_factory=list)  # death -> Lease acquired
     takeover_admit: list[float] = field(default_factory=list)  # Lease -> first admission
     takeover_total: list[float] = field(default_factory=list)  # death -> first admission
+    # Lease acquireTime -> first admission written, both on the apiserver's
+    # side (Judge.leases_acquired, Judge.admissions_written).
+    takeover_written: list[float] = field(default_factory=list)
     takeovers: list[str] = field(default_factory=list)  # one line per leader kill
     admissions: int = 0
     admissions_per_s: float = 0.0
@@ -71,6 +77,10 @@ def figures(judge: Judge, injector: Injector, created: dict[str, float], start: 
             line += f"its first admission seen +{first - acquired[0]:.2f}s after"
         else:
             line += "no admission by it seen"
+        written = _written_after_acquiring(judge, acquired[1])
+        if written is not None:
+            out.takeover_written.append(written)
+            line += f"; written +{written:.1f}s after its acquireTime"
         out.takeovers.append(line)
     in_run = [t for t, _, _ in admissions if start <= t <= drained]
     out.admissions = len(in_run)
@@ -90,6 +100,17 @@ def figures(judge: Judge, injector: Injector, created: dict[str, float], start: 
     return out
 
 
+def _written_after_acquiring(judge: Judge, holder: str) -> float | None:
+    """The holder's Lease acquireTime -> the first status write that carried
+    an admission by it (managedFields time: whole seconds, so up to 1 s
+    early; a later write's when the watch missed that one)."""
+    acquired = next((t for t, h in judge.leases_acquired if h == holder), None)
+    written = [t for t, by in judge.admissions_written if by == holder]
+    if acquired is None or not written:
+        return None
+    return min(written) - acquired
+
+
 def _p(values: list[float]) -> str:
     if not values:
         return "n/a"
@@ -106,6 +127,7 @@ def table(fig: Figures, planned: list[str], done: list[str], violations: Violati
         ("takeover: death -> Lease acquired", _p(fig.takeover_lease)),
         ("takeover: Lease -> first admission", _p(fig.takeover_admit)),
         ("takeover: death -> first admission", _p(fig.takeover_total)),
+        ("takeover: acquireTime -> first admission written", _p(fig.takeover_written)),
         ("admissions", f"{fig.admissions} ({fig.admissions_per_s:.1f}/s)"),
         ("creation -> admission, steady", _p(fig.latency_steady)),
         ("creation -> admission, all", _p(fig.latency_all)),

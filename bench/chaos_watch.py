@@ -26,6 +26,7 @@ Invariants (a violation is kept with a one-line description):
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections import Counter, defaultdict
@@ -135,6 +136,16 @@ class Judge:
         # (arrival, unit uid, by) per admission seen; (arrival, holder) per Lease change.
         self.admissions: list[tuple[float, str, str]] = []
         self.leases: list[tuple[float, str]] = []
+        # The same on the apiserver's clock, as this process's monotonic time:
+        # (written, by) per admission seen, `written` the unit's last status
+        # write (its managedFields time, whole seconds: the admission's own
+        # write, or a later one when the watch missed it); (acquired, holder)
+        # per Lease change, `acquired` its spec.acquireTime. A watch that
+        # cannot resume (the apiserver's watch cache reinitializing after a
+        # restart) delays what is seen, not these.
+        self.admissions_written: list[tuple[float, str]] = []
+        self.leases_acquired: list[tuple[float, str]] = []
+        self.wall_offset = time.time() - time.monotonic()
         self._over_since: dict[str, float] = {}
         # At the end: Jobs admitted and still running; Jobs waiting with a
         # position in their queue but no message saying why.
@@ -279,8 +290,11 @@ class Judge:
                         f"{unit.admissions} -> {len(entries)} without a requeue between "
                         f"(by {[e.get('by') for e in entries[-added - 1:]]})")
             unit.requeued = phase in WAITING
+            written = self._on_our_clock(status_written(meta))
             for entry in entries[-added:]:
                 self.admissions.append((arrival, uid, str(entry.get("by") or "")))
+                if written is not None:
+                    self.admissions_written.append((written, str(entry.get("by") or "")))
             if unit.first_admitted is None:
                 unit.first_admitted = arrival
         unit.admissions = len(entries)
@@ -296,6 +310,12 @@ class Judge:
             (obj.get("spec") or {}).get("holderIdentity") or "")
         if not self.leases or self.leases[-1][1] != holder:
             self.leases.append((arrival, holder))
+            acquired = self._on_our_clock(_wall((obj.get("spec") or {}).get("acquireTime")))
+            if holder and acquired is not None:
+                self.leases_acquired.append((acquired, holder))
+
+    def _on_our_clock(self, wall: float | None) -> float | None:
+        return None if wall is None else wall - self.wall_offset
 
     def holder(self) -> str:
         return self.leases[-1][1] if self.leases else ""
@@ -451,6 +471,25 @@ class Judge:
         for allocatable in self.nodes.values():
             _add(total, {k: v for k, v in allocatable.items() if k in JUDGED})
         return total
+
+
+def _wall(value: Any) -> float | None:
+    """An apiserver time (RFC 3339) as seconds since the epoch."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+def status_written(meta: dict[str, Any]) -> float | None:
+    """When the object's status was last written, by the apiserver's clock:
+    the newest `time` of its managedFields entries for the status subresource."""
+    times = [_wall(entry.get("time")) for entry in meta.get("managedFields") or ()
+             if isinstance(entry, dict) and entry.get("subresource") == "status"]
+    found = [t for t in times if t is not None]
+    return max(found) if found else None
 
 
 def status_on_record(unit: dict[str, Any]) -> dict[str, Any]:

@@ -6,9 +6,12 @@ and the quantity parser it judges with."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
+import time
 from fractions import Fraction
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ import pytest
 from arbiter.sandbox.chaos_proxy import ChaosProxy, ProxyProcess
 from arbiter.sandbox.process import free_port
 from bench.chaos import Options, fairshare_offline, scenario_now
+from bench.chaos_figures import figures
 from bench.chaos_http import quantity
 from bench.chaos_watch import Judge
 from bench.chaos_world import (
@@ -399,3 +403,32 @@ def test_the_final_wave_leaves_every_queue_short_of_its_demand(shape: Shape) -> 
     regular = _demand_of([obj for _, obj in arrivals(shape, 32)[::2]])
     mixed = {t: wave_demand.get(t, []) + regular.get(t, []) for t in tenant_names()}
     assert _deserved_cpu(shape, mixed) == alone
+
+
+def test_a_takeover_is_timed_on_the_apiservers_clock_as_well_as_by_arrival(
+        judge: Judge) -> None:
+    """Chaos run 16: after an apiserver restart the watcher's own watch could
+    not resume for minutes; the new leader's first admission arrived 181 s
+    after its Lease, though written 2 s after. Both are shown."""
+    wall = time.time() - 600.0  # the takeover, ten minutes ago
+    killed = wall - judge.wall_offset - 15.0
+    stamp = dt.datetime.fromtimestamp(wall + 0.25, dt.timezone.utc)
+    judge.on_lease("MODIFIED", {"spec": {
+        "holderIdentity": "arbiter-5", "acquireTime": stamp.isoformat()}},
+        killed + 15.5)
+    admitted = unit("Dequeued", 1)
+    admitted["status"]["admissions"] = [{"by": "arbiter-5"}]
+    whole = dt.datetime.fromtimestamp(int(wall) + 2, dt.timezone.utc)
+    admitted["metadata"]["managedFields"] = [
+        {"manager": "kube-arbiter", "operation": "Update", "subresource": "status",
+         "time": whole.strftime("%Y-%m-%dT%H:%M:%SZ")},
+        {"manager": "kube-arbiter", "operation": "Update",
+         "time": "2020-01-01T00:00:00Z"}]  # the spec's write: not the admission
+    judge.on_unit("ADDED", admitted, killed + 196.5)  # seen three minutes late
+    injector = SimpleNamespace(kills=[(killed, "arbiter-4")], done=[])
+    fig = figures(judge, injector, {}, killed - 100.0, killed + 300.0,  # type: ignore[arg-type]
+                  killed, {})
+    assert fig.takeover_admit == [pytest.approx(181.0)]
+    assert fig.takeover_written == [pytest.approx(int(wall) + 2 - (wall + 0.25), abs=1e-3)]
+    assert 0.75 <= fig.takeover_written[0] < 1.75
+    assert "written +" in fig.takeovers[0]

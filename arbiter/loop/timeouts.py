@@ -39,6 +39,18 @@ def admission_deadline(unit: UnitRecord, timeout: float, started: float = 0.0) -
     return latest
 
 
+def release_deadline(unit: UnitRecord, timeout: float) -> float | None:
+    """When a Dequeued Job whose release has not landed goes to backoff: one
+    timeout after its admission. The apiserver refuses a Job's new pool
+    directives while its status shows the last admission's pods active, and
+    only the Job controller changes that (chaos run 18: two Jobs admitted
+    and unreleasable for 6.6 minutes, their room held the whole time)."""
+    if unit.phase != "Dequeued" or unit.consumer is None or unit.consumer.kind != "Job":
+        return None
+    allocated = parse_rfc3339(unit.last_allocate_time)
+    return None if allocated is None else allocated + timeout
+
+
 def backoff_delay(attempts: int, *, base: float, cap: float, jitter: float) -> float:
     """Exponential backoff after the `attempts`-th admission timed out;
     `jitter` in [0, 1) spreads it by up to half again."""

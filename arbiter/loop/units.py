@@ -56,7 +56,7 @@ from arbiter.core.api import unit_name as api_unit_name
 from arbiter.core.model import MAIN_POD_SET, demand_of
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.integrations import BY_KIND
-from arbiter.loop.timeouts import admission_deadline, record_due
+from arbiter.loop.timeouts import admission_deadline, record_due, release_deadline
 
 # consumerRef.apiVersion of a pod group: there is no such object, the
 # kind names the label that gathers its pods.
@@ -550,6 +550,14 @@ def decide(
         if consumer is Consumer.RUNNING:
             return Step("phase", "Running", "running")
         deadline = admission_deadline(unit, timeout, started)
+        unlet = release_deadline(unit, timeout) if consumer is Consumer.HELD else None
+        if unlet is not None and now >= unlet:
+            return Step(
+                "backoff",
+                "TimeoutBackoff",
+                f"not let go {timeout:g}s after admission (its release did not go through); "
+                "requeued after backoff",
+            )
         if deadline is not None and now >= deadline:
             if pods_unit(unit):
                 # A gate cannot be put back: the pods stay, unbound (the

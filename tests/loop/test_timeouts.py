@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from arbiter.base.kubeapi import job_path
+from arbiter.base.kubeapi import ApiError, job_path
 from arbiter.loop.settings import LoopSettings
 from tests.loop.harness import T0, Cluster
 
@@ -230,3 +230,35 @@ async def test_a_job_controller_that_never_starts_the_job_still_ends_its_admissi
     c.clock.advance(2)  # three timeouts after admission
     await c.settle()
     assert c.phase("ns", "job-never") == "TimeoutBackoff"
+
+
+async def test_a_job_whose_release_never_goes_through_gives_its_room_back() -> None:
+    """Chaos run 18: admitted again into another pool, a Job's release was
+    refused for as long as its status showed the last admission's pods
+    active (the Job controller behind); its room was held to the end. One
+    timeout after admission it backs off, and the next unit is admitted."""
+    c = Cluster(settings())
+    c.controller.rng = random.Random(0)
+    c.controller.actions.retry_delay = 0.001
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "stuck", "q", created=T0)
+    await c.job("ns", "next", "q", created=T0 + 1)
+
+    def refused(method: str, path: str, _: object) -> ApiError | None:
+        return ApiError(409, "Conflict", "1 pod(s) of its last admission still active") \
+            if method == "PATCH" and path == job_path("ns", "stuck") else None
+
+    c.api.hooks.append(refused)
+    await c.settle()
+    assert c.phase("ns", "job-stuck") == "Dequeued" and c.suspended("ns", "stuck")
+    assert c.suspended("ns", "next")
+    c.clock.advance(59)
+    await c.settle()
+    assert c.phase("ns", "job-stuck") == "Dequeued"  # its release is still retried
+    c.clock.advance(2)
+    await c.settle()
+    status = c.unit_obj("ns", "job-stuck")["status"]
+    assert status["phase"] == "TimeoutBackoff"
+    assert status["message"].startswith("not let go 60s after admission")
+    assert not c.suspended("ns", "next")  # its room went to the next in line

@@ -253,8 +253,18 @@ class Judge:
                     f"queue {queue}: running pods over capability {over} with {name}")
 
     # -- QueueUnits ------------------------------------------------------------
-    def resync_units(self, _listed: list[dict[str, Any]]) -> None:
+    def resync_units(self, listed: list[dict[str, Any]]) -> None:
+        """A relist: what happened meanwhile was not seen. A unit first seen
+        here has no history either (chaos run 19: one created and admitted,
+        requeued and admitted again while the watch was down arrived with 2
+        admissions, judged a double admission): its first jump is not judged."""
         self.unit_epoch += 1
+        for obj in listed:
+            meta = obj.get("metadata") or {}
+            uid = meta.get("uid")
+            if uid and uid not in self.units:
+                self.units[uid] = Unit(epoch=-1)
+                self.unit_names[uid] = f"{meta.get('namespace')}/{meta.get('name')}"
 
     def on_unit(self, kind: str, obj: dict[str, Any], arrival: float) -> None:
         meta, spec = obj["metadata"], obj.get("spec") or {}

@@ -172,6 +172,18 @@ def test_after_a_relist_a_jump_is_unverifiable_not_a_violation(judge: Judge) -> 
     assert judge.v.unverifiable_admissions == 1
 
 
+def test_a_unit_first_seen_in_a_relist_has_no_history_to_judge(judge: Judge) -> None:
+    """Chaos run 19: created, admitted, reclaimed and admitted again while
+    the watch was down; the relist brought it with 2 admissions."""
+    listed = unit("Dequeued", 2)
+    judge.resync_units([listed])
+    judge.on_unit("ADDED", listed, 1.0)
+    assert judge.v.double_admission == []
+    assert judge.v.unverifiable_admissions == 1
+    judge.on_unit("MODIFIED", unit("Running", 3), 2.0)  # seen from now on: judged
+    assert len(judge.v.double_admission) == 1
+
+
 def test_a_job_with_more_pods_than_its_admissions_allow_ran_twice(judge: Judge) -> None:
     judge.on_job("ADDED", {"metadata": {"uid": "j1", "name": "a", "namespace": "ns1"},
                            "spec": {"parallelism": 1},

@@ -496,10 +496,9 @@ def _wall(value: Any) -> float | None:
 def status_written(meta: dict[str, Any]) -> float | None:
     """When the object's status was last written, by the apiserver's clock:
     the newest `time` of its managedFields entries for the status subresource."""
-    times = [_wall(entry.get("time")) for entry in meta.get("managedFields") or ()
-             if isinstance(entry, dict) and entry.get("subresource") == "status"]
-    found = [t for t in times if t is not None]
-    return max(found) if found else None
+    times = (_wall(entry.get("time")) for entry in meta.get("managedFields") or ()
+             if isinstance(entry, dict) and entry.get("subresource") == "status")
+    return max((t for t in times if t is not None), default=None)
 
 
 def status_on_record(unit: dict[str, Any]) -> dict[str, Any]:

@@ -433,7 +433,7 @@ class Actions:
                 if (job.get("spec") or {}).get("suspend") else None
 
         await self._patch_read(job_path(namespace, name), uid, f"Job {namespace}/{name}", ops,
-                               before=self._template_unfixed)
+                               before=self._unlock_template)
 
     async def release_job_partly(self, unit: UnitRecord, directives: PodDirectives) -> None:
         """Unsuspend a Job admitted with fewer pods than it asked: its
@@ -453,19 +453,17 @@ class Actions:
 
         await self._patch_read(job_path(unit.namespace, consumer.name), consumer.uid,
                                f"Job {unit.namespace}/{consumer.name}", ops,
-                               before=self._template_unfixed)
+                               before=self._unlock_template)
 
-    async def _template_unfixed(self, path: str, job: Obj, ops: list[dict[str, Any]]) -> None:
+    async def _unlock_template(self, path: str, job: Obj, ops: list[dict[str, Any]]) -> None:
         """Let a held Job's pod template change, as Kueue does on stop: the
         apiserver takes a template change only while the Job is suspended,
         shows no active pod, and has no status.startTime or says Suspended.
-        The Job controller says so once it has seen the suspension; under
-        load that is minutes (chaos run 16: 2,786 releases into another pool
-        refused "spec.template: field is immutable"). Its startTime goes,
-        guarded by the suspension and no active pod (the controller sets it
-        again on resume). While pods are active, no patch is tried: the
-        release is retried later (run 17: 1,524 releases, each four refused
-        patches, waited for the controller to delete the last admission's pods)."""
+        The Job controller says so once it has seen the suspension, which
+        under load takes minutes; so the startTime goes here, guarded by the
+        suspension and no active pod (the controller sets it again on
+        resume). While pods are active the release would be refused: it is
+        not tried, and is retried later."""
         if not any(op["path"].startswith("/spec/template") for op in ops):
             return
         status = job.get("status") or {}

@@ -168,21 +168,24 @@ class InFlightWrites:
         """The unit as the loop should see it, given what the store holds:
         our write's result until the store has that version or a newer one.
         A store known to be older keeps it past ASSUME_TTL: a watch that
-        cannot resume (the apiserver's watch cache reinitializing took
-        2 min in chaos run 16) would otherwise bring back a version our
-        own write replaced, and the loop would act on it (a Dequeued unit
-        seen Enqueued again was held and never let go). The TTL applies
-        when the versions do not compare, or the store has none."""
+        cannot resume (a restarted apiserver reinitializing its watch cache)
+        would otherwise bring back a version our own write replaced, and the
+        loop would act on it. The TTL applies when the versions do not
+        compare, or the store has none."""
         assumed = self._assumed.get(key)
         if assumed is None:
             return stored
         record, since = assumed
-        order = None if stored is None else compare_resource_versions(
-            stored.resource_version, record.resource_version)
-        if order == -1 and stored is not None and stored.uid == record.uid:
-            return record  # the watch is behind our write
-        if order is not None or self.clock() - since > ASSUME_TTL:
-            del self._assumed[key]  # confirmed or passed by the watch, or taken as lost
+        if stored is not None:
+            order = compare_resource_versions(stored.resource_version,
+                                              record.resource_version)
+            if order == -1 and stored.uid == record.uid:
+                return record  # the watch is behind our write
+            if order is not None:
+                del self._assumed[key]  # confirmed or passed by the watch
+                return stored
+        if self.clock() - since > ASSUME_TTL:
+            del self._assumed[key]  # taken as lost
             return stored
         return record
 

@@ -43,8 +43,8 @@ def release_deadline(unit: UnitRecord, timeout: float) -> float | None:
     """When a Dequeued Job whose release has not landed goes to backoff: one
     timeout after its admission. The apiserver refuses a Job's new pool
     directives while its status shows the last admission's pods active, and
-    only the Job controller changes that (chaos run 18: two Jobs admitted
-    and unreleasable for 6.6 minutes, their room held the whole time)."""
+    only the Job controller changes that: a controller behind would hold
+    the unit's room for as long as it is behind."""
     if unit.phase != "Dequeued" or unit.consumer is None or unit.consumer.kind != "Job":
         return None
     allocated = parse_rfc3339(unit.last_allocate_time)

@@ -250,8 +250,7 @@ class UnitWriter:
                 log.info("admission of %s not recorded: the unit changed under it", key)
                 # Decide again on the newer version. Marking the version the
                 # store has as outdated when it is the current one would
-                # leave the unit undecided until something else changed it
-                # (chaos run 16: two Jobs held for 11 min).
+                # leave the unit undecided until something else changed it.
                 self.writes.conflicted(decided if moot else unit)
                 return
             admitted = True

@@ -29,7 +29,7 @@ CLUSTER: set[Grant] = {
     ("", "pods", "patch", ""), ("", "pods", "delete", ""),
     ("", "pods/eviction", "create", ""), ("", "pods/status", "patch", ""),
     ("", "pods/finalizers", "update", ""), ("batch", "jobs/finalizers", "update", ""),
-    # A held Job's lingering startTime (arbiter.loop.actions._template_unfixed).
+    # A held Job's lingering startTime (arbiter.loop.actions._unlock_template).
     ("batch", "jobs/status", "patch", ""),
     ("", "events", "create", ""),
     *{("batch", "jobs", verb, "") for verb in

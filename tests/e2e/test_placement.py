@@ -414,7 +414,7 @@ def test_the_apiserver_passes_a_test_for_null_only_while_the_map_is_absent(
 
 async def test_a_held_job_whose_start_time_lingers_is_released_into_another_pool(
         sandbox: Sandbox, kube_api: Any) -> None:
-    """arbiter.loop.actions.Actions._template_unfixed on the real apiserver:
+    """arbiter.loop.actions.Actions._unlock_template on the real apiserver:
     a Job held again before any controller saw it keeps status.startTime,
     and the apiserver refuses its template a new nodeSelector; the release
     takes the startTime off (jobs/status) and goes through. `managedBy`

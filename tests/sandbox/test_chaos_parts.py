@@ -434,8 +434,8 @@ def test_a_takeover_is_timed_on_the_apiservers_clock_as_well_as_by_arrival(
     admitted["metadata"]["managedFields"] = [
         {"manager": "kube-arbiter", "operation": "Update", "subresource": "status",
          "time": whole.strftime("%Y-%m-%dT%H:%M:%SZ")},
-        {"manager": "kube-arbiter", "operation": "Update",
-         "time": "2020-01-01T00:00:00Z"}]  # the spec's write: not the admission
+        {"manager": "kube-arbiter", "operation": "Update",  # a later spec write: not it
+         "time": (whole + dt.timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")}]
     judge.on_unit("ADDED", admitted, killed + 196.5)  # seen three minutes late
     injector = SimpleNamespace(kills=[(killed, "arbiter-4")], done=[])
     fig = figures(judge, injector, {}, killed - 100.0, killed + 300.0,  # type: ignore[arg-type]

@@ -179,8 +179,10 @@ class InFlightWrites:
         if stored is not None:
             order = compare_resource_versions(stored.resource_version,
                                               record.resource_version)
-            if order == -1 and stored.uid == record.uid:
-                return record  # the watch is behind our write
+            if order == -1:
+                # The watch is behind our write; an older version under
+                # another uid is a deleted namesake's, older still.
+                return record
             if order is not None:
                 del self._assumed[key]  # confirmed or passed by the watch
                 return stored

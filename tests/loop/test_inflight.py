@@ -67,15 +67,23 @@ def test_an_assumed_write_stands_past_the_ttl_while_the_store_is_older() -> None
     assert w.unit("ns/job-a", old) is old
 
 
-def test_a_namesakes_version_does_not_keep_an_assumption() -> None:
+def test_a_deleted_namesakes_older_version_does_not_end_an_assumption() -> None:
+    # A unit re-created under a name whose deleted predecessor the lagging
+    # watch still shows: the loop must see ours, or it could create another
+    # unit for the same consumer.
     clock = Clock()
     w = writes(clock)
     ours = unit("100", "Dequeued")
     w.assume(ours)
-    other = UnitRecord(uid="v", namespace="ns", name="job-a", queue="q",
-                       resource_version="99")
+    predecessor = UnitRecord(uid="v", namespace="ns", name="job-a", queue="q",
+                             resource_version="99")
     clock.now += ASSUME_TTL + 0.1
-    assert w.unit("ns/job-a", other) is other
+    assert w.unit("ns/job-a", predecessor) is ours
+    # A newer version under another uid has passed our write: it stands.
+    successor = UnitRecord(uid="w", namespace="ns", name="job-a", queue="q",
+                           resource_version="101")
+    assert w.unit("ns/job-a", successor) is successor
+    assert w.assumed_keys() == []
 
 
 @pytest.mark.parametrize("stored", ["opaque-1", None])

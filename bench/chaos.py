@@ -43,8 +43,8 @@ from arbiter.sandbox.probe import SandboxError
 from bench import chaos_world as world
 from bench.chaos_faults import REPLICAS, Injector, Replica, faster_kwok, proxied_kubeconfig, say
 from bench.chaos_figures import Figures, figures, table
-from bench.chaos_http import Api, Watches
-from bench.chaos_watch import Judge, Violations, deserved_of
+from bench.chaos_http import Api, Watches, quantity
+from bench.chaos_watch import Judge, Violations, deserved_of, status_written
 
 ALL_OTHERS = ["apiserver-restart", "etcd-stop", "proxy-cut", "follower-kill"]
 
@@ -362,7 +362,31 @@ async def _converge(api: Api, judge: Judge, shape: world.Shape, within: float,
             say("shares converged")
             return True, []
         await asyncio.sleep(3.0)
+    await _explain_mismatch(api, judge)
     return False, mismatch
+
+
+async def _explain_mismatch(api: Api, judge: Judge) -> None:
+    """Per Queue, what each side had when the shares did not converge:
+    the judge's live units and their demand; the Queue's status as read now
+    (not through the judge's watch) and how long ago it was written."""
+    status, body = await api.request("GET", f"/apis/{world.GROUP}/queues")
+    if status != 200:
+        say(f"queues not read: HTTP {status}")
+        return
+    demand = judge.waiting_demand()
+    wall_now = time.time()
+    for obj in sorted(body.get("items") or [], key=lambda q: q["metadata"]["name"]):
+        name = obj["metadata"]["name"]
+        queue_status = obj.get("status") or {}
+        written = status_written(obj["metadata"])
+        cpu = sum((quantity(ps.get("requests", {}).get("cpu", 0)) * int(ps.get("count") or 0)
+                   for ps in demand.get(name, [])), Fraction(0))
+        age = f"{wall_now - written:.0f}s ago" if written is not None else "never"
+        say(f"queue {name}: judge {len(demand.get(name, []))} pod sets, cpu {float(cpu):g}; "
+            f"status pending {queue_status.get('pending')} admitted {queue_status.get('admitted')}"
+            f" allocated {queue_status.get('allocated')} deserved {queue_status.get('deserved')}"
+            f", written {age}")
 
 
 def run(options: Options) -> Report:

@@ -238,20 +238,28 @@ class InFlightWrites:
         """The keys with a write running (a live, read-only view)."""
         return self._busy
 
-    def spawn(self, work: Callable[[], Awaitable[None]], *, key: str | None = None) -> None:
+    def spawn(self, work: Callable[[], Awaitable[None]], *, key: str | None = None,
+              queued: bool = True) -> None:
         """Run a write as a task, at most `max_writes` at once; `key` is busy
         from now until the write ends. `work` makes the coroutine only when
         its turn comes (a cancelled task leaves no coroutine behind that was
-        never awaited)."""
+        never awaited). `queued=False`: the write does not wait for a turn
+        among the unit writes. For Queue and Pool status, bounded by their
+        own count and rate: behind a backlog of thousands of unit writes
+        they were minutes stale, though each is one write per object."""
         if key is not None:
             self._busy.add(key)
-        task = asyncio.get_running_loop().create_task(self._limited(work, key))
+        task = asyncio.get_running_loop().create_task(self._limited(work, key, queued))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _limited(self, work: Callable[[], Awaitable[None]], key: str | None) -> None:
+    async def _limited(self, work: Callable[[], Awaitable[None]], key: str | None,
+                       queued: bool) -> None:
         try:
-            async with self._limit:
+            if queued:
+                async with self._limit:
+                    await work()
+            else:
                 await work()
         finally:
             if key is not None:

@@ -106,7 +106,8 @@ class StatusPublisher:
                 continue
             if not self.status_bucket.take(now):
                 break
-            self.writes.spawn(functools.partial(self._write_queue, view, now), key=key)
+            self.writes.spawn(functools.partial(self._write_queue, view, now), key=key,
+                              queued=False)
         self._publish_pools(now)
         depth = self.position_depth
         self._publish_positions(positions(self.mirror, waiting=waiting, depth=depth),
@@ -122,7 +123,8 @@ class StatusPublisher:
                 continue
             if not self.status_bucket.take(now):
                 break
-            self.writes.spawn(functools.partial(self._write_pool, view, now), key=key)
+            self.writes.spawn(functools.partial(self._write_pool, view, now), key=key,
+                              queued=False)
 
     async def _write_pool(self, view: PoolView, now: float) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,32 @@ async def test_status_is_only_written_when_changed_and_not_too_often() -> None:
     await publish(c)
     assert status_writes(c, "/queues/q/") == 2
     assert c.queue_status("q")["admitted"] == 2
+
+
+async def test_queue_status_does_not_wait_behind_unit_writes() -> None:
+    # Every slot for unit writes is taken (a backlog of admissions and
+    # releases under a slow apiserver): the Queue's status still goes out.
+    c = Cluster(LoopSettings(debounce=0.0, max_writes=1))
+    await c.nodes(2)
+    await c.queue("q")
+    await c.pods("ns", "q", 1)
+    await c.settle()
+    stuck = asyncio.Event()
+
+    async def unit_write() -> None:
+        await stuck.wait()
+
+    c.controller.writes.spawn(unit_write, key="ns/stuck")
+    c.controller.writes.spawn(unit_write, key="ns/behind")
+    await asyncio.sleep(0)
+    assert status_writes(c, "/queues/q/") == 0
+    await c.controller.publisher.publish()
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert status_writes(c, "/queues/q/") == 1
+    assert c.queue_status("q")["admitted"] == 1
+    stuck.set()
+    await c.controller.writes.wait()
 
 
 async def test_all_status_writes_together_stay_under_the_rate() -> None:

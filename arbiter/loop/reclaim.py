@@ -92,6 +92,9 @@ class ReclaimSettings:
     max_victims: int = 100  # per look
     depth: int = 256  # waiting units per queue a look considers
     candidates: int = 4096  # admitted units a look considers (the first in victim order)
+    # Seconds a look may compute before it stops (the next look goes on):
+    # it runs on the event loop, which also renews the leader's Lease.
+    budget: float = 1.0
     # Seconds a unit's evictions may be blocked by PodDisruptionBudgets
     # before its pods are deleted instead (arbiter.loop.evict); negative: never.
     pdb_timeout: float = 300.0
@@ -170,6 +173,9 @@ class Reclaimer:
         # Why a starving unit is not reclaiming (`Plan.refused`), as of the
         # last look: its QueueUnit message says so (`StatusPublisher`).
         self.notes: dict[str, str] = {}
+        # Units looks out of time found no room for (`Plan.passed`): the
+        # next looks go on past them, until one gets through every queue.
+        self.skip: dict[str, bool] = {}
 
     # -- deciding (no I/O) ------------------------------------------------------------
     def forget_done(self, mirror: EngineMirror, now: float,
@@ -200,7 +206,13 @@ class Reclaimer:
         mirror.nodes.set_leaving(self.evictions.leaving())
         mirror.nodes.expire_stale(now, EVICTION_TTL)
         if result.looked:
-            self._note(dict(result.plan.refused), record)
+            notes = {k: v for k, v in self.notes.items() if k in self.skip}
+            notes.update(result.plan.refused)
+            self._note(notes, record)
+            if result.plan.timed_out:
+                self.skip.update(result.plan.passed)
+            else:
+                self.skip.clear()
         return result
 
     def _note(self, notes: dict[str, str], record: Callable[[str], UnitRecord | None]) -> None:
@@ -306,9 +318,11 @@ class Reclaimer:
         # (else they would wait for the next look while others take first).
         due = set(queues) if self.settings.grace <= 0 else {
             q for q, since in self.since.items() if now - since >= self.settings.grace}
+        budget_ends = started + self.settings.budget
         decided = plan(engine.capacity(), queues, admitted, heads, due=due,
                        allocated=holding, ordered=True, max_victims=self.settings.max_victims,
-                       room=room)
+                       room=room, out_of_time=lambda: time.perf_counter() > budget_ends,
+                       skip=self.skip)
         cut = decided.cut or len(decided.victims) >= self.settings.max_victims
         for name in decided.starving:
             self.since.setdefault(name, now)

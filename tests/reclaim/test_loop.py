@@ -5,6 +5,7 @@ never forced), in-flight tracking, within-queue preemption, visibility."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -140,6 +141,23 @@ async def test_pods_are_evicted_after_the_grace_and_shares_converge() -> None:
     assert ("ReclaimedByQueue", "na") in reasons and ("Reclaiming", "nb") in reasons
     said = next(s for s in c.events.said if s.reason == "ReclaimedByQueue")
     assert said.type == "Warning" and "reclaimed by queue b" in said.message
+
+
+async def test_looks_out_of_time_take_the_same_back_over_more_looks() -> None:
+    # A look stops once its time budget is spent (here at once, after one
+    # unit each): the next looks go on, and the shares end where one whole
+    # look would have put them.
+    c = ReclaimCluster()
+    reclaimer = c.controller.reclaimer
+    reclaimer.settings = dataclasses.replace(reclaimer.settings, budget=0.0)
+    await tenants(c)
+    await pods_fill_then_arrive(c)
+    await c.look(GRACE + 1)
+    assert 1 <= len(c.evicting.evicted) < 5
+    for _ in range(10):
+        await c.look()
+    assert len(c.evicting.evicted) == 5
+    assert len(c.pods_of("na")) == 5 and len(c.released_pods("nb")) == 5
 
 
 async def test_an_evicted_pods_unit_says_why_and_the_pod_is_marked() -> None:

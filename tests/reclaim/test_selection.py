@@ -83,6 +83,46 @@ def test_converges_to_deserved_and_no_further() -> None:
     assert again.victims == () and again.starving == frozenset()
 
 
+def test_a_pass_out_of_time_stops_after_the_unit_it_is_on_and_says_cut() -> None:
+    queues = {"a": ReclaimQueue("a", deserved=cpu(4)), "b": ReclaimQueue("b", deserved=cpu(3)),
+              "c": ReclaimQueue("c", deserved=cpu(3))}
+    admitted = [running(f"a{i}", "a", cpu(1), admitted=float(i)) for i in range(10)]
+    waiting = {"b": [Waiting("b0", "b", cpu(1))], "c": [Waiting("c0", "c", cpu(1))]}
+    whole = plan(cpu(10), queues, admitted, waiting, due={"b", "c"})
+    assert set(whole.served) == {"b0", "c0"} and not whole.cut
+    asked = []
+
+    def out_of_time() -> bool:
+        asked.append(True)
+        return True
+
+    cut = plan(cpu(10), queues, admitted, waiting, due={"b", "c"}, out_of_time=out_of_time)
+    # The first unit is always served (a look makes progress), then it stops.
+    assert cut.served == whole.served[:1] and cut.cut and cut.timed_out and asked == [True]
+    assert [v.unit.key for v in cut.victims] == ["a9"]
+
+
+def test_a_pass_skips_the_units_an_earlier_pass_out_of_time_found_no_room_for() -> None:
+    # b's head cannot get room (a is at its guarantee); c's can. Out of time
+    # after b's head, the pass says so; the next pass, told to skip it,
+    # reaches c, and b still counts as starving (its grace runs on).
+    queues = {"a": ReclaimQueue("a", deserved=cpu(5), guarantee=cpu(8)),
+              "b": ReclaimQueue("b", deserved=cpu(3)),
+              "c": ReclaimQueue("c", deserved=cpu(2), weight=1)}
+    admitted = [running(f"a{i}", "a", cpu(1), admitted=float(i)) for i in range(10)]
+    waiting = {"b": [Waiting("b0", "b", cpu(3))], "c": [Waiting("c0", "c", cpu(1))]}
+    whole = plan(cpu(10), queues, admitted, waiting, due={"b", "c"})
+    assert whole.served == ("c0",) and whole.starving == {"b", "c"}
+    assert [v.unit.key for v in whole.victims] == ["a9"] and not whole.timed_out
+    assert whole.passed == (("b0", True),)
+    first = plan(cpu(10), queues, admitted, waiting, due={"b", "c"}, out_of_time=lambda: True)
+    assert first.timed_out and first.served == () and first.passed == (("b0", True),)
+    second = plan(cpu(10), queues, admitted, waiting, due={"b", "c"}, out_of_time=lambda: True,
+                  skip=dict(first.passed))
+    assert second.served == ("c0",) and [v.unit.key for v in second.victims] == ["a9"]
+    assert second.starving == {"b", "c"}
+
+
 def test_not_before_the_grace_period() -> None:
     queues = two_tenants()
     admitted = [running(f"a{i}", "a", cpu(1)) for i in range(10)]

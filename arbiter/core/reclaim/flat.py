@@ -91,6 +91,7 @@ from arbiter.core.engine.flat import dominant_share_of
 from arbiter.core.engine.tree import has_hierarchy
 from arbiter.core.reclaim.rules import (
     GraceWaiters,
+    capacity_of,
     cover_greedily,
     may_gain,
     richest_share,
@@ -178,6 +179,8 @@ class Plan:
     waiting_for_grace: frozenset[str] = frozenset()
     # The pass stopped before every queue was looked at (`starving` is partial).
     cut: bool = False
+    timed_out: bool = False  # cut by `out_of_time`
+    passed: tuple[tuple[str, bool], ...] = ()  # (unit, its queue starving): no room found
     early: frozenset[str] = frozenset()  # reclaimed in their grace (`GraceWaiters`)
     # Why a starving queue's unit got no victims: (unit key, one line), from
     # `arbiter.core.reclaim.why` (for its message and the decision log).
@@ -238,15 +241,6 @@ def victim_order(queues: Mapping[str, ReclaimQueue]) -> Callable[[Admitted], Vic
 # -- selection -----------------------------------------------------------------------
 
 
-def _capacity_of(free: Mapping[str, int],
-                 allocated: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
-    total = dict(free)
-    for amounts in allocated.values():
-        for r, v in amounts.items():
-            total[r] = total.get(r, 0) + v
-    return total
-
-
 def select_reclaim(
     unit: Waiting,
     free: Mapping[str, int],
@@ -278,7 +272,7 @@ def select_reclaim(
     taker = queues.get(unit.queue)
     if held is None:
         held = allocated.get(unit.queue, EMPTY)
-    shares_of = capacity if capacity is not None else _capacity_of(free, allocated)
+    shares_of = capacity if capacity is not None else capacity_of(free, allocated)
     guaranteed = taker is not None and under_guarantee(held, unit.demand, taker.guarantee)
     bar = weighted_share(held, shares_of, taker.weight if taker is not None else 1)
     pool = candidates if ordered else sorted(candidates, key=victim_order(queues))
@@ -379,8 +373,14 @@ def plan(
     max_steps: int = 10_000,
     usable: Callable[[Waiting, Admitted], bool] | None = None,
     room: Room | None = None,
+    out_of_time: Callable[[], bool] = lambda: False,
+    skip: Mapping[str, bool] | None = None,
 ) -> Plan:
     """Victims for the waiting units (see the module doc).
+
+    `out_of_time()`, asked before each unit after the first, cuts the pass
+    (`timed_out`); `skip` (a timed-out pass's `passed`): units not looked at
+    again, so that a costly one cannot keep the queues behind it waiting.
 
     `room` (node fit): a unit is served without victims only when its pods
     fit on nodes it may use, and victims are chosen so that they then do;
@@ -479,7 +479,13 @@ def plan(
     # (admission orders those by policy, not as the pass offers them).
     unserved: list[tuple[str, Resources]] = []
     steps = 0
+    examined = 0  # units looked at (not skipped): the first always is
+    timed_out = False
+    passed: dict[str, bool] = {}
     while heap and len(victims) < max_victims and steps < max_steps:
+        if examined and out_of_time():
+            timed_out = True
+            break
         steps += 1
         order, name, ver = heapq.heappop(heap)
         if ver != version[name]:
@@ -489,6 +495,11 @@ def plan(
         if index >= len(units):
             continue
         unit = units[index]
+        if skip is not None and unit.key in skip:  # as the earlier pass found it
+            starving.update([name] if skip[unit.key] else [])
+            unserved.append((name, unit.demand))
+            continue
+        examined += 1
         spec = queues[name]
         held = projected.setdefault(name, {})
         chosen: list[Admitted] | None
@@ -542,6 +553,7 @@ def plan(
                                 "hand the room to a unit ahead of it (H-DRF)"))
             if chosen is None:
                 unserved.append((name, unit.demand))
+                passed[unit.key] = name in starving
                 continue  # cannot be served now: the queue offers nothing more
             if victims and len(victims) + len(chosen) > max_victims:
                 break  # the next pass serves it
@@ -582,5 +594,6 @@ def plan(
             if other in cursor:
                 push(other)
     return Plan(tuple(victims), tuple(served), frozenset(starving),
-                frozenset(waiting_for_grace - waiters.early), early=frozenset(waiters.early),
-                refused=tuple(refused))
+                frozenset(waiting_for_grace - waiters.early), cut=timed_out,
+                timed_out=timed_out, passed=tuple(passed.items()),
+                early=frozenset(waiters.early), refused=tuple(refused))

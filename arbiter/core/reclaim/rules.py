@@ -131,6 +131,16 @@ class HasDemand(Protocol):
 Victim = TypeVar("Victim", bound=HasDemand)
 
 
+def capacity_of(free: Mapping[str, int],
+                 allocated: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """What is free plus what every queue holds."""
+    total = dict(free)
+    for amounts in allocated.values():
+        for r, v in amounts.items():
+            total[r] = total.get(r, 0) + v
+    return total
+
+
 def shortfall(demand: Mapping[str, int], free: Mapping[str, int]) -> dict[str, int]:
     return {r: v - free.get(r, 0) for r, v in demand.items() if v > free.get(r, 0)}
 

@@ -56,7 +56,7 @@ from arbiter.loop.placement import PodDirectives, directives_for
 from arbiter.loop.publisher import StatusPublisher
 from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.settings import CycleStats, LoopSettings
-from arbiter.loop.timeouts import admission_deadline, backoff_delay, record_due
+from arbiter.loop.timeouts import admission_deadline, backoff_delay, record_due, release_deadline
 from arbiter.loop.units import (
     Consumer,
     DesiredUnit,
@@ -435,8 +435,12 @@ class AdmissionController:
         if self.writes.busy(key) or outdated:
             return  # a write is running, or we know this version is outdated
         retry = self.writes.retry_at(key)
-        if retry > now:
-            self.writes.timer(retry, key)
+        unlet = release_deadline(unit, self.settings.admission_timeout) \
+            if consumer is Consumer.HELD else None
+        if retry > now and (unlet is None or now < unlet):
+            # A refused release waits for its retry, but not past its
+            # deadline: under load retries came minutes apart.
+            self.writes.timer(retry if unlet is None else min(retry, unlet), key)
             return
         behind = self._spec_behind(unit)
         if behind is not None:

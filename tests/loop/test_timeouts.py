@@ -262,3 +262,30 @@ async def test_a_job_whose_release_never_goes_through_gives_its_room_back() -> N
     assert status["phase"] == "TimeoutBackoff"
     assert status["message"].startswith("not let go 60s after admission")
     assert not c.suspended("ns", "next")  # its room went to the next in line
+
+
+async def test_the_release_deadline_does_not_wait_for_the_next_release_retry() -> None:
+    """Chaos run 23: a refused release retried ~2 minutes apart under load;
+    the unit backed off at the first retry after its deadline, not at it."""
+    c = Cluster(settings())
+    c.controller.rng = random.Random(0)
+    c.controller.actions.retry_delay = 0.001
+    c.controller.writes.retry_base = c.controller.writes.retry_max = 45.0
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "stuck", "q", created=T0)
+
+    def refused(method: str, path: str, _: object) -> ApiError | None:
+        return ApiError(409, "Conflict", "1 pod(s) of its last admission still active") \
+            if method == "PATCH" and path == job_path("ns", "stuck") else None
+
+    c.api.hooks.append(refused)
+    await c.settle()
+    assert c.controller.writes.retry_at("ns/job-stuck") == T0 + 45.0
+    c.clock.advance(50)
+    await c.settle()  # retried at 45, refused: next try at 95
+    assert c.phase("ns", "job-stuck") == "Dequeued"
+    assert c.controller.writes.timer_for("ns/job-stuck") == T0 + 60.0
+    c.clock.advance(11)
+    await c.settle()
+    assert c.phase("ns", "job-stuck") == "TimeoutBackoff"

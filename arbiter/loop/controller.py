@@ -435,13 +435,14 @@ class AdmissionController:
         if self.writes.busy(key) or outdated:
             return  # a write is running, or we know this version is outdated
         retry = self.writes.retry_at(key)
-        unlet = release_deadline(unit, self.settings.admission_timeout) \
-            if consumer is Consumer.HELD else None
-        if retry > now and (unlet is None or now < unlet):
+        if retry > now:
             # A refused release waits for its retry, but not past its
             # deadline: under load retries came minutes apart.
-            self.writes.timer(retry if unlet is None else min(retry, unlet), key)
-            return
+            unlet = release_deadline(unit, self.settings.admission_timeout) \
+                if consumer is Consumer.HELD else None
+            if unlet is None or now < unlet:
+                self.writes.timer(retry if unlet is None else min(retry, unlet), key)
+                return
         behind = self._spec_behind(unit)
         if behind is not None:
             # Its spec is not its consumer's and a write was busy when the

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from arbiter.core.model import Placement
 from arbiter.core.reclaim import flat as core_reclaim
+from arbiter.core.reclaim import selection as reclaim_selection
 from arbiter.core.reclaim import tree as reclaim_tree
 from arbiter.loop.inflight import EVICTION_TTL
 from tests.reclaim.parity import Case, Job, play, run
@@ -95,6 +96,7 @@ def without_guarantee_first() -> Iterator[None]:
     in a tree); the engine keeps it."""
     never = lambda *_: False  # noqa: E731
     with patch.object(core_reclaim, "under_guarantee", never), \
+            patch.object(reclaim_selection, "under_guarantee", never), \
             patch.object(reclaim_tree, "under_guarantee", never):
         yield
 

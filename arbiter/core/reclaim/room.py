@@ -25,8 +25,8 @@ from fractions import Fraction
 
 from arbiter.core.model import MAIN_POD_SET, Placement, Unit
 from arbiter.core.placement import NodeSet, NodeView, Pairs
-from arbiter.core.reclaim.flat import Admitted, Waiting
 from arbiter.core.reclaim.rules import cover_greedily
+from arbiter.core.reclaim.selection import Admitted, Waiting
 
 __all__ = ["NODE_EXTRA", "NodeRoom"]
 

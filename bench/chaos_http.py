@@ -54,12 +54,18 @@ def resources(mapping: dict[str, Any] | None) -> dict[str, Fraction]:
 class Api:
     """The apiserver as the sandbox's admin (system:masters)."""
 
-    def __init__(self, base_url: str, ca: str, cert: str, key: str) -> None:
+    def __init__(self, base_url: str, ca: str | None, cert: str = "", key: str = "") -> None:
+        """`ca` None: plain HTTP (a stand-in server in tests)."""
         self.base = base_url.rstrip("/")
-        context = ssl.create_default_context(cafile=ca)
-        context.load_cert_chain(cert, key)
-        self._context = context
+        self._context: ssl.SSLContext | bool = False
+        if ca is not None:
+            self._context = ssl.create_default_context(cafile=ca)
+            self._context.load_cert_chain(cert, key)
         self.session: aiohttp.ClientSession | None = None
+        # Watches: when each last received an event (bookmarks too), and
+        # each relist after a 410 (path, seconds without events before it).
+        self.last_event: dict[str, float] = {}
+        self.relists: list[tuple[str, float]] = []
 
     async def __aenter__(self) -> Api:
         connector = aiohttp.TCPConnector(ssl=self._context, limit=64)
@@ -104,6 +110,7 @@ class Api:
         """Call `handle(type, object, arrival)` for every event of `path`
         until `stop`; lists first (as ADDED events) and again after a 410."""
         version = ""
+        listed = False
         while not stop.is_set():
             if not version:
                 try:
@@ -113,6 +120,13 @@ class Api:
                     continue
                 resync(items)
                 now = time.monotonic()
+                if listed:  # how long events went unseen bounds what a relist hides
+                    unseen = now - self.last_event.get(path, now)
+                    self.relists.append((path, unseen))
+                    print(f"[chaos {time.strftime('%H:%M:%S')}] watch {path}: listed again "
+                          f"(410), {len(items)} objects, events unseen for {unseen:.1f}s",
+                          flush=True)
+                listed = True
                 for item in items:
                     handle("ADDED", item, now)
                 if ready is not None:
@@ -143,8 +157,9 @@ class Api:
                     if event.get("type") == "ERROR":
                         return "" if obj.get("code") == 410 else version
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
+                    self.last_event[path] = arrival = time.monotonic()
                     if event.get("type") != "BOOKMARK":
-                        handle(str(event["type"]), obj, time.monotonic())
+                        handle(str(event["type"]), obj, arrival)
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
             await asyncio.sleep(0.3)
         return version

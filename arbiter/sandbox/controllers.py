@@ -82,7 +82,8 @@ class GoController:
 
 
 KUEUE = GoController(
-    name="kueue", wrapper="kueue", module="sigs.k8s.io/kueue", package="sigs.k8s.io/kueue/cmd/kueue",
+    name="kueue", wrapper="kueue", module="sigs.k8s.io/kueue",
+    package="sigs.k8s.io/kueue/cmd/kueue",
     crd_dir="config/components/crd/bases",
     webhooks="config/components/webhook/manifests.yaml", cold_build="7-19 minutes")
 # JobSet and LWS share one wrapper module, so one dependency graph: a cold

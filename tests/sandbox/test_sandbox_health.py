@@ -45,7 +45,8 @@ def _crash(record: process.ProcessRecord) -> None:
     assert process.wait_exit(record, 5.0)
 
 
-def _cli_status(directory: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+def _cli_status(directory: Path,
+                capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
     code = cli._status(argparse.Namespace(dir=directory, json=True))
     return code, json.loads(capsys.readouterr().out)
 

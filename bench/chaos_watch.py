@@ -196,6 +196,9 @@ class Judge:
         record["failed"] = record.get("failed", False) or "Failed" in conditions
         record["deleted"] = kind == "DELETED"
         record["suspended"] = bool(spec.get("suspend"))
+        record["active"] = int(status.get("active") or 0)
+        record["version"] = str(meta.get("resourceVersion") or "")
+        record["suspend_by"] = suspend_writer(meta)
 
     # -- pods ------------------------------------------------------------------
     def on_pod(self, kind: str, obj: dict[str, Any], _: float) -> None:
@@ -433,7 +436,9 @@ class Judge:
             return f"job {job['ns']}/{job['name']}: unfinished, no QueueUnit"
         if unit.phase not in WAITING or not (unit.message or unit.position is not None):
             return (f"job {job['ns']}/{job['name']}: unfinished, unit phase "
-                    f"{unit.phase or 'none'!r}, message {unit.message!r}; {self._pods_of(uid)}")
+                    f"{unit.phase or 'none'!r}, message {unit.message!r}; {self._pods_of(uid)}; "
+                    f"Job suspend {job.get('suspended')} (written by {job.get('suspend_by')}), "
+                    f"status.active {job.get('active')}, resourceVersion {job.get('version')}")
         return None
 
     def recheck_lost(self) -> None:
@@ -491,6 +496,16 @@ def _wall(value: Any) -> float | None:
         return dt.datetime.fromisoformat(value).timestamp()
     except ValueError:
         return None
+
+
+def suspend_writer(meta: dict[str, Any]) -> str:
+    """Who last wrote a Job's spec.suspend, and when ("manager Operation
+    time"), from its managedFields: which view of a lost Job is current."""
+    for entry in meta.get("managedFields") or ():
+        if isinstance(entry, dict) and "f:suspend" in (
+                (entry.get("fieldsV1") or {}).get("f:spec") or {}):
+            return f"{entry.get('manager')} {entry.get('operation')} {entry.get('time')}"
+    return "nobody"
 
 
 def status_written(meta: dict[str, Any]) -> float | None:

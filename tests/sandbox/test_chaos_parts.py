@@ -207,10 +207,20 @@ def test_an_unfinished_job_is_lost_unless_running_or_waiting_with_a_reason(judge
     judge.on_unit("ADDED", unit("Enqueued", 0, message="queue at capability"), 0.0)
     judge.finish()
     assert judge.v.lost == []
-    judge.on_job("MODIFIED", {**job, "spec": {"suspend": True}}, 0.0)
+    judge.on_job("MODIFIED", {"metadata": {**job["metadata"], "resourceVersion": "42",
+                                           "managedFields": [
+        {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+         "fieldsV1": {"f:status": {"f:active": {}}}},
+        {"manager": "kube-arbiter", "operation": "Update", "time": "2026-11-29T06:23:18Z",
+         "fieldsV1": {"f:spec": {"f:suspend": {}}}}]},
+                              "spec": {"suspend": True}, "status": {"active": 1}}, 0.0)
     judge.on_unit("MODIFIED", unit("Dequeued", 1), 0.0)  # admitted, never released
     judge.finish()
     assert len(judge.v.lost) == 1
+    # The line says which view of the Job is current, and who suspended it last.
+    assert judge.v.lost[0].endswith(
+        "Job suspend True (written by kube-arbiter Update 2026-11-29T06:23:18Z), "
+        "status.active 1, resourceVersion 42"), judge.v.lost[0]
     judge.v.lost.clear()
     judge.on_pod("ADDED", pod("p1", "ns1", "n1", "1"), 0.0)
     judge.finish()

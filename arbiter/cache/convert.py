@@ -425,6 +425,7 @@ def job_from_api(obj: Obj) -> JobRecord:
         finish_time=_job_finish_time(status),
         owner_kind=owner.kind if owner is not None else "",
         owner_uid=owner.uid if owner is not None else "",
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

@@ -262,6 +262,8 @@ class JobRecord:
     # Its controller ownerRef (a JobSet's, a JobFlow's): "" when none.
     owner_kind: str = ""
     owner_uid: str = ""
+    # Which write of ours the cache has seen (`InFlightWrites.override`).
+    resource_version: str = ""
 
     @property
     def demand(self) -> Resources:

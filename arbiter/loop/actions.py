@@ -325,20 +325,25 @@ class Actions:
                 await asyncio.sleep(delay)
                 delay *= 2
 
-    async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> None:
+    async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> str:
+        """The Job's resourceVersion after the write ("" when not known)."""
         ops: list[dict[str, Any]] = []
         if uid:
             ops.append({"op": "test", "path": "/metadata/uid", "value": uid})
         ops.append({"op": "add", "path": "/spec/suspend", "value": suspend})
+        written: list[str] = []
 
         async def call() -> None:
             try:
-                await self.api.json_patch(job_path(namespace, name), ops)
+                job = await self.api.json_patch(job_path(namespace, name), ops)
             except (NotFound, Invalid) as error:
                 raise ConsumerGone(f"Job {namespace}/{name}: {error}") from error
+            meta = job.get("metadata") if isinstance(job, dict) else None
+            written.append(str((meta or {}).get("resourceVersion") or ""))
 
         verb = "suspend" if suspend else "unsuspend"
         await self._with_retries(f"{verb} Job {namespace}/{name}", call)
+        return written[-1] if written else ""
 
     async def remove_gate(self, namespace: str, name: str, uid: str) -> bool:
         """Remove arbiter's scheduling gate; False if it was not there."""
@@ -521,16 +526,18 @@ class Actions:
         # apiserver makes): name the refusal.
         raise ApiError(409, "Conflict", f"{what}: kept changing (last: {last})")
 
-    async def hold(self, unit: UnitRecord, pods: Sequence[PodRecord] = ()) -> None:
+    async def hold(self, unit: UnitRecord, pods: Sequence[PodRecord] = ()) -> str:
         """Hold a released consumer again: suspend a Job or a suspend-held
         workload (taking its placement off), or delete a gate-held
         workload's pods (its controller makes them again, gated). A plain
-        pod cannot be held after release."""
+        pod cannot be held after release. Returns a Job's resourceVersion
+        after the suspend ("" for anything else)."""
         consumer = unit.consumer
         if consumer is not None and consumer.kind == "Job":
-            await self.set_job_suspend(unit.namespace, consumer.name, consumer.uid, True)
-        elif consumer is not None and consumer.kind in WORKLOAD_CONSUMERS:
+            return await self.set_job_suspend(unit.namespace, consumer.name, consumer.uid, True)
+        if consumer is not None and consumer.kind in WORKLOAD_CONSUMERS:
             await self.hold_workload(unit, pods)
+        return ""
 
     # -- workloads of the integrations (arbiter.integrations) ------------------------
     async def release_workload(self, unit: UnitRecord, pods: Sequence[PodRecord],

@@ -220,7 +220,9 @@ class AdmissionController:
         """What the unit's consumer is doing (with our unseen writes applied)."""
         key = consumer_key(unit)
         state, pods = consumer_state(self.store, self.index, unit, key)
-        return self.writes.consumer(key, state), pods
+        job = self.store.jobs.get(f"{key.namespace}/{key.name}") \
+            if key is not None and key.kind == "Job" else None
+        return self.writes.consumer(key, state, job.resource_version if job else ""), pods
 
     # -- the cycle -----------------------------------------------------------------------------
     def cycle(self, budget: int | None = None) -> list[Unit]:

@@ -96,9 +96,10 @@ class Evictor:
 
         return await self.actions.write_status(unit, build, in_phase(unit.phase))
 
-    async def suspend_job(self, unit: UnitRecord) -> None:
-        """spec.suspend: true (raises ConsumerGone when the Job is gone)."""
-        await self.actions.hold(unit)
+    async def suspend_job(self, unit: UnitRecord) -> str:
+        """spec.suspend: true (raises ConsumerGone when the Job is gone); the
+        Job's resourceVersion after it."""
+        return await self.actions.hold(unit)
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> EvictResult:
         """Ask the Eviction API; "blocked" when a PodDisruptionBudget (429)

@@ -95,6 +95,9 @@ log = logging.getLogger(__name__)
 
 # How long a write's result may stand in for what the watch has not delivered.
 ASSUME_TTL = 30.0
+# A consumer write whose resourceVersion is known stands while the cache is
+# older than it, up to this long.
+VERSIONED_TTL = 600.0
 # How long creations wait in a namespace found terminating, unless its
 # Namespace event (deleted) comes first; then they are tried again.
 TERMINATING_HOLD = 60.0
@@ -116,6 +119,10 @@ class _Override:
     expected: Consumer
     before: Consumer
     until: float
+    version: str = ""  # the consumer's resourceVersion after our write, when known
+    # While the cache is known older than `version`: kept until then (a
+    # bound, so that an override nobody looks at again still goes).
+    kept: float = 0.0
 
 
 class InFlightWrites:
@@ -194,25 +201,37 @@ class InFlightWrites:
     def assumed_keys(self) -> list[str]:
         return list(self._assumed)
 
-    def override(self, consumer: ConsumerKey, expected: Consumer, before: Consumer) -> None:
-        """We changed `consumer` from `before` to `expected`; the watch will follow."""
-        self._overrides[consumer] = _Override(expected, before, self.clock() + ASSUME_TTL)
+    def override(self, consumer: ConsumerKey, expected: Consumer, before: Consumer,
+                 version: str = "") -> None:
+        """We changed `consumer` from `before` to `expected` (its
+        resourceVersion then `version`, when known); the watch will follow."""
+        now = self.clock()
+        self._overrides[consumer] = _Override(expected, before, now + ASSUME_TTL, version,
+                                              now + (VERSIONED_TTL if version else ASSUME_TTL))
 
-    def consumer(self, key: ConsumerKey | None, state: Consumer) -> Consumer:
-        """`state` (the cache's) with our unseen write applied."""
+    def consumer(self, key: ConsumerKey | None, state: Consumer, version: str = "") -> Consumer:
+        """`state` (the cache's, at resourceVersion `version` when known)
+        with our unseen write applied. While the cache is known to be older
+        than our write, the write stands past ASSUME_TTL (as `unit`'s do):
+        a Job watch minutes behind under load would otherwise bring back
+        the Job our suspend replaced, and the loop would act on it."""
         if key is None or not self._overrides:
             return state
         override = self._overrides.get(key)
         if override is None:
             return state
-        if state is override.before and self.clock() < override.until:
-            return override.expected
+        if state is override.before:
+            order = compare_resource_versions(version, override.version) \
+                if version and override.version else None
+            now = self.clock()
+            if (order == -1 and now < override.kept) or (order is None and now < override.until):
+                return override.expected
         del self._overrides[key]
         return state
 
     def expire_overrides(self, now: float) -> None:
         """Drop overrides of consumers nobody looked at again."""
-        for key in [k for k, o in self._overrides.items() if o.until < now]:
+        for key in [k for k, o in self._overrides.items() if o.kept < now]:
             del self._overrides[key]
 
     def conflicted(self, unit: UnitRecord) -> None:

@@ -437,12 +437,12 @@ async def _requeue(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,
     if consumer is None:
         return  # a reservation: the status was the whole admission
     try:
-        await evictor.suspend_job(record)
+        version = await evictor.suspend_job(record)
     except ConsumerGone:
         loop.writes.override(consumer, Consumer.MISSING, state)
         return
     if state in (Consumer.RELEASED, Consumer.RUNNING):
-        loop.writes.override(consumer, Consumer.HELD, state)
+        loop.writes.override(consumer, Consumer.HELD, state, version)
 
 
 async def _evict(loop: LoopAccess, reclaimer: Reclaimer, evictor: Evictor,

@@ -428,8 +428,7 @@ NOTHING = Step("none")
 
 
 def pods_unit(unit: UnitRecord) -> bool:
-    """A plain pod's or a pod group's unit (its consumer is released by
-    lifting gates, which cannot be put back)."""
+    """A plain pod's or a pod group's unit (released by lifting gates, never put back)."""
     return unit.consumer is not None and unit.consumer.kind in POD_KINDS
 
 
@@ -451,9 +450,8 @@ def suspend_workload(unit: UnitRecord) -> bool:
 def lets_pods_go(unit: UnitRecord) -> bool:
     """A unit whose workload's pods arrive gated and are let go while it is
     admitted, each as it comes: a gate-held workload's, or a suspend-held one
-    whose controller makes the pods itself (`Integration.gated_pods`: KubeRay).
-    Resized while admitted, such a unit is requeued at its new size (its
-    extra pods would wait gated for ever otherwise)."""
+    whose controller makes the pods (`Integration.gated_pods`: KubeRay). Resized
+    while admitted, it is requeued at its new size (else its extra pods wait)."""
     ref = unit.consumer
     return ref is not None and ref.kind in WORKLOAD_CONSUMERS \
         and (BY_KIND[ref.kind].hold == "gate" or BY_KIND[ref.kind].gated_pods)
@@ -501,8 +499,7 @@ ENDED_PHASES: dict[Consumer, tuple[UnitPhase, str]] = {
 }
 
 
-def record_step(unit: UnitRecord, consumer: Consumer, now: float,
-                within: float) -> Step:
+def record_step(unit: UnitRecord, consumer: Consumer, now: float, within: float) -> Step:
     """Write the admission of a unit created admitted into its status, in
     one write with the phase its consumer reached: when it ends, or once
     `within` s of its creation are over (Running, or the admission alone).
@@ -541,6 +538,11 @@ def decide(
     if consumer is Consumer.NONE:
         return NOTHING  # a reservation only moves when admitted
     if phase in ("Enqueued", "Reserved"):
+        if phase == "Enqueued" and unit.admissions > 0 \
+                and consumer in (Consumer.RELEASED, Consumer.RUNNING):
+            # Taken back, yet let go: the hold did not land (a leader killed before its
+            # suspend) or the cache is behind it. Adopting it would undo the take-back.
+            return Step("hold", message="let go after arbiter took it back; held again")
         if consumer is Consumer.RELEASED:
             return Step("adopt", "Dequeued", "released outside arbiter; counted as admitted")
         if consumer is Consumer.RUNNING:

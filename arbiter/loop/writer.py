@@ -315,6 +315,8 @@ class UnitWriter:
             if step.kind == "release":
                 await self._release(unit)
             elif step.kind == "hold":
+                if step.message:
+                    log_decision("hold", unit, step.message, level=logging.WARNING)
                 await self._hold(unit)
             elif step.kind == "rehold":
                 # A serving workload resized while admitted: requeued at its
@@ -438,7 +440,7 @@ class UnitWriter:
         key = consumer_key(unit)
         state, pods = self.consumer(unit)
         try:
-            await self.actions.hold(unit, pods)
+            version = await self.actions.hold(unit, pods)
         except ConsumerGone:
             if key is not None:
                 self.writes.override(key, Consumer.MISSING, state)
@@ -447,4 +449,4 @@ class UnitWriter:
         if key is not None and key.kind not in POD_KINDS \
                 and state in (Consumer.RELEASED, Consumer.RUNNING):
             # A Job or workload is held again (a plain pod's gate cannot come back).
-            self.writes.override(key, Consumer.HELD, state)
+            self.writes.override(key, Consumer.HELD, state, version)

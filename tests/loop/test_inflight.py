@@ -10,7 +10,7 @@ import pytest
 
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import UnitRecord
-from arbiter.loop.inflight import ASSUME_TTL, InFlightWrites
+from arbiter.loop.inflight import ASSUME_TTL, VERSIONED_TTL, InFlightWrites
 from arbiter.loop.units import Consumer
 
 T0 = 1_000.0
@@ -172,6 +172,32 @@ def test_a_consumer_override_holds_until_the_watch_moves_or_it_expires() -> None
     w.override(job, Consumer.MISSING, Consumer.HELD)
     w.expire_overrides(clock.now + ASSUME_TTL + 1)
     assert w.consumer(job, Consumer.HELD) is Consumer.HELD
+
+
+def test_a_consumer_override_with_a_version_stands_while_the_cache_is_older() -> None:
+    """Our suspend landed at resourceVersion 20; a Job watch behind it (the
+    cache at 15, unsuspended) does not bring the old Job back after the TTL,
+    as it did in chaos run 25. A newer version, or one that does not
+    compare, ends it as before; so does the bound."""
+    clock = Clock()
+    w = writes(clock)
+    job = ConsumerKey("Job", "ns", "a")
+    w.override(job, Consumer.HELD, Consumer.RELEASED, "20")
+    clock.now += ASSUME_TTL * 4
+    w.expire_overrides(clock.now)
+    assert w.consumer(job, Consumer.RELEASED, "15") is Consumer.HELD  # the cache is behind
+    assert w.consumer(job, Consumer.RELEASED, "21") is Consumer.RELEASED  # passed: changed since
+    assert w.consumer(job, Consumer.RELEASED, "15") is Consumer.RELEASED  # ... and it is gone
+    w.override(job, Consumer.HELD, Consumer.RELEASED, "20")
+    assert w.consumer(job, Consumer.RELEASED, "") is Consumer.HELD  # no version: the TTL
+    clock.now += ASSUME_TTL + 1
+    assert w.consumer(job, Consumer.RELEASED, "") is Consumer.RELEASED
+    w.override(job, Consumer.HELD, Consumer.RELEASED, "20")
+    clock.now += VERSIONED_TTL + 1
+    assert w.consumer(job, Consumer.RELEASED, "15") is Consumer.RELEASED  # the bound
+    w.override(job, Consumer.HELD, Consumer.RELEASED, "20")
+    w.expire_overrides(clock.now + VERSIONED_TTL + 1)
+    assert w.consumer(job, Consumer.RELEASED, "15") is Consumer.RELEASED
 
 
 async def test_a_key_is_busy_while_its_write_runs_even_when_the_write_fails() -> None:

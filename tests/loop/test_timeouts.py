@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from arbiter.base.kubeapi import ApiError, job_path
+from arbiter.base.kubeapi import ApiError, job_path, unit_path
 from arbiter.loop.settings import LoopSettings
 from tests.loop.harness import T0, Cluster
 
@@ -130,6 +130,62 @@ async def test_a_job_released_while_arbiter_was_away_counts_as_admitted() -> Non
     assert status["lastAllocateTime"] == status["admissions"][0]["time"]
     assert "released outside arbiter" in status["message"]
     assert len(c.released_pods("ns")) == 1  # it uses one of the two CPUs
+
+
+async def test_a_job_let_go_after_it_was_taken_back_is_held_again_not_adopted() -> None:
+    """The take-back half done (a leader killed after its status write
+    requeued the unit, before the suspend; or arbiter's own late release):
+    the unit is Enqueued, admitted before, and its Job runs. It is suspended
+    again and waits for its queue (here at capability 0), never adopted."""
+    c = Cluster(settings())
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "a", "q")
+    await c.settle()
+    assert c.phase("ns", "job-a") == "Dequeued" and not c.suspended("ns", "a")
+    await c.set_queue("q", capability={"cpu": "0"})
+    c.api.set_status(unit_path("ns", "job-a"), {
+        "phase": "Enqueued", "message": "reclaimed by queue r; requeued", "allocated": None})
+    await c.settle()
+    assert c.suspended("ns", "a")
+    assert c.phase("ns", "job-a") == "Enqueued" and c.admissions("ns", "job-a") == 1
+    assert "released outside arbiter" not in c.unit_obj("ns", "job-a")["status"]["message"]
+
+
+async def test_a_held_job_stays_held_while_the_job_watch_is_behind_the_suspend() -> None:
+    """Our suspend landed; the Job watch is minutes behind it (chaos run 25,
+    a saturated control plane). Past ASSUME_TTL the loop still sees the Job
+    held (the cache is known older than the suspend): not suspended again,
+    and its unit waits instead of being counted as running."""
+    c = Cluster(settings(), lag=True)
+    await c.nodes(1)
+    await c.queue("q")
+    await c.job("ns", "a", "q")
+    for _ in range(4):
+        c.api.deliver()
+        await c.settle()
+    assert c.phase("ns", "job-a") == "Dequeued" and not c.suspended("ns", "a")
+    assert c.store.jobs["ns/a"].suspended is False  # the watch has the release
+    await c.set_queue("q", capability={"cpu": "0"})
+    c.api.set_status(unit_path("ns", "job-a"), {
+        "phase": "Enqueued", "message": "reclaimed by queue r; requeued", "allocated": None})
+    c.api.deliver()
+    await c.settle()  # held again: the suspend lands, its Job event is held back
+    assert c.suspended("ns", "a") and c.store.jobs["ns/a"].suspended is False
+
+    def suspends() -> int:
+        return sum(1 for method, path in c.api.calls
+                   if method == "PATCH" and path == job_path("ns", "a"))
+
+    held = suspends()
+    for _ in range(3):
+        c.clock.advance(60)
+        c.api.backlog = [event for event in c.api.backlog if event[0] != "Job"]
+        c.controller.touch("ns/job-a")
+        await c.settle()
+    assert suspends() == held  # not suspended again and again
+    assert c.controller.mirror.state("ns/job-a") == "pending"
+    assert c.phase("ns", "job-a") == "Enqueued"
 
 
 async def test_a_pod_not_scheduled_in_time_frees_its_allocation_and_is_requeued() -> None:

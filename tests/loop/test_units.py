@@ -242,6 +242,21 @@ def test_decide(phase: UnitPhase, consumer: Consumer, expected: tuple[str, str |
     assert step_of(phase, consumer) == expected
 
 
+@pytest.mark.parametrize("consumer", [Consumer.RELEASED, Consumer.RUNNING])
+def test_a_job_let_go_after_arbiter_took_it_back_is_held_again_not_adopted(
+        consumer: Consumer) -> None:
+    """Requeued (admitted before) and its Job let go: the take-back's hold
+    did not land, or landed and the cache is behind it (chaos run 25: such
+    units were adopted as admitted while their Jobs were suspended). Never
+    admitted, it is adopted as before (created while arbiter was away)."""
+    taken_back = decide(unit("Enqueued", admissions=1), consumer, now=NOW, timeout=60.0)
+    assert (taken_back.kind, taken_back.phase) == ("hold", None)
+    assert "held again" in taken_back.message
+    assert step_of("Enqueued", consumer)[0] == "adopt"
+    reserved = decide(unit("Reserved", admissions=1), consumer, now=NOW, timeout=60.0)
+    assert reserved.kind == "adopt"  # quota held for its checks: as before
+
+
 def test_a_dequeued_job_not_running_after_the_timeout_backs_off() -> None:
     allocated = format_rfc3339(NOW - 61)
     # Its clock starts when the Job controller took the release up.

@@ -118,11 +118,14 @@ class _Override:
 
     expected: Consumer
     before: Consumer
-    until: float
+    until: float  # ASSUME_TTL after our write
     version: str = ""  # the consumer's resourceVersion after our write, when known
-    # While the cache is known older than `version`: kept until then (a
-    # bound, so that an override nobody looks at again still goes).
-    kept: float = 0.0
+
+    @property
+    def kept(self) -> float:
+        """Until when it stands while the cache is known older than `version`
+        (a bound, so that an override nobody looks at again still goes)."""
+        return self.until + (VERSIONED_TTL - ASSUME_TTL if self.version else 0.0)
 
 
 class InFlightWrites:
@@ -205,9 +208,8 @@ class InFlightWrites:
                  version: str = "") -> None:
         """We changed `consumer` from `before` to `expected` (its
         resourceVersion then `version`, when known); the watch will follow."""
-        now = self.clock()
-        self._overrides[consumer] = _Override(expected, before, now + ASSUME_TTL, version,
-                                              now + (VERSIONED_TTL if version else ASSUME_TTL))
+        self._overrides[consumer] = _Override(expected, before, self.clock() + ASSUME_TTL,
+                                              version)
 
     def consumer(self, key: ConsumerKey | None, state: Consumer, version: str = "") -> Consumer:
         """`state` (the cache's, at resourceVersion `version` when known)

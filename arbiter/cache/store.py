@@ -371,6 +371,17 @@ class ClusterStore:
                 count += 1
         return count
 
+    def job_pods_started(self, job_uid: str, since: float) -> bool:
+        """Whether a pod the Job made at `since` or later is bound to a node or
+        has run: its work started, whatever the Job's status says (its
+        controller may be minutes behind its pods). O(the Job's pods)."""
+        for uid in self.pods_by_job_uid.get(job_uid, ()):
+            pod = self.pods.get(uid)
+            if pod is not None and pod.created >= since and (
+                    pod.node_name or pod.phase in ("Running", "Succeeded", "Failed")):
+                return True
+        return False
+
     def apply(self, kind: Kind, event_type: EventType, obj: Mapping[str, Any]) -> None:
         """Apply one watch event given as the raw object.
 

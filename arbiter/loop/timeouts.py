@@ -39,6 +39,14 @@ def admission_deadline(unit: UnitRecord, timeout: float, started: float = 0.0) -
     return latest
 
 
+def admitted_at(unit: UnitRecord) -> float:
+    """From when a pod counts as made for the unit's last admission (0: any
+    pod). A pod's creationTimestamp has whole seconds: one made for this
+    admission may read up to a second before it."""
+    allocated = parse_rfc3339(unit.last_allocate_time)
+    return 0.0 if allocated is None else allocated - 1.0
+
+
 def release_deadline(unit: UnitRecord, timeout: float) -> float | None:
     """When a Dequeued Job whose release has not landed goes to backoff: one
     timeout after its admission. The apiserver refuses a Job's new pool

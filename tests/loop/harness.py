@@ -217,6 +217,7 @@ class Cluster:
         queue = owner.get("labels", {}).get(QUEUE_LABEL, "")
         return await self.api.create(f"/api/v1/namespaces/{namespace}/pods", {
             "metadata": {"name": name, "namespace": namespace,
+                         "creationTimestamp": format_rfc3339(self.clock()),
                          "labels": {QUEUE_LABEL: queue, JOB_NAME_LABEL: job,
                                     JOB_UID_LABEL: owner["uid"]},
                          "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",

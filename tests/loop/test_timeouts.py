@@ -273,6 +273,35 @@ async def test_the_timeout_counts_from_when_the_job_controller_took_the_release_
     assert c.suspended("ns", "late")
 
 
+async def test_a_job_whose_pods_ran_while_its_status_lags_has_started() -> None:
+    """Chaos run 27: a Job's pods ran and finished while its controller,
+    minutes behind, never showed one ready. Its admission must not time out:
+    that suspended finished work and admitted it again. A pod left from an
+    earlier admission is no such sign."""
+    c = Cluster(settings())
+    c.controller.rng = random.Random(0)
+    await c.nodes(2)
+    await c.queue("q")
+    await c.job("ns", "quick", "q")
+    await c.job("ns", "again", "q")
+    c.clock.advance(5)
+    await c.job_pod("ns", "again", "again-old", node="node-1")  # made before its admission
+    c.set_pod_phase("ns", "again-old", "Succeeded")
+    c.clock.advance(5)
+    await c.settle()
+    assert not c.suspended("ns", "quick") and not c.suspended("ns", "again")
+    await c.job_pod("ns", "quick", "quick-0", node="node-0")
+    c.set_pod_phase("ns", "quick-0", "Succeeded")  # its Job's status says nothing yet
+    await c.settle()
+    c.clock.advance(61)
+    await c.settle()
+    assert c.phase("ns", "job-quick") == "Running" and not c.suspended("ns", "quick")
+    assert c.phase("ns", "job-again") == "TimeoutBackoff" and c.suspended("ns", "again")
+    c.finish_job("ns", "quick")  # the controller catches up
+    await c.settle()
+    assert c.phase("ns", "job-quick") == "Succeed"
+
+
 async def test_a_job_controller_that_never_starts_the_job_still_ends_its_admission() -> None:
     c = Cluster(settings())
     c.job_controller = False

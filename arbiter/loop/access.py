@@ -16,7 +16,8 @@ from __future__ import annotations
 from arbiter.cache.ownership import WORKLOAD_CONSUMERS
 from arbiter.cache.records import UnitRecord
 from arbiter.cache.store import ClusterStore
-from arbiter.loop.units import Consumer, Step, held
+from arbiter.loop.consumers import Consumer
+from arbiter.loop.units import Step, held
 
 
 def barred(store: ClusterStore, unit: UnitRecord) -> str | None:

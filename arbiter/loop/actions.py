@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -62,6 +62,7 @@ from arbiter.loop.units import DesiredUnit, manifest
 from arbiter.loop.workloads import to_let_go
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ConsumerGone(Exception):
@@ -311,19 +312,21 @@ class Actions:
         return await self.write_status(unit, build, in_phase(unit.phase))
 
     # -- consumers ----------------------------------------------------------------------
-    async def _with_retries(self, what: str, call: Callable[[], Any]) -> None:
-        """Retry a consumer write the webhook denied (its cache may lag ours)."""
+    async def _with_retries(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Retry a consumer write the webhook denied (its cache may lag ours);
+        the write's result."""
         delay = self.retry_delay
-        for attempt in range(self.release_retries + 1):
+        attempt = 0
+        while True:
             try:
-                await call()
-                return
+                return await call()
             except Denied as error:
                 if attempt == self.release_retries:
                     raise
                 log.info("%s denied (%s); retrying in %.1fs", what, error.message, delay)
                 await asyncio.sleep(delay)
                 delay *= 2
+                attempt += 1
 
     async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> str:
         """The Job's resourceVersion after the write ("" when not known)."""
@@ -331,19 +334,17 @@ class Actions:
         if uid:
             ops.append({"op": "test", "path": "/metadata/uid", "value": uid})
         ops.append({"op": "add", "path": "/spec/suspend", "value": suspend})
-        written: list[str] = []
 
-        async def call() -> None:
+        async def call() -> str:
             try:
                 job = await self.api.json_patch(job_path(namespace, name), ops)
             except (NotFound, Invalid) as error:
                 raise ConsumerGone(f"Job {namespace}/{name}: {error}") from error
             meta = job.get("metadata") if isinstance(job, dict) else None
-            written.append(str((meta or {}).get("resourceVersion") or ""))
+            return str((meta or {}).get("resourceVersion") or "")
 
         verb = "suspend" if suspend else "unsuspend"
-        await self._with_retries(f"{verb} Job {namespace}/{name}", call)
-        return written[-1] if written else ""
+        return await self._with_retries(f"{verb} Job {namespace}/{name}", call)
 
     async def remove_gate(self, namespace: str, name: str, uid: str) -> bool:
         """Remove arbiter's scheduling gate; False if it was not there."""

@@ -46,6 +46,7 @@ from arbiter.core.model import Unit
 from arbiter.loop.access import barred, barred_step
 from arbiter.loop.actions import Actions
 from arbiter.loop.checks import CheckStateGauge, check_deadline, check_step, checks_for
+from arbiter.loop.consumers import Consumer
 from arbiter.loop.events import EventSink
 from arbiter.loop.fastpath import FastPath, Reservation
 from arbiter.loop.follow import StoreFollower
@@ -58,7 +59,6 @@ from arbiter.loop.reclaim import LoopAccess, Reclaimer, ReclaimSettings
 from arbiter.loop.settings import CycleStats, LoopSettings
 from arbiter.loop.timeouts import admission_deadline, backoff_delay, record_due, release_deadline
 from arbiter.loop.units import (
-    Consumer,
     DesiredUnit,
     Step,
     alternate_name,

@@ -27,10 +27,10 @@ from arbiter.cache.store import WORKLOAD_KINDS, ClusterStore, Kind
 from arbiter.loop import workloads
 from arbiter.loop.access import barred
 from arbiter.loop.charges import Charges
+from arbiter.loop.consumers import Consumer
 from arbiter.loop.index import LoopIndex, consumer_state, desired_unit, pod_root
 from arbiter.loop.mirror import EngineMirror, engine_unit, recorded_plan, submitted, unqueued_pod
 from arbiter.loop.units import (
-    Consumer,
     DesiredUnit,
     Disposition,
     consumer_key,

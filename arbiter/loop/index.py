@@ -18,16 +18,13 @@ from arbiter.cache.records import NodeRecord, PodRecord, UnitRecord
 from arbiter.cache.store import ClusterStore
 from arbiter.core.resources import Resources
 from arbiter.loop import workloads
+from arbiter.loop.consumers import Consumer, group_state, job_state, pod_state
 from arbiter.loop.timeouts import admitted_at
 from arbiter.loop.units import (
-    Consumer,
     DesiredUnit,
     consumer_key,
-    group_state,
     group_unit,
-    job_state,
     job_unit,
-    pod_state,
     pod_unit,
     wants_pod_unit,
 )

@@ -89,7 +89,7 @@ from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import UnitRecord
 from arbiter.core.api import compare_resource_versions
 from arbiter.core.reclaim.flat import Victim
-from arbiter.loop.units import Consumer
+from arbiter.loop.consumers import Consumer
 
 log = logging.getLogger(__name__)
 

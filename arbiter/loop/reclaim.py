@@ -68,12 +68,13 @@ from arbiter.core.reclaim.flat import (
 from arbiter.core.reclaim.room import NodeRoom
 from arbiter.core.resources import EMPTY, Resources
 from arbiter.loop.actions import Actions, ConsumerGone
+from arbiter.loop.consumers import Consumer
 from arbiter.loop.decisions import Decision, log_decision
 from arbiter.loop.events import EventSink
 from arbiter.loop.evict import Evictor
 from arbiter.loop.inflight import EVICTION_TTL, Evictions, InFlightWrites
 from arbiter.loop.mirror import EngineMirror, unqueued_pod
-from arbiter.loop.units import Consumer, consumer_key, gate_workload
+from arbiter.loop.units import consumer_key, gate_workload
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from arbiter.cache.store import ClusterStore
 from arbiter.cache.workloads import WorkloadRecord
 from arbiter.integrations import held_kinds
 from arbiter.integrations.lws import GROUP_INDEX_LABEL
-from arbiter.loop.units import Consumer, DesiredUnit, Owner, priority_of_class
+from arbiter.loop.consumers import Consumer
+from arbiter.loop.units import DesiredUnit, Owner, priority_of_class
 
 FINISHED_POD_PHASES = ("Succeeded", "Failed")
 

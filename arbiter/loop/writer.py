@@ -27,17 +27,12 @@ from arbiter.core.api import UnitPhase
 from arbiter.core.model import Placement, Unit
 from arbiter.loop.actions import WAITING_PHASES, Actions, ConsumerGone, Written, in_phase
 from arbiter.loop.checks import checked_status, rejected_status, requeued_status
+from arbiter.loop.consumers import Consumer
 from arbiter.loop.decisions import log_decision, remember
 from arbiter.loop.events import EventSink
 from arbiter.loop.fastpath import Creations, record_admitted
 from arbiter.loop.inflight import TERMINATING_HOLD, InFlightWrites
-from arbiter.loop.units import (
-    Consumer,
-    DesiredUnit,
-    Step,
-    consumer_key,
-    group_members,
-)
+from arbiter.loop.units import DesiredUnit, Step, consumer_key, group_members
 
 log = logging.getLogger(__name__)
 

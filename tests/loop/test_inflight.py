@@ -10,8 +10,8 @@ import pytest
 
 from arbiter.cache.ownership import ConsumerKey
 from arbiter.cache.records import UnitRecord
+from arbiter.loop.consumers import Consumer
 from arbiter.loop.inflight import ASSUME_TTL, VERSIONED_TTL, InFlightWrites
-from arbiter.loop.units import Consumer
 
 T0 = 1_000.0
 

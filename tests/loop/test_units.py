@@ -15,17 +15,14 @@ from arbiter.cache.records import (
 )
 from arbiter.core.api import MAX_NAME, UnitPhase, format_rfc3339, job_unit_name, pod_unit_name
 from arbiter.core.resources import Resources
+from arbiter.loop.consumers import Consumer, group_state, job_state, pod_state
 from arbiter.loop.timeouts import admission_deadline, backoff_delay
 from arbiter.loop.units import (
-    Consumer,
     decide,
     disposition,
-    group_state,
     group_unit,
-    job_state,
     job_unit,
     manifest,
-    pod_state,
     pod_unit,
     spec_drift,
 )

@@ -134,7 +134,7 @@ def managed_job_pod(env: AdmissionEnv, namespace: str, meta: Obj | None,
         # The Job's queue was charged for `parallelism` pods (which may not
         # grow while it runs): a pod past that is not the Job controller's
         # (it deletes its own excess), it is a tenant's passenger.
-        active = env.store.active_job_pods(uid)
+        active = env.store.active_job_pods(namespace, uid)
         if active >= job.parallelism:
             return deny(
                 f'pod of Job "{namespace}/{name}": metadata.ownerReferences names that Job as '

@@ -125,8 +125,10 @@ class ClusterStore:
     pods_by_node: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     # namespace/name -> uid, to find pods by name
     pod_uid_by_name: dict[str, str] = field(default_factory=dict)
-    # Job uid -> uids of the pods whose controller ownerRef names it.
-    pods_by_job_uid: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # namespace/Job uid -> uids of the pods there whose controller ownerRef
+    # names it. The namespace is part of the key: an ownerRef is any uid a
+    # tenant types, and one from another namespace is no Job's pod.
+    pods_by_job: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     # kind -> namespace/name -> record, for the optional integrations' kinds.
     workloads: dict[str, dict[str, WorkloadRecord]] = field(
         default_factory=lambda: {kind: {} for kind in WORKLOAD_KINDS})
@@ -328,13 +330,13 @@ class ClusterStore:
         if old is not None and old.node_name and old.node_name != record.node_name:
             self.pods_by_node[old.node_name].discard(record.uid)
         if old is not None and old.job_uid and old.job_uid != record.job_uid:
-            self._forget_job_pod(old.job_uid, record.uid)
+            self._forget_job_pod(old, record.uid)
         self.pods[record.uid] = record
         self.owners.put(record.uid, "Pod", record.uid, record.namespace,
                         record.owner_kind, record.owner_uid)
         self.pod_uid_by_name[f"{record.namespace}/{record.name}"] = record.uid
         if record.job_uid:
-            self.pods_by_job_uid[record.job_uid].add(record.uid)
+            self.pods_by_job[f"{record.namespace}/{record.job_uid}"].add(record.uid)
         if record.node_name:
             self.pods_by_node[record.node_name].add(record.uid)
         self._notify("Pod", record.uid)
@@ -350,35 +352,36 @@ class ClusterStore:
             if self.pod_uid_by_name.get(name_key) == uid:
                 del self.pod_uid_by_name[name_key]
             if old.job_uid:
-                self._forget_job_pod(old.job_uid, uid)
+                self._forget_job_pod(old, uid)
         self._notify("Pod", uid)
 
-    def _forget_job_pod(self, job_uid: str, pod_uid: str) -> None:
-        pods = self.pods_by_job_uid.get(job_uid)
+    def _forget_job_pod(self, old: PodRecord, pod_uid: str) -> None:
+        key = f"{old.namespace}/{old.job_uid}"
+        pods = self.pods_by_job.get(key)
         if pods is not None:
             pods.discard(pod_uid)
             if not pods:
-                del self.pods_by_job_uid[job_uid]
+                del self.pods_by_job[key]
 
-    def active_job_pods(self, job_uid: str) -> int:
+    def active_job_pods(self, namespace: str, job_uid: str) -> int:
         """How many of the Job's pods are active as its controller counts
         them: neither finished nor terminating. O(the Job's pods)."""
         count = 0
-        for uid in self.pods_by_job_uid.get(job_uid, ()):
+        for uid in self.pods_by_job.get(f"{namespace}/{job_uid}", ()):
             pod = self.pods.get(uid)
             if pod is not None and not pod.terminating \
                     and pod.phase not in ("Succeeded", "Failed"):
                 count += 1
         return count
 
-    def job_pods_started(self, job_uid: str, since: float) -> bool:
-        """Whether a pod the Job made at `since` or later is bound to a node or
-        has run: its work started, whatever the Job's status says (its
-        controller may be minutes behind its pods). O(the Job's pods)."""
-        for uid in self.pods_by_job_uid.get(job_uid, ()):
+    def job_pods_started(self, namespace: str, job_uid: str, since: float) -> bool:
+        """Whether a pod the Job made at `since` or later is bound to a node (a
+        pod that ran, or ran to its end, was): its work started, whatever the
+        Job's status says (its controller may be minutes behind its pods).
+        O(the Job's pods)."""
+        for uid in self.pods_by_job.get(f"{namespace}/{job_uid}", ()):
             pod = self.pods.get(uid)
-            if pod is not None and pod.created >= since and (
-                    pod.node_name or pod.phase in ("Running", "Succeeded", "Failed")):
+            if pod is not None and pod.created >= since and pod.node_name:
                 return True
         return False
 

@@ -208,8 +208,9 @@ def consumer_state(
         return Consumer.NONE, ()
     if key.kind == "Job":
         state = job_state(store.jobs.get(f"{key.namespace}/{key.name}"), ref.uid)
-        if state is Consumer.RELEASED and store.job_pods_started(ref.uid, admitted_at(unit)):
-            state = Consumer.RUNNING  # its pods ran while its status lags (chaos run 27)
+        if state is Consumer.RELEASED \
+                and store.job_pods_started(key.namespace, ref.uid, admitted_at(unit)):
+            state = Consumer.RUNNING  # its pods ran while its status lags behind them
         return state, ()
     if key.kind == "Pod":
         pod = store.pod_by_name(key.namespace, key.name)

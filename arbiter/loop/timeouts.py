@@ -10,6 +10,9 @@ from arbiter.core.api import parse_rfc3339
 # While a Job's controller has not taken its release up, its timeout waits,
 # up to this many timeouts after admission (a controller that never does).
 CONTROLLER_BEHIND = 3
+# startTime and creationTimestamp have whole seconds: one written for an
+# admission may read up to this long before it.
+STAMP_SLACK = 1.0
 
 
 def admission_deadline(unit: UnitRecord, timeout: float, started: float = 0.0) -> float | None:
@@ -32,19 +35,15 @@ def admission_deadline(unit: UnitRecord, timeout: float, started: float = 0.0) -
     if unit.consumer.kind != "Job":
         return allocated + timeout
     latest = allocated + CONTROLLER_BEHIND * timeout
-    # startTime has whole seconds: one written for this admission may read
-    # up to a second before it.
-    if started >= allocated - 1.0:
+    if started >= allocated - STAMP_SLACK:
         return min(latest, started + timeout)
     return latest
 
 
 def admitted_at(unit: UnitRecord) -> float:
-    """From when a pod counts as made for the unit's last admission (0: any
-    pod). A pod's creationTimestamp has whole seconds: one made for this
-    admission may read up to a second before it."""
+    """From when a pod counts as made for the unit's last admission (0: any pod)."""
     allocated = parse_rfc3339(unit.last_allocate_time)
-    return 0.0 if allocated is None else allocated - 1.0
+    return 0.0 if allocated is None else allocated - STAMP_SLACK
 
 
 def release_deadline(unit: UnitRecord, timeout: float) -> float | None:

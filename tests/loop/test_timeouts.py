@@ -279,7 +279,6 @@ async def test_a_job_whose_pods_ran_while_its_status_lags_has_started() -> None:
     that suspended finished work and admitted it again. A pod left from an
     earlier admission is no such sign."""
     c = Cluster(settings())
-    c.controller.rng = random.Random(0)
     await c.nodes(2)
     await c.queue("q")
     await c.job("ns", "quick", "q")

@@ -159,7 +159,7 @@ def test_a_pod_past_an_admitted_jobs_parallelism_is_denied() -> None:
         pod["metadata"]["uid"] = f"pod-uid-{index}"
         pod["status"] = {"phase": "Running"}
         store.apply("Pod", "ADDED", pod)
-    assert store.active_job_pods(JOB_UID) == 2
+    assert store.active_job_pods("team-a", JOB_UID) == 2
     request = parse(review("Pod", "CREATE", third, user=JOB_CONTROLLER))
     denied = pods.validate(request, env_for(store))
     assert not denied.allowed
@@ -168,7 +168,29 @@ def test_a_pod_past_an_admitted_jobs_parallelism_is_denied() -> None:
     store.apply("Pod", "MODIFIED", first)
     assert pods.validate(request, env_for(store)).allowed
     store.apply("Pod", "DELETED", second)
-    assert store.active_job_pods(JOB_UID) == 0
+    assert store.active_job_pods("team-a", JOB_UID) == 0
+
+
+def test_a_pod_in_another_namespace_naming_a_jobs_uid_is_not_that_jobs_pod() -> None:
+    # An ownerRef is any uid its author types: pods in an unmanaged namespace
+    # naming team-a's Job as their controller neither fill its parallelism
+    # (its own pods would be denied) nor count as its work having started.
+    store = _store(jobs_=[_job(suspend=False)])
+    forged = job_pod("train", "free", queue=None, job_uid=JOB_UID)
+    forged["metadata"].update(name="forged", uid="forged-uid")
+    forged["spec"]["nodeName"] = "node-0"
+    forged["status"] = {"phase": "Running"}
+    store.apply("Pod", "ADDED", forged)
+    assert store.active_job_pods("free", JOB_UID) == 1
+    assert store.active_job_pods("team-a", JOB_UID) == 0
+    assert not store.job_pods_started("team-a", JOB_UID, 0.0)
+    own = job_pod("train", "team-a", queue="team-a", job_uid=JOB_UID)
+    assert pods.validate(parse(review("Pod", "CREATE", own, user=JOB_CONTROLLER)),
+                         env_for(store)).allowed
+    own["metadata"].update(name="train-0", uid="pod-uid-0")
+    own["spec"]["nodeName"] = "node-0"
+    store.apply("Pod", "ADDED", own)
+    assert store.job_pods_started("team-a", JOB_UID, 0.0)
 
 
 def test_a_stale_unit_of_a_deleted_job_does_not_let_its_namesake_start() -> None:
